@@ -1,0 +1,1 @@
+"""Command-line layer: argparse -> library call -> exit code.  Nothing else lives here."""

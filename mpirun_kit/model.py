@@ -1,0 +1,103 @@
+"""Frozen values shared by every layer: what to launch (LaunchSpec).
+
+``LaunchSpec`` is the contract between whoever says *what* to run (CLI flags,
+SageMaker hyperparameters, the YAML job layer in spec/) and the per-host
+entrypoint that runs it.  It carries no host list: the cluster comes from
+discovery, and plan/ combines the two into a ``LaunchPlan``.
+
+It travels between machines as JSON (a SageMaker hyperparameter is a string), so
+``to_json``/``from_json`` round-trip exactly and reject unknown keys.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+from .errors import SpecError
+
+#: hyperparameters.json key under which a serialized LaunchSpec travels.
+LAUNCH_SPEC_HYPERPARAMETER = "mpirun_kit_launch"
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Every wait of the launcher, in seconds.  ``None`` means no limit."""
+
+    #: master: all workers' sshd answering.  Scaled: base + per_host * N.
+    ssh_ready_s: float = 120.0
+    ssh_ready_per_host_s: float = 1.0
+    #: worker: the MPI daemon appearing after the worker is up.
+    daemon_wait_s: float = 300.0
+    daemon_wait_per_host_s: float = 1.0
+    #: worker: hearing from the master at all, and between its heartbeats.
+    master_connect_s: float = 300.0
+    master_silence_s: float = 15.0
+    #: the job itself (mpirun start to exit).
+    job_s: float | None = None
+    #: SIGTERM to ranks, then SIGKILL after this long.
+    grace_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What every rank runs and how mpirun runs it; no hosts, no cluster facts."""
+
+    program: tuple[str, ...]
+    #: ranks per host; None = the GPU count found with NVML, else 1.
+    processes_per_host: int | None = None
+    #: environment set for every rank, name -> value (after presets and user overrides).
+    env: tuple[tuple[str, str], ...] = ()
+    #: names copied from the launching host's environment, when set there.
+    env_forward: tuple[str, ...] = ()
+    #: "auto" | "openmpi4" | "openmpi5" | "mpich"
+    mpi_flavour: str = "auto"
+    #: extra mpirun arguments, appended verbatim after the built ones.
+    mpi_options: tuple[str, ...] = ()
+    #: MCA parameters (Open MPI), name -> value; user values override built-in ones.
+    mca: tuple[tuple[str, str], ...] = ()
+    #: "auto" pins each rank to its GPU and that GPU's NUMA-local CPUs; "none" leaves it.
+    pinning: str = "auto"
+    working_dir: str | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    #: TCP port of the master's result channel on the cluster network.
+    result_port: int = 29411
+    #: ssh port the workers' sshd listens on.
+    ssh_port: int = 22
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "launch spec") -> "LaunchSpec":
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{source}: not valid JSON ({exc}); expected a serialized LaunchSpec") from exc
+        if not isinstance(raw, dict):
+            raise SpecError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+        return cls.from_dict(raw, source)
+
+    @classmethod
+    def from_dict(cls, raw: dict, source: str = "launch spec") -> "LaunchSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise SpecError(f"{source}: unknown key(s) {unknown}; valid keys are {sorted(known)}")
+        if "program" not in raw or not raw["program"]:
+            raise SpecError(f"{source}: 'program' is required: the argv every rank runs, e.g. [\"python\", \"train.py\"]")
+        t_raw = raw.get("timeouts") or {}
+        t_known = {f.name for f in fields(Timeouts)}
+        t_unknown = sorted(set(t_raw) - t_known)
+        if t_unknown:
+            raise SpecError(f"{source}: unknown timeouts key(s) {t_unknown}; valid keys are {sorted(t_known)}")
+        vals = dict(raw)
+        vals["timeouts"] = Timeouts(**t_raw)
+        for key in ("program", "env_forward", "mpi_options"):
+            if key in vals:
+                vals[key] = tuple(str(x) for x in vals[key])
+        for key in ("env", "mca"):
+            if key in vals:
+                v = vals[key]
+                items = v.items() if isinstance(v, dict) else v
+                vals[key] = tuple((str(k), str(x)) for k, x in items)
+        return cls(**vals)

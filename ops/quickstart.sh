@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Sets up everything mpirun_kit needs on a fresh Debian/Ubuntu machine (as root),
+# then runs the main job or the test suite.  Idempotent: a second run installs
+# nothing new and goes straight to the work.
+#
+#   bash ops/quickstart.sh demo    # set up, then run jobs/maskrcnn-demo.yaml
+#   bash ops/quickstart.sh test    # set up, then run the test suite (what CI runs)
+#   bash ops/quickstart.sh setup   # set up only
+#
+# Environment knobs:
+#   TORCH_SPEC      pip requirement for torch (default torch==2.13.0; on a GPU
+#                   machine use the CUDA build your driver supports)
+#   PIP_EXTRA_ARGS  extra arguments for every pip install (e.g. an index URL)
+#   PYTEST_ARGS     extra arguments for pytest in `test` mode
+#   WITH_HOROVOD=1  also build the optional Horovod backend (~3 min, 2.4 GB)
+set -euo pipefail
+
+mode="${1:-}"
+case "$mode" in
+  demo|test|setup) ;;
+  *) echo "usage: bash ops/quickstart.sh demo|test|setup" >&2; exit 2 ;;
+esac
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+venv="$repo/.venv"
+TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
+read -r -a pip_extra <<<"${PIP_EXTRA_ARGS:-}"
+
+log() { printf '\033[1m[quickstart]\033[0m %s\n' "$*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "quickstart: run as root (it installs Debian packages and the simulated cluster needs network namespaces)" >&2
+  exit 1
+fi
+
+# --- Debian packages ---------------------------------------------------------
+apt_pkgs=(
+  python3 python3-venv python3-dev python3-pip g++ make git ca-certificates
+  openssh-server openssh-client       # sshd on every host, ssh for mpirun
+  openmpi-bin libopenmpi-dev          # Open MPI 4.1: mpirun, orted; headers for mpi4py
+  iproute2 util-linux procps          # ip netns, unshare, nsenter: the simulated cluster
+)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- Python environment ------------------------------------------------------
+stamp="$venv/.quickstart-stamp"
+want="$(cat setup.cfg setup.py ops/quickstart.sh | sha256sum | cut -c1-16) $TORCH_SPEC ${WITH_HOROVOD:-0}"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
+  log "creating $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  pip=("$venv/bin/python" -m pip install -q "${pip_extra[@]}")
+  log "installing $TORCH_SPEC"
+  "${pip[@]}" "setuptools>=64" wheel "$TORCH_SPEC"
+  log "installing mpirun_kit and its test dependencies (compiles the C++ op extension)"
+  # No build isolation: the extension must compile against the torch installed above.
+  "${pip[@]}" --no-build-isolation -e ".[test]"
+  if [ "${WITH_HOROVOD:-0}" = 1 ]; then
+    log "building Horovod (optional backend)"
+    # Horovod 0.28.1 pins C++14 in its CMake files; current torch needs C++17.
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+      HOROVOD_CMAKE_FLAGS="-DCMAKE_CXX_STANDARD=17" CXXFLAGS="-std=c++17" \
+      "${pip[@]}" --no-build-isolation --no-cache-dir "horovod[pytorch]==0.28.1"
+  fi
+  echo "$want" >"$stamp"
+fi
+export PATH="$venv/bin:$PATH"
+
+case "$mode" in
+  setup)
+    log "set up; activate with: source .venv/bin/activate"
+    ;;
+  demo)
+    log "running jobs/maskrcnn-demo.yaml"
+    exec mpirun_kit submit jobs/maskrcnn-demo.yaml
+    ;;
+  test)
+    log "running the test suite"
+    read -r -a pytest_extra <<<"${PYTEST_ARGS:-}"
+    set +e
+    python -m pytest "${pytest_extra[@]}"
+    rc=$?
+    set -e
+    if [ "$rc" = 5 ]; then
+      echo "quickstart: pytest collected no tests; that is a failure" >&2
+      exit 1
+    fi
+    exit "$rc"
+    ;;
+esac

@@ -1,0 +1,66 @@
+"""Fixtures shared by every test area.
+
+``moto_server``: a real moto server process on 127.0.0.1 (no AWS account is
+reachable from these machines, so AWS APIs are served by moto; where moto is
+known to be unfaithful, tests use botocore's Stubber and say so).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """Start ``moto_server`` on 127.0.0.1 for the session; yield its endpoint URL."""
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+    if exe is None:
+        pytest.fail("moto_server not installed: run `bash ops/quickstart.sh setup` (installs the test extras)")
+    port = _free_port()
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(url + "/moto-api/", timeout=1).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"moto_server did not start on {url} within 30 s")
+            time.sleep(0.1)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture
+def moto(moto_server, monkeypatch):
+    """A reset moto server plus dummy credentials; yields the endpoint URL."""
+    urllib.request.urlopen(urllib.request.Request(moto_server + "/moto-api/reset", method="POST"), timeout=10).read()
+    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                 "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-west-2"}.items():
+        monkeypatch.setenv(k, v)
+    return moto_server
