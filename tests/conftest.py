@@ -64,3 +64,35 @@ def moto(moto_server, monkeypatch):
                  "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-west-2"}.items():
         monkeypatch.setenv(k, v)
     return moto_server
+
+
+def _sim_netns() -> set[str]:
+    try:
+        out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    except OSError:
+        return set()
+    return {line.split()[0] for line in out.splitlines() if line.startswith("mrk-")}
+
+
+def pytest_sessionstart(session):
+    session.config._mrk_netns_at_start = _sim_netns()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test may leave a simulated host behind (namespace, and so its processes).
+
+    Enforced (the run fails, then the leftovers are swept) under CI, where this
+    is the only test session; during development other sessions' clusters may
+    be live, so it only warns.
+    """
+    left = _sim_netns() - getattr(session.config, "_mrk_netns_at_start", set())
+    if not left:
+        return
+    msg = f"simulated-cluster namespaces left behind by this test run: {sorted(left)}"
+    if os.environ.get("CI") == "true":
+        print(f"\nERROR: {msg}", file=sys.stderr)
+        from mpirun_kit.sim import down_all
+        down_all()
+        session.exitstatus = 1
+    else:
+        print(f"\nWARNING: {msg}", file=sys.stderr)

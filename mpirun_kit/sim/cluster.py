@@ -1,0 +1,450 @@
+"""Bring a ``SimLayout`` to life and tear it down; run programs on its hosts.
+
+``up()`` creates, for every host, a network namespace wired to the cluster's
+switch namespace and starts ``hostinit`` as PID 1 of fresh PID/UTS/mount
+namespaces, all hosts at once, then waits (bounded) for every sshd.
+``popen(host, argv)`` runs a program inside a host through ``nsenter``.
+``down()`` kills every process in the cluster's namespaces by pid and deletes
+the namespaces; it is safe to call at any time, any number of times, and
+``down_all()`` sweeps clusters whose controller died.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import psutil
+
+from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..errors import ClusterError, SpecError
+from .layout import (HOST_IFNAME, NETNS_PREFIX, SimHost, SimLayout, plan_layout, render_hosts_file,
+                     render_known_hosts, render_resource_config, render_ssh_client_config,
+                     render_sshd_config)
+
+log = logging.getLogger(__name__)
+
+
+class SimError(ClusterError):
+    """The simulated cluster could not be brought up, used or torn down."""
+
+
+def _run(argv: Sequence[str]) -> None:
+    res = subprocess.run(list(argv), capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SimError(f"`{' '.join(argv)}` failed (exit {res.returncode}): {res.stderr.strip()}")
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _netns_names() -> list[str]:
+    res = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    return [line.split()[0] for line in res.stdout.splitlines() if line.strip()]
+
+
+def _netns_pids(netns: str) -> list[int]:
+    res = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True)
+    return [int(p) for p in res.stdout.split() if p.isdigit()]
+
+
+def _kill_netns(names: Sequence[str], clock: Clock, timeout: float = 10.0) -> None:
+    """SIGKILL every process in the given namespaces, wait for them, delete the namespaces."""
+    procs = []
+    for ns in names:
+        for pid in _netns_pids(ns):
+            try:
+                p = psutil.Process(pid)
+                p.kill()
+                procs.append(p)
+            except psutil.NoSuchProcess:
+                pass
+    psutil.wait_procs(procs, timeout=timeout)
+    for ns in names:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def list_clusters() -> list[str]:
+    """Names of simulated clusters whose namespaces exist on this machine."""
+    found = set()
+    for ns in _netns_names():
+        if ns.startswith(NETNS_PREFIX):
+            found.add(ns[len(NETNS_PREFIX):].rsplit("-", 1)[0])
+    return sorted(found)
+
+
+def down_named(name: str, clock: Clock = SYSTEM_CLOCK) -> bool:
+    """Tear down cluster ``name`` from its namespace names alone (no state needed); True if any existed."""
+    plan_layout(name, 1, "/")  # validates the name
+    prefix = f"{NETNS_PREFIX}{name}-"
+    found = [ns for ns in _netns_names() if ns.startswith(prefix)]
+    _kill_netns(found, clock)
+    return bool(found)
+
+
+def down_all(clock: Clock = SYSTEM_CLOCK) -> list[str]:
+    """Tear down every simulated cluster on this machine; return their names."""
+    names = list_clusters()
+    _kill_netns([ns for ns in _netns_names() if ns.startswith(NETNS_PREFIX)], clock)
+    return names
+
+
+@dataclass
+class SimProcess:
+    """A program running on one simulated host.
+
+    ``popen`` is the ``nsenter`` process; the program is its child, the only
+    process signals should reach (nsenter does not forward them).
+    """
+
+    host: str
+    popen: subprocess.Popen
+    log_path: Path | None = None
+
+    @property
+    def pid(self) -> int:
+        """Pid (in the machine's PID namespace) of the program itself."""
+        end = Deadline(SYSTEM_CLOCK, 5.0)
+        while True:
+            try:
+                kids = psutil.Process(self.popen.pid).children()
+            except psutil.NoSuchProcess:
+                kids = []
+            if kids:
+                return kids[0].pid
+            if self.popen.poll() is not None or end.expired():
+                raise SimError(f"program on {self.host} is not running (nsenter exited "
+                               f"{self.popen.returncode})")
+            SYSTEM_CLOCK.sleep(0.01)
+
+    def send_signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.popen.wait(timeout)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+
+class SimCluster:
+    """N simulated hosts.  Use as a context manager: ``with SimCluster(3, root) as sim: ...``.
+
+    Args:
+        n_hosts: number of hosts, named algo-1..algo-N.
+        root: directory for the cluster's keys, configs, per-host /opt/ml and logs.
+        name: 1-12 lowercase letters/digits; part of every namespace name.
+        instance_type: written to each host's resourceconfig.json.
+        start_sshd: hosts whose sshd starts (default all); a host left out is up
+            but never answers ssh, like a host that failed to boot its image.
+        clock: injected time for every wait.
+        up_timeout: seconds allowed for all hosts to come up.
+    """
+
+    def __init__(self, n_hosts: int, root: Path | str, name: str = "sim", *,
+                 instance_type: str = "ml.c5.xlarge", start_sshd: Sequence[str] | None = None,
+                 clock: Clock = SYSTEM_CLOCK, up_timeout: float = 60.0):
+        self.layout: SimLayout = plan_layout(name, n_hosts, root, instance_type=instance_type)
+        self.start_sshd = set(start_sshd) if start_sshd is not None else {h.name for h in self.layout.hosts}
+        self.clock = clock
+        self.up_timeout = up_timeout
+        self._inits: dict[str, subprocess.Popen] = {}
+        self._init_pids: dict[str, int] = {}
+
+    # -- values ---------------------------------------------------------------
+    @property
+    def hosts(self) -> tuple[SimHost, ...]:
+        return self.layout.hosts
+
+    @property
+    def name(self) -> str:
+        return self.layout.name
+
+    def host(self, name: str) -> SimHost:
+        return self.layout.host(name)
+
+    # -- lifecycle ------------------------------------------------------------
+    def __enter__(self) -> "SimCluster":
+        try:
+            return self.up()
+        except BaseException:
+            self.down()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def up(self) -> "SimCluster":
+        """Create the cluster (re-creating it if namespaces of the same name exist)."""
+        if os.geteuid() != 0:
+            raise SimError("the simulated cluster needs root (network namespaces, mounts); run as root")
+        for tool in ("ip", "unshare", "nsenter", "mount", "ssh-keygen"):
+            if shutil.which(tool) is None:
+                raise SimError(f"`{tool}` not found; install iproute2, util-linux and openssh-client "
+                               "(bash ops/quickstart.sh setup does)")
+        sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+        if self.start_sshd and not os.path.exists(sshd):
+            raise SimError("sshd not found at /usr/sbin/sshd; install openssh-server "
+                           "(bash ops/quickstart.sh setup does)")
+        self.down()
+        self._write_files()
+        self._make_network()
+        for d in ("/opt/ml", "/root/.ssh"):
+            # Mount points for the per-host bind mounts; an empty directory is all that remains.
+            os.makedirs(d, exist_ok=True)
+        for h in self.hosts:
+            self._inits[h.name] = self._start_init(h, sshd)
+        self._wait_ready()
+        self._save_state()
+        log.info("sim cluster %s up: %s", self.name, ", ".join(f"{h.name}={h.address}" for h in self.hosts))
+        return self
+
+    def down(self) -> None:
+        """Kill every process on every host and delete the namespaces.  Idempotent."""
+        names = [h.netns for h in self.hosts] + [self.layout.switch_netns]
+        existing = set(_netns_names())
+        _kill_netns([n for n in names if n in existing], self.clock)
+        for p in self._inits.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self._inits.clear()
+        self._init_pids.clear()
+        if self.layout.state_file.exists():
+            self.layout.state_file.unlink()
+
+    @classmethod
+    def attach(cls, name: str, root: Path | str, clock: Clock = SYSTEM_CLOCK) -> "SimCluster":
+        """The cluster ``name`` brought up earlier (e.g. by ``mpirun_kit sim up``) under ``root``."""
+        state_file = Path(root) / "state.json"
+        try:
+            state = json.loads(state_file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SimError(f"no running sim cluster {name!r} under {root} ({state_file}: {exc}); "
+                           f"start one with `mpirun_kit sim up --name {name}`") from exc
+        sim = cls(state["n_hosts"], root, name, instance_type=state["instance_type"], clock=clock)
+        sim._init_pids = {k: int(v) for k, v in state["init_pids"].items()}
+        return sim
+
+    # -- running programs -----------------------------------------------------
+    def popen(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+              log_path: Path | str | None = None, **kwargs) -> SimProcess:
+        """Run ``argv`` inside ``host``'s namespaces.
+
+        ``env`` is the program's whole environment (default: a minimal one with
+        this Python's bin directory first on PATH).  With ``log_path``, stdout
+        and stderr go to that file; otherwise ``kwargs`` go to ``Popen``.
+        """
+        pid = self._init_pid(host)
+        cmd = ["nsenter", "--target", str(pid), "--net", "--pid", "--uts", "--mount", "--ipc", "--", *argv]
+        if log_path is not None:
+            log_path = Path(log_path)
+            f = open(log_path, "wb")
+            kwargs.setdefault("stdout", f)
+            kwargs.setdefault("stderr", subprocess.STDOUT)
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        try:
+            proc = subprocess.Popen(cmd, env=dict(env) if env is not None else self.default_env(), **kwargs)
+        finally:
+            if log_path is not None:
+                f.close()
+        return SimProcess(host=host, popen=proc, log_path=log_path)
+
+    def run(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
+            timeout: float = 60.0) -> subprocess.CompletedProcess:
+        """Run ``argv`` on ``host`` to completion and capture its output."""
+        p = self.popen(host, argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = p.popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.popen.kill()
+            out, err = p.popen.communicate()
+            raise SimError(f"{argv!r} on {host} ran past {timeout} s; output so far: {out[-500:]}{err[-500:]}")
+        return subprocess.CompletedProcess(argv, p.popen.returncode, out, err)
+
+    def start_entrypoints(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+                          hosts: Sequence[str] | None = None) -> dict[str, SimProcess]:
+        """Start ``argv`` on every host at once, as SageMaker starts a job's container on each host.
+
+        Output of each goes to ``<host dir>/entrypoint.log``.
+        """
+        chosen = list(hosts) if hosts is not None else [h.name for h in self.hosts]
+        return {h: self.popen(h, argv, env, log_path=self.host(h).dir / "entrypoint.log") for h in chosen}
+
+    def default_env(self) -> dict[str, str]:
+        bindir = os.path.dirname(sys.executable)
+        return {"PATH": f"{bindir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME": "/root", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+
+    def write_sagemaker_config(self, hyperparameters: Mapping[str, str] | None = None,
+                               input_data_config: Mapping | None = None) -> None:
+        """Write each host's /opt/ml/input/config/{resourceconfig,hyperparameters,inputdataconfig}.json."""
+        for h in self.hosts:
+            cfg = h.opt_ml / "input" / "config"
+            cfg.mkdir(parents=True, exist_ok=True)
+            _write(cfg / "resourceconfig.json", render_resource_config(self.layout, h))
+            _write(cfg / "hyperparameters.json", json.dumps(dict(hyperparameters or {}), indent=2))
+            _write(cfg / "inputdataconfig.json", json.dumps(dict(input_data_config or {}), indent=2))
+
+    # -- faults -----------------------------------------------------------------
+    def stop_sshd(self, host: str) -> None:
+        """Stop ``host``'s sshd listener; existing sessions stay."""
+        cfg = str(self.host(host).sshd_config)
+        for pid in _netns_pids(self.host(host).netns):
+            try:
+                if cfg in " ".join(psutil.Process(pid).cmdline()):
+                    os.kill(pid, signal.SIGKILL)
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                pass
+
+    def kill_host(self, host: str) -> None:
+        """Power ``host`` off: every process on it dies at once (its PID 1 is killed)."""
+        pid = self._init_pid(host)
+        os.kill(pid, signal.SIGKILL)
+        psutil.wait_procs([psutil.Process(pid)], timeout=10) if psutil.pid_exists(pid) else None
+
+    def partition(self, host: str) -> None:
+        """Cut ``host`` off the network without closing its connections (no FIN, no RST)."""
+        h = self.host(host)
+        _run(["ip", "-n", self.layout.switch_netns, "link", "set", h.switch_port, "down"])
+
+    # -- internals --------------------------------------------------------------
+    def _init_pid(self, host: str) -> int:
+        self.host(host)
+        pid = self._init_pids.get(host)
+        if pid is None or not psutil.pid_exists(pid):
+            raise SimError(f"host {host} of sim cluster {self.name!r} is not running; "
+                           "bring the cluster up first (or it was killed)")
+        return pid
+
+    def _write_files(self) -> None:
+        L = self.layout
+        L.root.mkdir(parents=True, exist_ok=True)
+        _write(L.hosts_file, render_hosts_file(L))
+        if L.cluster_key.exists():
+            L.cluster_key.unlink()
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"sim-{L.name}", "-f", str(L.cluster_key)])
+        pubs: dict[str, str] = {}
+        for h in self.hosts:
+            h.dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(h.dir, 0o755)
+            for sub in ("input/config", "input/data", "output", "model", "checkpoints"):
+                (h.opt_ml / sub).mkdir(parents=True, exist_ok=True)
+            if h.host_key.exists():
+                h.host_key.unlink()
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", h.name, "-f", str(h.host_key)])
+            pubs[h.name] = Path(str(h.host_key) + ".pub").read_text()
+            _write(h.sshd_config, render_sshd_config(h))
+        client = render_ssh_client_config()
+        known = render_known_hosts(L, pubs)
+        key = L.cluster_key.read_text()
+        pub = Path(str(L.cluster_key) + ".pub").read_text()
+        for h in self.hosts:
+            h.ssh_dir.mkdir(exist_ok=True)
+            os.chmod(h.ssh_dir, 0o700)
+            _write(h.ssh_dir / "id_ed25519", key, 0o600)
+            _write(h.ssh_dir / "id_ed25519.pub", pub, 0o644)
+            _write(h.ssh_dir / "authorized_keys", pub, 0o600)
+            _write(h.ssh_dir / "known_hosts", known, 0o644)
+            _write(h.ssh_dir / "config", client, 0o600)
+        self.write_sagemaker_config()
+
+    def _make_network(self) -> None:
+        L = self.layout
+        sw = L.switch_netns
+        _run(["ip", "netns", "add", sw])
+        _run(["ip", "-n", sw, "link", "add", "br0", "type", "bridge"])
+        _run(["ip", "-n", sw, "link", "set", "br0", "up"])
+        for h in self.hosts:
+            _run(["ip", "netns", "add", h.netns])
+            # Create the pair inside the switch namespace with its peer placed in the
+            # host: nothing ever appears in the machine's own namespace.
+            _run(["ip", "-n", sw, "link", "add", h.switch_port, "type", "veth", "peer", "name", HOST_IFNAME,
+                  "netns", h.netns])
+            _run(["ip", "-n", sw, "link", "set", h.switch_port, "master", "br0", "up"])
+            _run(["ip", "-n", h.netns, "addr", "add", f"{h.address}/24", "dev", HOST_IFNAME])
+            _run(["ip", "-n", h.netns, "link", "set", HOST_IFNAME, "up"])
+            _run(["ip", "-n", h.netns, "link", "set", "lo", "up"])
+
+    def _start_init(self, h: SimHost, sshd: str) -> subprocess.Popen:
+        cfg = {
+            "name": h.name, "address": h.address, "hosts_file": str(self.layout.hosts_file),
+            "opt_ml": str(h.opt_ml), "ssh_dir": str(h.ssh_dir), "sshd": sshd,
+            "sshd_config": str(h.sshd_config), "sshd_log": str(h.dir / "sshd.log"),
+            "ready_file": str(h.dir / "ready"), "start_sshd": h.name in self.start_sshd,
+        }
+        cfg_path = h.dir / "hostinit.json"
+        _write(cfg_path, json.dumps(cfg, indent=2))
+        ready = h.dir / "ready"
+        if ready.exists():
+            ready.unlink()
+        argv = ["ip", "netns", "exec", h.netns, "unshare", "--pid", "--fork", "--mount-proc", "--uts",
+                "--mount", "--kill-child", "--", sys.executable, "-m", "mpirun_kit.sim.hostinit", str(cfg_path)]
+        logf = open(h.dir / "hostinit.log", "wb")
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                    start_new_session=True, env=self._init_env())
+        finally:
+            logf.close()
+
+    def _init_env(self) -> dict[str, str]:
+        env = self.default_env()
+        # hostinit imports this package; make sure it resolves the same copy.
+        pkg_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = pkg_root
+        return env
+
+    def _wait_ready(self) -> None:
+        deadline = Deadline(self.clock, self.up_timeout)
+        pending = {h.name for h in self.hosts}
+        while pending:
+            for name in sorted(pending):
+                h = self.host(name)
+                ready = h.dir / "ready"
+                if ready.exists():
+                    state = json.loads(ready.read_text())
+                    if not state.get("ok"):
+                        raise SimError(f"host {name} failed to come up: {state.get('error')}; "
+                                       f"logs in {h.dir}")
+                    pending.discard(name)
+                elif self._inits[name].poll() is not None:
+                    tail = (h.dir / "hostinit.log").read_text(errors="replace")[-800:]
+                    raise SimError(f"host {name} failed to come up (init exited {self._inits[name].returncode}): "
+                                   f"{tail}")
+            if pending and deadline.expired():
+                raise SimError(f"hosts {sorted(pending)} of sim cluster {self.name!r} did not come up within "
+                               f"{self.up_timeout:.0f} s; logs in {self.layout.root}")
+            if pending:
+                self.clock.sleep(0.02)
+        for h in self.hosts:
+            kids = psutil.Process(self._inits[h.name].pid).children()
+            if not kids:
+                raise SimError(f"host {h.name}: its init process vanished after coming up")
+            self._init_pids[h.name] = kids[0].pid
+
+    def _save_state(self) -> None:
+        _write(self.layout.state_file, json.dumps({
+            "name": self.name, "n_hosts": len(self.hosts), "instance_type": self.layout.instance_type,
+            "init_pids": self._init_pids,
+            "hosts": {h.name: h.address for h in self.hosts},
+        }, indent=2))
