@@ -1,0 +1,97 @@
+"""The fused RPN proposal step.
+
+Data flow: RPN head outputs (objectness [B, A], deltas [B, A, 4]) and the
+concatenated anchors of all levels [A, 4] -> per image: pre-NMS top-k, decode,
+clip to the image, drop boxes smaller than ``min_size``, NMS, post-NMS top-k ->
+proposals for the RoI heads.  One compiled call does the whole batch.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import _loader, reference
+from ._checks import OpInputError, check_boxes, check_float, check_same_device, check_threshold, check_weights
+
+
+def _check_int(name: str, v: object, minimum: int) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise OpInputError(f"{name} must be an int >= {minimum}, got {v!r}")
+    return v
+
+
+def generate_proposals(
+    anchors: torch.Tensor,
+    objectness: torch.Tensor,
+    deltas: torch.Tensor,
+    image_sizes: Sequence[tuple[int, int]],
+    pre_nms_top_n: int,
+    post_nms_top_n: int,
+    nms_thresh: float,
+    min_size: float,
+    levels: torch.Tensor | None = None,
+    weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0),
+    clip_value: float = reference.DEFAULT_CLIP,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Proposals for a batch of images.
+
+    Args:
+        anchors: [A, 4], all levels concatenated.
+        objectness: [B, A] scores (logits or probabilities; only their order matters).
+        deltas: [B, A, 4] RPN regression output.
+        image_sizes: (h, w) of each image, for clipping.
+        pre_nms_top_n: boxes kept per image before NMS (per level when ``levels`` is given).
+        post_nms_top_n: boxes kept per image after NMS.
+        nms_thresh: NMS IoU threshold.
+        min_size: boxes narrower or shorter than this (after clipping) are dropped.
+        levels: optional [A] integer FPN level of each anchor.  Given, the pre-NMS
+            top-k is taken per level and NMS runs per level (torchvision's RPN);
+            omitted, both run over all anchors of the image.
+        weights, clip_value: the box coder's, as in ``decode_boxes``.
+
+    Returns:
+        (boxes, scores): per image [k, 4] boxes and their [k] objectness values
+        as passed in, sorted by decreasing objectness, k <= post_nms_top_n.
+
+    Raises:
+        OpInputError: mismatched shapes, dtypes or devices, bad counts or weights.
+    """
+    check_boxes("anchors", anchors)
+    a = anchors.shape[0]
+    if not isinstance(objectness, torch.Tensor) or objectness.dim() != 2 or objectness.shape[1] != a:
+        got = list(objectness.shape) if isinstance(objectness, torch.Tensor) else type(objectness).__name__
+        raise OpInputError(f"objectness must be [B, A] with A = {a} (the rows of anchors), got {got}")
+    b = objectness.shape[0]
+    if not isinstance(deltas, torch.Tensor) or tuple(deltas.shape) != (b, a, 4):
+        got = list(deltas.shape) if isinstance(deltas, torch.Tensor) else type(deltas).__name__
+        raise OpInputError(f"deltas must be [B, A, 4] = [{b}, {a}, 4], got {got}")
+    check_float("objectness", objectness)
+    check_float("deltas", deltas)
+    if not (anchors.dtype == objectness.dtype == deltas.dtype):
+        raise OpInputError(f"anchors, objectness and deltas must have one dtype, got {anchors.dtype}, {objectness.dtype} and {deltas.dtype}")
+    check_same_device(anchors=anchors, objectness=objectness, deltas=deltas)
+    sizes = [tuple(s) for s in image_sizes]
+    if len(sizes) != b or any(len(s) != 2 for s in sizes):
+        raise OpInputError(f"image_sizes must hold one (h, w) per image ({b} images), got {list(image_sizes)!r}")
+    if levels is not None:
+        if not isinstance(levels, torch.Tensor) or levels.dim() != 1 or levels.shape[0] != a or levels.is_floating_point():
+            got = f"{levels.dtype} {list(levels.shape)}" if isinstance(levels, torch.Tensor) else type(levels).__name__
+            raise OpInputError(f"levels must be an integer [A] tensor with A = {a} (one level per anchor), got {got}")
+        check_same_device(anchors=anchors, levels=levels)
+        levels = levels.to(torch.int64)
+    pre = _check_int("pre_nms_top_n", pre_nms_top_n, 1)
+    post = _check_int("post_nms_top_n", post_nms_top_n, 1)
+    thr = check_threshold("nms_thresh", nms_thresh)
+    min_size = float(min_size)
+    if not min_size >= 0:
+        raise OpInputError(f"min_size must be >= 0 pixels, got {min_size!r}")
+    w = check_weights(weights)
+    if _loader.use_compiled("generate_proposals", anchors.device):
+        sizes_t = torch.tensor(sizes, dtype=anchors.dtype, device=anchors.device).reshape(b, 2)
+        boxes, scores, counts = torch.ops.mpirun_kit.generate_proposals(
+            anchors, objectness, deltas, sizes_t, levels, pre, post, thr, min_size, list(w), float(clip_value)
+        )
+        split = counts.tolist()
+        return list(boxes.split(split)), list(scores.split(split))
+    return reference.generate_proposals(anchors, objectness, deltas, sizes, pre, post, thr, min_size, levels, w, float(clip_value))
