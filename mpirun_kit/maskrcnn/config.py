@@ -1,0 +1,376 @@
+"""Typed Mask R-CNN configuration: the first value in the training data flow.
+
+``resolve_config(preset, overrides)`` starts from ``Config()`` (whose defaults ARE the standard
+R50-FPN 1x COCO recipe), applies a preset from ``PRESETS`` (plain data: dotted key -> value) and
+then the user's ``--set key=value`` overrides, which always win.  The result is a frozen, printable
+value; train.py saves ``config_to_dict(cfg)`` in every checkpoint and rebuilds it with
+``config_from_dict``.  Nothing here reads the environment or the filesystem.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import yaml
+
+from ..errors import SpecError
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(SpecError):
+    """A config key or value is invalid (unknown key, wrong type, unknown preset)."""
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    #: blocks per stage res2..res5 (ResNet-50: 3, 4, 6, 3)
+    depth: tuple[int, ...] = (3, 4, 6, 3)
+    #: stem output channels and the inner width of the first bottleneck stage
+    stem_width: int = 64
+    base_width: int = 64
+    #: "frozen_bn" (pretrained statistics, the standard recipe) or "gn" (GroupNorm, for
+    #: training a small backbone from scratch where there are no statistics to freeze)
+    norm: str = "frozen_bn"
+    gn_groups: int = 32
+    #: 0 = train everything, 1 = freeze the stem, 2 = stem + res2 (standard)
+    freeze_at: int = 2
+    #: local path to an ImageNet ResNet-50 state_dict in torchvision's layout ("" = random init);
+    #: never downloaded at run time.  Relative paths are relative to --data-dir.
+    weights: str = ""
+
+
+@dataclass(frozen=True)
+class RPNConfig:
+    anchor_sizes: tuple[int, ...] = (32, 64, 128, 256, 512)  # one size per level P2..P6
+    aspect_ratios: tuple[float, ...] = (0.5, 1.0, 2.0)
+    pre_nms_topk_train: int = 2000  # per level
+    pre_nms_topk_test: int = 1000  # per level
+    post_nms_topk_train: int = 1000  # per image
+    post_nms_topk_test: int = 1000  # per image
+    nms_thresh: float = 0.7
+    min_size: float = 0.0
+    fg_iou_thresh: float = 0.7
+    bg_iou_thresh: float = 0.3
+    batch_size_per_image: int = 256
+    positive_fraction: float = 0.5
+
+
+@dataclass(frozen=True)
+class RoIHeadsConfig:
+    batch_size_per_image: int = 512
+    positive_fraction: float = 0.25
+    fg_iou_thresh: float = 0.5
+    box_pool_size: int = 7
+    mask_pool_size: int = 14
+    sampling_ratio: int = 2
+    fc_dim: int = 1024
+    mask_conv_dim: int = 256
+    mask_num_convs: int = 4
+    mask_resolution: int = 28
+    bbox_reg_weights: tuple[float, ...] = (10.0, 10.0, 5.0, 5.0)
+    score_thresh_test: float = 0.05
+    nms_thresh_test: float = 0.5
+    detections_per_img: int = 100
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_classes: int = 80  # foreground classes; background is implicit
+    fpn_channels: int = 256
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    rpn: RPNConfig = field(default_factory=RPNConfig)
+    roi_heads: RoIHeadsConfig = field(default_factory=RoIHeadsConfig)
+    #: ImageNet statistics in RGB 0-255, the layout torchvision weights expect
+    pixel_mean: tuple[float, ...] = (123.675, 116.28, 103.53)
+    pixel_std: tuple[float, ...] = (58.395, 57.12, 57.375)
+
+
+@dataclass(frozen=True)
+class InputConfig:
+    min_size_train: tuple[int, ...] = (800,)  # one is drawn per image
+    max_size_train: int = 1333
+    min_size_test: int = 800
+    max_size_test: int = 1333
+    flip_prob: float = 0.5
+    size_divisibility: int = 32
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    #: paths relative to --data-dir
+    train_ann: str = "annotations/instances_train2017.json"
+    train_images: str = "train2017"
+    val_ann: str = "annotations/instances_val2017.json"
+    val_images: str = "val2017"
+    num_workers: int = 4
+    aspect_ratio_grouping: bool = True
+    #: the synthetic shapes set that --synthetic-if-missing writes when train_ann is absent
+    synthetic_train: int = 600
+    synthetic_val: int = 100
+    synthetic_size: int = 160
+    synthetic_seed: int = 2026
+
+
+@dataclass(frozen=True)
+class SolverConfig:
+    base_lr: float = 0.02
+    #: base_lr is for this global batch; the effective LR scales linearly with the real one
+    reference_batch: int = 16
+    ims_per_gpu: int = 2
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    max_iter: int = 90000
+    #: LR drops by gamma at these fractions of max_iter (60k and 80k of 90k in the 1x recipe)
+    steps: tuple[float, ...] = (2 / 3, 8 / 9)
+    gamma: float = 0.1
+    warmup_iters: int = 1000
+    warmup_factor: float = 0.001
+    checkpoint_period: int = 5000
+    #: "none", "bf16" or "fp16" (fp16 uses a grad scaler); ignored on CPU
+    amp: str = "none"
+    channels_last: bool = False
+    clip_grad_norm: float = 0.0  # 0 = off
+
+
+@dataclass(frozen=True)
+class TestConfig:
+    ims_per_gpu: int = 2
+    eval_period: int = 0  # 0 = only at the end
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    input: InputConfig = field(default_factory=InputConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    test: TestConfig = field(default_factory=TestConfig)
+    seed: int = 1
+    log_period: int = 20
+    #: "auto" = cuda when available, else cpu
+    device: str = "auto"
+    #: "auto" = nccl on cuda, gloo on cpu; "horovod" when installed
+    backend: str = "auto"
+    #: CPU threads per rank (0 = leave torch's default)
+    threads_per_rank: int = 0
+
+
+#: Presets are data: dotted key -> value, applied over ``Config()``; the user's --set wins.
+PRESETS: dict[str, dict[str, Any]] = {
+    # The standard recipe is the dataclass defaults.
+    "r50_fpn_1x": {
+        "model.backbone.weights": "pretrained/R-50.pth",
+    },
+    # CPU demo: a narrow, shallow ResNet trained from scratch (GroupNorm: nothing to freeze)
+    # on the synthetic shapes set at ~160 px, 3 classes.  Chosen so that 2 CPU ranks reach
+    # bbox mAP >= 0.5 / segm mAP >= 0.45 in minutes (benchmarks/bench_maskrcnn_cpu.py).
+    "demo": {
+        "model.num_classes": 3,
+        "model.fpn_channels": 64,
+        "model.backbone.depth": (1, 1, 1, 1),
+        "model.backbone.stem_width": 16,
+        "model.backbone.base_width": 16,
+        "model.backbone.norm": "gn",
+        "model.backbone.gn_groups": 8,
+        "model.backbone.freeze_at": 0,
+        "model.rpn.anchor_sizes": (16, 32, 64, 128, 256),
+        "model.rpn.pre_nms_topk_train": 500,
+        "model.rpn.pre_nms_topk_test": 300,
+        "model.rpn.post_nms_topk_train": 200,
+        "model.rpn.post_nms_topk_test": 100,
+        "model.rpn.batch_size_per_image": 128,
+        "model.roi_heads.batch_size_per_image": 64,
+        "model.roi_heads.fc_dim": 256,
+        "model.roi_heads.mask_conv_dim": 64,
+        "model.roi_heads.mask_num_convs": 2,
+        "model.roi_heads.detections_per_img": 20,
+        "input.min_size_train": (128, 144, 160),
+        "input.max_size_train": 224,
+        "input.min_size_test": 160,
+        "input.max_size_test": 224,
+        "data.train_ann": "annotations/instances_train.json",
+        "data.train_images": "train",
+        "data.val_ann": "annotations/instances_val.json",
+        "data.val_images": "val",
+        "data.num_workers": 0,
+        "solver.base_lr": 0.02,
+        "solver.reference_batch": 8,
+        "solver.ims_per_gpu": 4,
+        "solver.max_iter": 1200,
+        "solver.warmup_iters": 100,
+        "solver.checkpoint_period": 400,
+        "solver.clip_grad_norm": 10.0,
+        "test.ims_per_gpu": 4,
+        "log_period": 20,
+        "threads_per_rank": 1,
+    },
+}
+
+
+def _fields(obj: Any) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(obj)}
+
+
+def _coerce(key: str, current: Any, value: Any) -> Any:
+    """Convert ``value`` (yaml-parsed or str) to the type of the current value at ``key``."""
+    expected = type(current).__name__
+    try:
+        if isinstance(current, bool):
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+                return value.lower() in ("true", "1", "yes")
+            raise ValueError
+        if isinstance(current, int):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if isinstance(current, float):
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if isinstance(current, str):
+            return str(value)
+        if isinstance(current, tuple):
+            if isinstance(value, str):
+                value = [v for v in value.strip("()[] ").split(",") if v.strip()]
+                value = [yaml.safe_load(v) for v in value]
+            items = value if isinstance(value, (list, tuple)) else [value]
+            kind = type(current[0]) if current else float
+            return tuple(_coerce(key, kind(0), v) for v in items)
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(f"config key {key!r}: expected {expected} (like {current!r}), got {value!r}; "
+                      f"fix the value in --set {key}=...")
+
+
+def set_key(cfg: Config, key: str, value: Any) -> Config:
+    """Return ``cfg`` with the dotted ``key`` replaced by ``value`` (coerced to the field's type)."""
+    parts = key.split(".")
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            pass  # keep the raw string; _coerce reports it if the field wants something else
+
+    def rec(node: Any, i: int) -> Any:
+        fields = _fields(node)
+        name = parts[i]
+        if name not in fields:
+            where = ".".join(parts[:i]) or "top level"
+            raise ConfigError(f"unknown config key {key!r}: no {name!r} in {where}; "
+                              f"valid keys there: {', '.join(sorted(fields))}")
+        current = getattr(node, name)
+        if i == len(parts) - 1:
+            if dataclasses.is_dataclass(current):
+                raise ConfigError(f"config key {key!r} is a section; set one of its keys, "
+                                  f"e.g. {key}.{next(iter(_fields(current)))}=...")
+            return dataclasses.replace(node, **{name: _coerce(key, current, value)})
+        if not dataclasses.is_dataclass(current):
+            raise ConfigError(f"unknown config key {key!r}: {'.'.join(parts[:i + 1])} is a value, not a section")
+        return dataclasses.replace(node, **{name: rec(current, i + 1)})
+
+    return rec(cfg, 0)
+
+
+def get_key(cfg: Config, key: str) -> Any:
+    node: Any = cfg
+    for p in key.split("."):
+        node = getattr(node, p)
+    return node
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``["solver.base_lr=0.01", ...]`` -> ``{"solver.base_lr": "0.01"}``."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set solver.base_lr=0.01")
+        out[key.strip()] = value
+    return out
+
+
+def resolve_config(preset: str, overrides: Mapping[str, Any] | None = None) -> tuple[Config, list[str]]:
+    """Defaults <- preset <- user overrides.
+
+    Returns:
+        The resolved config and a list of notes, one per preset value a user override replaced
+        (the caller logs them: presets yield to the user, and say so).
+    Raises:
+        ConfigError: unknown preset, unknown key or a value of the wrong type.
+    """
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown config preset {preset!r}; expected one of: {', '.join(sorted(PRESETS))}")
+    cfg = Config()
+    for key, value in PRESETS[preset].items():
+        cfg = set_key(cfg, key, value)
+    notes = []
+    for key, value in (overrides or {}).items():
+        before = get_key(cfg, key) if key in PRESETS[preset] else None
+        cfg = set_key(cfg, key, value)
+        if key in PRESETS[preset] and get_key(cfg, key) != before:
+            notes.append(f"{key}: preset {preset!r} says {before!r}, user value {get_key(cfg, key)!r} wins")
+    validate(cfg)
+    return cfg, notes
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field checks that single-field coercion cannot do."""
+    m = cfg.model
+    if m.num_classes < 1:
+        raise ConfigError(f"model.num_classes={m.num_classes}: expected >= 1 foreground class")
+    if len(m.backbone.depth) != 4 or min(m.backbone.depth) < 1:
+        raise ConfigError(f"model.backbone.depth={m.backbone.depth}: expected 4 stages of >= 1 block, e.g. (3,4,6,3)")
+    if m.backbone.norm not in ("frozen_bn", "gn"):
+        raise ConfigError(f"model.backbone.norm={m.backbone.norm!r}: expected 'frozen_bn' or 'gn'")
+    if len(m.rpn.anchor_sizes) != 5:
+        raise ConfigError(f"model.rpn.anchor_sizes={m.rpn.anchor_sizes}: expected 5 sizes, one per level P2..P6")
+    if cfg.solver.amp not in ("none", "bf16", "fp16"):
+        raise ConfigError(f"solver.amp={cfg.solver.amp!r}: expected 'none', 'bf16' or 'fp16'")
+    if cfg.backend not in ("auto", "gloo", "nccl", "horovod"):
+        raise ConfigError(f"backend={cfg.backend!r}: expected 'auto', 'gloo', 'nccl' or 'horovod'")
+    if cfg.device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"device={cfg.device!r}: expected 'auto', 'cpu' or 'cuda'")
+    if cfg.solver.ims_per_gpu < 1 or cfg.solver.max_iter < 1:
+        raise ConfigError(f"solver.ims_per_gpu={cfg.solver.ims_per_gpu}, solver.max_iter={cfg.solver.max_iter}: "
+                          "expected both >= 1")
+    if any(not 0 < s < 1 for s in cfg.solver.steps):
+        raise ConfigError(f"solver.steps={cfg.solver.steps}: expected fractions of max_iter in (0, 1)")
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(d: Mapping[str, Any]) -> Config:
+    """Inverse of ``config_to_dict`` (used on resume); unknown keys are errors."""
+    cfg = Config()
+
+    def walk(prefix: str, sub: Mapping[str, Any]) -> None:
+        nonlocal cfg
+        for k, v in sub.items():
+            key = f"{prefix}{k}"
+            if isinstance(v, Mapping):
+                walk(key + ".", v)
+            else:
+                cfg = set_key(cfg, key, v)
+
+    walk("", d)
+    validate(cfg)
+    return cfg
+
+
+def lr_at(solver: SolverConfig, step: int, global_batch: int) -> float:
+    """The LR for ``step`` (0-based): linear scaling, linear warmup, step decay."""
+    lr = solver.base_lr * global_batch / solver.reference_batch
+    for frac in solver.steps:
+        if step >= int(frac * solver.max_iter):
+            lr *= solver.gamma
+    if step < solver.warmup_iters:
+        alpha = step / solver.warmup_iters
+        lr *= solver.warmup_factor * (1 - alpha) + alpha
+    return lr

@@ -1,0 +1,72 @@
+"""Mask R-CNN meta-architecture: list of samples -> losses (training) or detections (eval).
+
+Normalises and pads the images to one batch tensor (size divisible by 32, padding after
+normalisation so it reads as the mean colour), runs backbone -> FPN -> RPN -> RoI heads, and in
+eval maps detections back to each image's original size.  ``build_model`` is the only
+constructor the trainer uses; the small demo variant is the same code with a different config.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..config import ModelConfig
+from .backbone import ResNet
+from .fpn import FPN
+from .postprocess import detector_postprocess
+from .roi_heads import RoIHeads
+from .rpn import RPN
+
+
+class MaskRCNN(nn.Module):
+    def __init__(self, cfg: ModelConfig, size_divisibility: int = 32):
+        super().__init__()
+        self.cfg = cfg
+        self.size_divisibility = size_divisibility
+        self.backbone = ResNet(cfg.backbone)
+        self.fpn = FPN(self.backbone.out_channels, cfg.fpn_channels)
+        self.rpn = RPN(cfg.rpn, cfg.fpn_channels)
+        self.roi_heads = RoIHeads(cfg.roi_heads, cfg.fpn_channels, cfg.num_classes)
+        self.register_buffer("pixel_mean", torch.tensor(cfg.pixel_mean).view(3, 1, 1), persistent=False)
+        self.register_buffer("pixel_std", torch.tensor(cfg.pixel_std).view(3, 1, 1), persistent=False)
+        self.channels_last = False
+
+    @property
+    def device(self) -> torch.device:
+        return self.pixel_mean.device
+
+    def preprocess(self, samples: list[dict[str, Any]]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        sizes = [tuple(s["image"].shape[-2:]) for s in samples]
+        d = self.size_divisibility
+        ph = int(math.ceil(max(h for h, _ in sizes) / d) * d)
+        pw = int(math.ceil(max(w for _, w in sizes) / d) * d)
+        batch = torch.zeros((len(samples), 3, ph, pw), device=self.device)
+        for i, s in enumerate(samples):
+            img = s["image"].to(self.device, non_blocking=True).float()
+            h, w = img.shape[-2:]
+            batch[i, :, :h, :w] = (img - self.pixel_mean) / self.pixel_std
+        if self.channels_last:
+            batch = batch.contiguous(memory_format=torch.channels_last)
+        return batch, sizes
+
+    def forward(self, samples: list[dict[str, Any]]):
+        images, sizes = self.preprocess(samples)
+        feats = self.fpn(self.backbone(images))
+        if self.training:
+            targets = [{k: s[k].to(self.device, non_blocking=True) for k in ("boxes", "labels", "masks")}
+                       for s in samples]
+            proposals, losses = self.rpn(feats, sizes, [t["boxes"] for t in targets])
+            losses.update(self.roi_heads.forward_train(feats, proposals, targets))
+            return losses
+        proposals, _ = self.rpn(feats, sizes)
+        dets = self.roi_heads.forward_test(feats, proposals, sizes)
+        return [detector_postprocess(d, sz, s["orig_size"]) | {"image_id": s["image_id"]}
+                for d, sz, s in zip(dets, sizes, samples)]
+
+
+def build_model(cfg: ModelConfig, size_divisibility: int = 32) -> MaskRCNN:
+    return MaskRCNN(cfg, size_divisibility)
