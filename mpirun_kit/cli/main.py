@@ -21,6 +21,7 @@ from ..errors import MpirunKitError
 #: command modules, in --help order.  Each adds its own subcommand(s).
 COMMAND_MODULES: tuple[str, ...] = (
     "sim",
+    "entrypoint",
 )
 
 

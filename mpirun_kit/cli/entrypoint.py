@@ -1,0 +1,92 @@
+"""`mpirun_kit entrypoint` (every host of a SageMaker-style job) and `mpirun_kit launch` (plain mpirun use).
+
+Argument parsing only; the work is in mpirun_kit/entrypoint/.  This and
+cluster/discover.py are the only readers of os.environ and /opt/ml.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+EXIT_CODES = ("exit codes: 0 ok; 1-63 the job's own code (first failing rank); 64 bad input "
+              "(resourceconfig, hyperparameters, flags); 69 a worker's sshd never answered; 70 launcher failure "
+              "(MPI daemon never started, result port taken); 75 worker lost its master; 124 job deadline; "
+              "128+N ended by signal N (143 SIGTERM).")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", action="store_true", help="print the resolved launch plan and exit 0")
+    p.add_argument("--json", action="store_true", help="machine-readable output (plan with --dry-run, else a result line)")
+    p.add_argument("--spec", type=Path, metavar="FILE", help="a LaunchSpec JSON file (overrides hyperparameters)")
+    p.add_argument("-n", "--processes-per-host", type=int, metavar="N", help="ranks per host (default: GPUs, else 1)")
+    p.add_argument("--mpi-flavour", choices=("auto", "openmpi4", "openmpi5", "mpich"),
+                   help="MPI dialect (default: detected from `mpirun --version`)")
+    p.add_argument("--result-port", type=int, metavar="PORT", help="TCP port of the master's result channel")
+    p.add_argument("--ssh-port", type=int, metavar="PORT", help="port of the workers' sshd")
+    p.add_argument("--grace", type=float, metavar="S", help="seconds between SIGTERM and SIGKILL on shutdown")
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM ARGS",
+                   help="what every rank runs (overrides the launch spec)")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "entrypoint", help="per-host entrypoint: elect a master, run mpirun across hosts, share the exit code",
+        description="Run on every host of a job (SageMaker: the container's entrypoint). Reads "
+                    "OPT_ML/input/config/resourceconfig.json and hyperparameters.json (LaunchSpec under key "
+                    "'mpirun_kit_launch'), elects algo-1 (else the first sorted host name) as master. The master "
+                    "waits for every worker's sshd, runs mpirun, writes OPT_ML/output/failure on failure and tells "
+                    "every worker the result; each worker serves sshd and exits with the job's code.",
+        epilog=EXIT_CODES)
+    p.add_argument("--opt-ml", type=Path, default=Path("/opt/ml"), metavar="DIR", help="SageMaker root (default /opt/ml)")
+    p.add_argument("--role", choices=("auto", "master", "worker"), default="auto",
+                   help="force a role (default: elected)")
+    p.add_argument("--no-sshd", action="store_true", help="do not start sshd on a worker (the platform runs one)")
+    p.add_argument("--sshd-config", metavar="FILE", help="sshd_config for the worker's sshd")
+    p.add_argument("--hosts", metavar="H1:N,H2:N", help="host list instead of resourceconfig.json")
+    p.add_argument("--hostfile", type=Path, metavar="FILE", help="'host slots=N' file instead of resourceconfig.json")
+    p.add_argument("--current-host", metavar="NAME", help="this host's name in --hosts/--hostfile")
+    _common(p)
+    p.set_defaults(func=_entrypoint, launch=False)
+
+    q = subparsers.add_parser(
+        "launch", help="run mpirun across a host list from this machine (no SageMaker needed)",
+        description="Plain multi-host launch from this machine: hosts must already run sshd. Same plan, "
+                    "output prefixes, failure reporting and signal handling as the entrypoint's master.",
+        epilog=EXIT_CODES)
+    g = q.add_mutually_exclusive_group(required=True)
+    g.add_argument("--hosts", metavar="H1:N,H2:N", help="hosts with slots, e.g. localhost:2")
+    g.add_argument("--hostfile", type=Path, metavar="FILE", help="'host slots=N' per line")
+    q.add_argument("--opt-ml", type=Path, default=Path("/tmp/mpirun_kit"), metavar="DIR",
+                   help="where output/failure is written (default /tmp/mpirun_kit)")
+    _common(q)
+    q.set_defaults(func=_entrypoint, launch=True, role="master", no_sshd=True, sshd_config=None, current_host=None)
+
+
+def options_from_args(args):
+    from ..entrypoint import EntrypointOptions
+
+    program = tuple(args.program[1:] if args.program[:1] == ["--"] else args.program)
+    overrides = {}
+    for flag, field in (("processes_per_host", "processes_per_host"), ("mpi_flavour", "mpi_flavour"),
+                        ("result_port", "result_port"), ("ssh_port", "ssh_port")):
+        if getattr(args, flag) is not None:
+            overrides[field] = getattr(args, flag)
+    opts = EntrypointOptions(
+        opt_ml=args.opt_ml, role=args.role, dry_run=args.dry_run, json=args.json, start_sshd=not args.no_sshd,
+        sshd_config=args.sshd_config, hosts=args.hosts, hostfile=args.hostfile, current_host=args.current_host,
+        spec_file=args.spec, program=program, overrides=tuple(overrides.items()))
+    return opts, args.grace
+
+
+def _entrypoint(args) -> int:
+    import dataclasses
+
+    from ..entrypoint.main import resolve_spec, run_entrypoint
+
+    opts, grace = options_from_args(args)
+    if grace is not None:
+        spec = resolve_spec(opts)
+        opts = dataclasses.replace(opts, overrides=opts.overrides + (
+            ("timeouts", dataclasses.replace(spec.timeouts, grace_s=grace)),))
+    return run_entrypoint(opts, os.environ)

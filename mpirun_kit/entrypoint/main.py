@@ -1,0 +1,129 @@
+"""Entrypoint flow: discover -> plan -> role -> run, returning the exit code every host shares.
+
+Inputs merge in this order (later wins): the LaunchSpec in hyperparameters.json,
+a ``--spec`` JSON file, then individual CLI flags.  The plan is built the same
+way on every host, so each host knows the master, the result port and the MPI
+daemon without asking anyone.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, TextIO
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, discover_spec, gpu_count
+from ..errors import SpecError
+from ..exec.signals import SignalLatch
+from ..model import LaunchSpec
+from ..plan.launch_plan import LaunchPlan, build_launch_plan, render, to_json
+from ..plan.mpi import detect_with
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EntrypointOptions:
+    opt_ml: Path = DEFAULT_OPT_ML
+    role: str = "auto"                 # auto | master | worker
+    dry_run: bool = False
+    json: bool = False
+    start_sshd: bool = True
+    sshd_config: str | None = None
+    hosts: str | None = None
+    hostfile: Path | None = None
+    current_host: str | None = None
+    spec_file: Path | None = None
+    program: tuple[str, ...] = ()
+    #: LaunchSpec fields given on the command line (name -> value); they win.
+    overrides: tuple[tuple[str, object], ...] = ()
+
+
+def resolve_spec(opts: EntrypointOptions) -> LaunchSpec:
+    """The LaunchSpec from hyperparameters, ``--spec`` and flags.
+
+    Raises:
+        SpecError: no program anywhere, or a source is invalid.
+    """
+    spec = discover_spec(opts.opt_ml)
+    if opts.spec_file is not None:
+        try:
+            text = Path(opts.spec_file).read_text()
+        except OSError as exc:
+            raise SpecError(f"{opts.spec_file}: cannot read launch spec ({exc.strerror})") from exc
+        spec = LaunchSpec.from_json(text, str(opts.spec_file))
+    changes = dict(opts.overrides)
+    if opts.program:
+        changes["program"] = tuple(opts.program)
+    if spec is None:
+        if "program" not in changes:
+            raise SpecError(
+                f"no program to run: {opts.opt_ml}/input/config/hyperparameters.json has no "
+                "'mpirun_kit_launch' key and no --spec or '-- PROGRAM ARGS' was given; pass one of them")
+        return LaunchSpec(**changes)
+    return dataclasses.replace(spec, **changes)
+
+
+def _run_text(argv) -> str:
+    res = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+    return res.stdout + res.stderr
+
+
+def make_plan(opts: EntrypointOptions, environ: Mapping[str, str]) -> tuple[LaunchPlan, str]:
+    """Discover and plan; returns (plan, this host's name)."""
+    cluster = discover_cluster(opts.opt_ml, environ, hosts=opts.hosts, hostfile=opts.hostfile,
+                               current_host=opts.current_host)
+    spec = resolve_spec(opts)
+    detected = detect_with(_run_text) if spec.mpi_flavour == "auto" else spec.mpi_flavour
+    plan = build_launch_plan(spec, cluster, environ, gpu_count(), detected_flavour=detected,
+                             run_as_root=os.geteuid() == 0, cpu_count=os.cpu_count(), python=sys.executable)
+    return plan, cluster.current_host
+
+
+def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock: Clock = SYSTEM_CLOCK,
+                   out: TextIO | None = None) -> int:
+    """Run this host's part of the job; return its exit code (the job's, on every host)."""
+    out = out or sys.stdout
+    plan, me = make_plan(opts, environ)
+    role = opts.role if opts.role != "auto" else ("master" if me == plan.master else "worker")
+    if opts.dry_run:
+        if opts.json:
+            d = json.loads(to_json(plan))
+            d.update(role=role, current_host=me)
+            print(json.dumps(d, indent=2, sort_keys=True), file=out)
+        else:
+            out.write(f"this host  {me} (role {role})\n" + render(plan))
+        return 0
+    from .master import run_master
+    from .worker import run_worker
+
+    with SignalLatch() as latch:
+        if role == "master":
+            result = run_master(plan, environ, opts.opt_ml, latch, clock=clock)
+        else:
+            sshd = None
+            if opts.start_sshd:
+                from ..exec.sshd import start_sshd
+
+                sshd = start_sshd(plan.ssh_port, opts.sshd_config, clock=clock,
+                                  probe_host=_local_probe_address(me))
+            result = run_worker(plan, me, opts.opt_ml, latch, clock=clock, sshd=sshd)
+    if opts.json:
+        print(json.dumps({"host": me, "role": role, "exit_code": result.exit_code, "summary": result.summary}),
+              file=out)
+    return result.exit_code
+
+
+def _local_probe_address(me: str) -> str:
+    """Where this host's own sshd is probed: its cluster address (sshd may listen only there)."""
+    try:
+        return socket.gethostbyname(me)
+    except OSError:
+        return "127.0.0.1"

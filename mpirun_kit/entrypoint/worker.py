@@ -1,0 +1,124 @@
+"""Worker role: serve sshd, follow the master and the local MPI daemon, exit with the job's code.
+
+The master is the only authority on the result; the worker learns it over the
+result channel and exits with it within milliseconds.  Everything else is a
+bounded wait that ends in a clear non-zero exit, so a worker never hangs:
+
+* master never accepts a connection within ``master_connect_s``  -> 75;
+* master's connection closes, or it is silent for ``master_silence_s`` -> 75
+  (local MPI daemons are stopped by pid so no orted is orphaned, ompi #7790);
+* the MPI daemon never appears within ``daemon_wait_s + per_host * N`` while the
+  master is alive -> 70;
+* SIGTERM/SIGINT: forwarded to the local MPI daemons; the master's result is
+  awaited for ``grace_s``, else 128+N.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..errors import LaunchError, MasterLostError
+from ..exec.channel import MasterLink
+from ..exec.daemon import alive, find_daemons, signal_pids
+from ..exec.result import JobResult
+from ..exec.signals import SignalLatch
+from ..plan.launch_plan import LaunchPlan
+from .common import write_failure
+
+log = logging.getLogger(__name__)
+
+RECV_TICK_S = 0.1
+DAEMON_SCAN_S = 0.2
+
+
+def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, clock: Clock = SYSTEM_CLOCK,
+               sshd: subprocess.Popen | None = None, log_stream: TextIO | None = None) -> JobResult:
+    """Follow the job as worker ``me``; return the master's result.
+
+    Raises:
+        MasterLostError: the master never connected, died, or went silent.
+        LaunchError: the MPI daemon never started on this host.
+    """
+    out = log_stream or sys.stderr
+    t = plan.timeouts
+    try:
+        link = MasterLink.connect(plan.master, plan.result_port, me, Deadline(clock, t.master_connect_s),
+                                  clock=clock, cancelled=latch)
+    except MasterLostError as exc:
+        write_failure(opt_ml, f"worker {me}: {exc}")
+        raise
+    print(f"mpirun_kit: worker {me}: connected to master {plan.master}; waiting for {'/'.join(plan.daemons)}",
+          file=out, flush=True)
+    try:
+        result = _follow(plan, me, link, latch, clock, out)
+    except (MasterLostError, LaunchError) as exc:
+        write_failure(opt_ml, f"worker {me}: {exc}")
+        raise
+    finally:
+        link.close()
+        if sshd is not None and sshd.poll() is None:
+            sshd.terminate()
+    if result.exit_code != 0:
+        write_failure(opt_ml, result.summary or f"the job failed with exit code {result.exit_code}")
+    return result
+
+
+def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clock: Clock, out: TextIO) -> JobResult:
+    t = plan.timeouts
+    last_heard = clock.monotonic()
+    daemon_deadline = Deadline(clock, plan.daemon_deadline_s())
+    daemons: tuple[int, ...] = ()
+    daemon_state = "waiting"          # waiting -> running -> ended
+    next_scan = 0.0
+    stop_deadline: Deadline | None = None
+    while True:
+        try:
+            msg = link.recv(RECV_TICK_S)
+        except EOFError:
+            signal_pids(alive(daemons), signal.SIGTERM)
+            raise MasterLostError(
+                f"worker {me}: master {plan.master} closed the result channel before sending a result "
+                f"(MPI daemon {daemon_state}); the master entrypoint died or was killed: see its log") from None
+        now = clock.monotonic()
+        if msg is not None:
+            last_heard = now
+            if msg.get("type") == "result":
+                link.send({"type": "ack", "host": me})
+                code = int(msg.get("exit_code", 1))
+                print(f"mpirun_kit: worker {me}: job result from master: exit code {code}", file=out, flush=True)
+                return JobResult(code, summary=str(msg.get("summary", "")))
+        if now - last_heard > t.master_silence_s:
+            signal_pids(alive(daemons), signal.SIGTERM)
+            raise MasterLostError(
+                f"worker {me}: no heartbeat from master {plan.master} for {t.master_silence_s:g} s "
+                f"(MPI daemon {daemon_state}); the master host is gone or unreachable; "
+                "raise timeouts.master_silence_s if its network is slow")
+        if latch.received and stop_deadline is None:
+            log.warning("worker %s got %s: forwarding to MPI daemon(s) %s", me, latch.received, daemons)
+            signal_pids(alive(daemons), signal.SIGTERM)
+            stop_deadline = Deadline(clock, t.grace_s)
+        if stop_deadline is not None and stop_deadline.expired():
+            code = 128 + signal.Signals[latch.received].value
+            return JobResult(code, summary=f"worker {me} stopped by {latch.received}; the master sent no result "
+                                           f"within the {t.grace_s:g} s grace period")
+        if now >= next_scan:
+            next_scan = now + DAEMON_SCAN_S
+            if daemon_state == "waiting":
+                daemons = find_daemons(plan.daemons)
+                if daemons:
+                    daemon_state = "running"
+                    log.info("worker %s: MPI daemon up (pids %s)", me, daemons)
+                elif daemon_deadline.expired():
+                    raise LaunchError(
+                        f"worker {me}: the MPI daemon ({'/'.join(plan.daemons)}) never started here within "
+                        f"{plan.daemon_deadline_s():g} s although master {plan.master} is alive; mpirun on the "
+                        "master could not reach this host over ssh, or it is still waiting for other hosts; "
+                        "check the master's log, or raise timeouts.daemon_wait_s")
+            elif daemon_state == "running" and not alive(daemons):
+                daemon_state = "ended"
+                log.info("worker %s: MPI daemon ended; waiting for the master's result", me)

@@ -1,0 +1,145 @@
+"""Run the launcher (mpirun): stream its output with rank/host prefixes, forward signals, stop with a grace period.
+
+mpirun runs in its own session (process group), so a final SIGKILL can take
+the launcher and every local rank at once, by process group id, never by name.
+SIGTERM/SIGINT received by the entrypoint go to mpirun first: it forwards them
+to every rank on every host; only if the job is still there after the grace
+period does the group get SIGKILL.  Output lines tagged by mpirun
+(``[1,3]<stdout>:``) are rewritten to ``[3 algo-2]`` using the plan's placement.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from typing import BinaryIO, Callable, Mapping, Sequence
+
+from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..errors import LaunchError
+from .result import signal_name
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LauncherExit:
+    returncode: int | None        # None when the launcher died by a signal
+    signal: str | None
+    tail: tuple[str, ...]         # last lines it printed (prefixes rewritten)
+    timed_out: bool = False
+    interrupted_by: str | None = None
+
+
+def retag(line: str, tag_re: re.Pattern, rank_hosts: Mapping[int, str]) -> str:
+    """``[1,3]<stdout>:text`` -> ``[3 algo-2] text``; other lines unchanged."""
+    m = tag_re.match(line)
+    if not m:
+        return line
+    rank = int(m.group("rank"))
+    return f"[{rank} {rank_hosts.get(rank, '?')}] {line[m.end():]}"
+
+
+def _pump(src: BinaryIO, dst: BinaryIO, tag_re: re.Pattern, rank_hosts: Mapping[int, str],
+          tail: collections.deque, lock: threading.Lock) -> None:
+    for raw in iter(src.readline, b""):
+        line = retag(raw.decode(errors="replace").rstrip("\n"), tag_re, rank_hosts)
+        # Open MPI frames its messages with rulers; they only waste the 1024-char failure text.
+        if line.strip("- \t"):
+            with lock:
+                tail.append(line)
+        try:
+            dst.write(line.encode() + b"\n")
+            dst.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Mapping[int, str], tag_regex: str,
+                 cancelled: Callable[[], str | None], grace_s: float, job_timeout_s: float | None = None,
+                 cwd: str | None = None, clock: Clock = SYSTEM_CLOCK, stdout: BinaryIO | None = None,
+                 stderr: BinaryIO | None = None, tail_lines: int = 12,
+                 on_start: Callable[[subprocess.Popen], None] | None = None,
+                 preexec_fn: Callable[[], None] | None = None) -> LauncherExit:
+    """Run ``argv`` to the end and return how it ended.
+
+    Args:
+        cancelled: returns the name of a signal the caller received (to forward), or None.
+        grace_s: after forwarding SIGTERM (or the job deadline), SIGKILL the process group this much later.
+        job_timeout_s: the job's own deadline; None = none.
+
+    Raises:
+        LaunchError: the launcher could not be started (missing, not executable).
+    """
+    stdout = stdout or sys.stdout.buffer
+    stderr = stderr or sys.stderr.buffer
+    try:
+        proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=preexec_fn)
+    except OSError as exc:
+        raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}; install the MPI launcher or fix PATH "
+                          f"(argv: {' '.join(argv[:3])} ...)") from exc
+    if on_start:
+        on_start(proc)
+    tag_re = re.compile(tag_regex)
+    tail: collections.deque = collections.deque(maxlen=tail_lines)
+    lock = threading.Lock()
+    pumps = [threading.Thread(target=_pump, args=(s, d, tag_re, rank_hosts, tail, lock), daemon=True)
+             for s, d in ((proc.stdout, stdout), (proc.stderr, stderr))]
+    for t in pumps:
+        t.start()
+    job_deadline = Deadline(clock, job_timeout_s)
+    kill_deadline: Deadline | None = None
+    interrupted: str | None = None
+    timed_out = False
+    while True:
+        try:
+            proc.wait(timeout=0.05)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if kill_deadline is None:
+            sig = cancelled()
+            if sig is not None:
+                interrupted = sig
+            elif job_deadline.expired():
+                timed_out = True
+            if interrupted or timed_out:
+                why = interrupted or f"job deadline of {job_timeout_s:g} s"
+                log.warning("%s: sending SIGTERM to mpirun (pid %d), SIGKILL in %g s", why, proc.pid, grace_s)
+                _signal_pid(proc.pid, signal.SIGTERM)
+                kill_deadline = Deadline(clock, grace_s)
+        elif kill_deadline.expired():
+            log.warning("mpirun still running %g s after SIGTERM: killing its process group %d", grace_s, proc.pid)
+            _signal_group(proc.pid, signal.SIGKILL)
+            kill_deadline = Deadline(clock, None)
+    # Local ranks may outlive mpirun only if it died abruptly; never leave them behind.
+    _signal_group(proc.pid, signal.SIGKILL)
+    for t in pumps:
+        t.join(timeout=2.0)
+    rc = proc.returncode
+    with lock:
+        lines = tuple(tail)
+    if rc < 0:
+        return LauncherExit(None, signal_name(-rc), lines, timed_out, interrupted)
+    return LauncherExit(rc, None, lines, timed_out, interrupted)
+
+
+def _signal_pid(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

