@@ -22,6 +22,7 @@ from ..errors import MpirunKitError
 COMMAND_MODULES: tuple[str, ...] = (
     "sim",
     "entrypoint",
+    "stack",
 )
 
 

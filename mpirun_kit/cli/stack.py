@@ -1,0 +1,178 @@
+"""`mpirun_kit stack deploy|outputs|delete|list`: CloudFormation stacks from cfn/.
+
+argparse -> mpirun_kit.stack -> exit code.  This module is where the boto3 client is
+built (``--endpoint-url`` / ``AWS_ENDPOINT_URL``, ``--region``), where stdin is asked
+for confirmation, and where results are printed; the stack package does the rest.
+boto3 and cfn-lint are imported inside the command functions, so ``--help`` stays fast.
+
+Exit codes: 0 done (including "no changes"); 1 change set declined at the prompt;
+64 bad input (template, parameters, names, no --yes without a terminal, unknown stack);
+69 AWS refused, could not be reached, the stack rolled back, or the deadline passed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from ..errors import SpecError
+
+_EPILOG = ("Exit codes: 0 ok (also 'no changes'); 1 change set declined; 64 bad input (template, "
+           "parameters, stack name, no --yes without a terminal); 69 AWS refused or unreachable, stack "
+           "rolled back, or --timeout passed.")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("stack", help="deploy and inspect the CloudFormation stacks in cfn/",
+                              description="Deploy and inspect CloudFormation stacks (cfn/*.yaml). Deploy order: "
+                              "vpc -> fsx and/or efs -> sagemaker-role.", epilog=_EPILOG)
+    sub = p.add_subparsers(dest="stack_command", metavar="ACTION", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--region", help="AWS region (default: the AWS config / AWS_DEFAULT_REGION)")
+        sp.add_argument("--endpoint-url", help="CloudFormation endpoint (default: AWS_ENDPOINT_URL, else AWS)")
+
+    d = sub.add_parser("deploy", help="create or update a stack through a change set", epilog=_EPILOG,
+                       description="Check the parameters locally, create a change set, show it, ask (unless "
+                       "--yes), execute it and print stack events until the stack settles.")
+    d.add_argument("name", help="stack name, e.g. mrk-vpc")
+    d.add_argument("--template", required=True, help="template file, e.g. cfn/vpc.yaml")
+    d.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="template parameter (repeatable); on update, parameters not given keep their current value")
+    d.add_argument("--yes", action="store_true", help="execute the change set without asking (needed without a terminal)")
+    d.add_argument("--dry-run", action="store_true", help="check locally and print the plan; no AWS call")
+    d.add_argument("--timeout", type=float, default=3600.0, metavar="S",
+                   help="seconds to wait for the change set and then for the stack (default 3600)")
+    d.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
+    d.add_argument("--json", action="store_true", help="print the result (outcome, changes, outputs) as JSON")
+    common(d)
+    d.set_defaults(func=_deploy)
+
+    o = sub.add_parser("outputs", help="print a stack's outputs", epilog=_EPILOG,
+                       description="Print a stack's outputs; job specs use them as ${stack:NAME.OutputKey}.")
+    o.add_argument("name")
+    fmt = o.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="a JSON object OutputKey -> value")
+    fmt.add_argument("--env", action="store_true",
+                     help="shell exports: export MRK_<STACK>_<KEY>=value (upper case, non-alphanumerics -> _)")
+    common(o)
+    o.set_defaults(func=_outputs)
+
+    r = sub.add_parser("delete", help="delete a stack and wait until it is gone", epilog=_EPILOG)
+    r.add_argument("name")
+    r.add_argument("--yes", action="store_true", help="delete without asking (needed without a terminal)")
+    r.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="seconds to wait (default 3600)")
+    r.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
+    common(r)
+    r.set_defaults(func=_delete)
+
+    ls = sub.add_parser("list", help="list stacks (not deleted ones)", epilog=_EPILOG)
+    ls.add_argument("--json", action="store_true", help="a JSON list of {name, status, updated}")
+    common(ls)
+    ls.set_defaults(func=_list)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    import logging
+
+    import boto3
+
+    # "Found credentials in environment variables" on every run is noise, not progress.
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    endpoint = args.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+    return boto3.client("cloudformation", region_name=args.region or None, endpoint_url=endpoint)
+
+
+def _err(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _need_terminal_or_yes(args: argparse.Namespace, what: str) -> None:
+    """Refuse before any API call when nobody can answer the prompt."""
+    if not args.yes and not sys.stdin.isatty():
+        raise SpecError(f"stack {what} {args.name}: stdin is not a terminal, so nobody can confirm the "
+                        f"change; rerun with --yes to {what} without asking")
+
+
+def _ask(question: str) -> bool:
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from ..clock import SYSTEM_CLOCK
+    from ..stack import deploy, load_template, make_deploy_request, parse_param_args
+
+    template = load_template(args.template)
+    # The change set name is chosen here, not in the library, so a request is reproducible.
+    cs_name = "mrk-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(SYSTEM_CLOCK.time()))
+    request = make_deploy_request(args.name, template, parse_param_args(args.param), cs_name)
+    if args.dry_run:
+        print(request.render())
+        return 0
+    _need_terminal_or_yes(args, "deploy")
+
+    def confirm(changes: tuple) -> bool:
+        return True if args.yes else _ask(f"execute change set {cs_name} on stack {args.name}?")
+
+    result = deploy(request, _client(args), confirm=confirm, report=_err, clock=SYSTEM_CLOCK,
+                    timeout_s=args.timeout, poll_s=args.poll)
+    if args.json:
+        print(json.dumps({"stack": result.stack_name, "outcome": result.outcome,
+                          "changes": [c.__dict__ for c in result.changes], "outputs": dict(result.outputs)},
+                         indent=2, sort_keys=True))
+    else:
+        from ..stack.outputs import render_table
+        print(f"stack {result.stack_name}: {result.outcome}")
+        if result.outcome != "declined":
+            print(render_table(dict(result.outputs)))
+    return 1 if result.outcome == "declined" else 0
+
+
+def _outputs(args: argparse.Namespace) -> int:
+    from ..stack import get_outputs, render_env
+    from ..stack.outputs import render_table
+
+    outputs = get_outputs(args.name, _client(args))
+    if args.json:
+        print(json.dumps(outputs, indent=2, sort_keys=True))
+    elif args.env:
+        print(render_env(args.name, outputs))
+    else:
+        print(render_table(outputs))
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    from ..clock import SYSTEM_CLOCK
+    from ..stack import delete
+    from ..stack.request import check_stack_name
+
+    check_stack_name(args.name)
+    _need_terminal_or_yes(args, "delete")
+    if not args.yes and not _ask(f"delete stack {args.name} and the resources it owns?"):
+        _err(f"stack {args.name}: not deleted")
+        return 1
+    final = delete(args.name, _client(args), report=_err, clock=SYSTEM_CLOCK, timeout_s=args.timeout,
+                   poll_s=args.poll)
+    print(f"stack {args.name}: {final}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from ..stack import list_stacks
+
+    stacks = list_stacks(_client(args))
+    if args.json:
+        print(json.dumps([{"name": s.name, "status": s.status, "updated": s.updated} for s in stacks], indent=2))
+    elif not stacks:
+        print("(no stacks)")
+    else:
+        width = max(len(s.name) for s in stacks)
+        for s in stacks:
+            print(f"{s.name:<{width}}  {s.status:<24}  {s.updated}")
+    return 0

@@ -1,0 +1,26 @@
+"""CloudFormation stacks for training clusters: templates in cfn/, deployed by ``mpirun_kit stack``.
+
+Data flow: template.py (load + check parameters locally) -> rules.py (our template
+rules) -> request.py (``DeployRequest``, the pure plan) -> deploy.py (change set,
+events, rollback reason; boto3 client injected) -> outputs.py (``get_outputs``, used by
+the job layer for ``${stack:NAME.OutputKey}``).  Only the CLI (cli/stack.py) builds
+clients or reads the environment.
+"""
+from __future__ import annotations
+
+from .aws import StackNotFoundError
+from .deploy import (Change, DeployResult, StackFailedError, StackSummary, StackTimeoutError, delete, deploy,
+                     list_stacks, render_changes)
+from .events import StackEvent, first_failure
+from .outputs import OutputNotFoundError, env_name, get_outputs, render_env, resolve_stack_ref
+from .request import DeployRequest, make_deploy_request, parse_param_args, required_capabilities
+from .rules import Finding, check_template
+from .template import Template, check_parameters, load_template, parse_template
+
+__all__ = [
+    "Change", "DeployRequest", "DeployResult", "Finding", "OutputNotFoundError", "StackEvent", "StackFailedError",
+    "StackNotFoundError", "StackSummary", "StackTimeoutError", "Template", "check_parameters", "check_template",
+    "delete", "deploy", "env_name", "first_failure", "get_outputs", "list_stacks", "load_template",
+    "make_deploy_request", "parse_param_args", "parse_template", "render_changes", "render_env",
+    "required_capabilities", "resolve_stack_ref",
+]

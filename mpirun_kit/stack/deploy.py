@@ -1,0 +1,316 @@
+"""Executing stack plans against CloudFormation: deploy through a change set, delete, list.
+
+Input is a ``DeployRequest`` (request.py, already checked locally) and an injected
+boto3 CloudFormation client; waits run on an injected ``Clock`` under a deadline.
+Flow of ``deploy``:
+
+  describe stack -> CREATE or UPDATE change set -> wait for it -> "no changes" = done
+  -> show the changes -> confirm -> execute -> print new stack events until the stack
+  settles -> outputs, or the first failing resource and its reason (StackFailedError).
+
+People see progress through ``report`` (one line at a time); nothing here prints.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..clock import Clock, Deadline
+from ..errors import ClusterError
+from .aws import StackNotFoundError, call
+from .events import DEAD_STATES, FAILURE_STATES, SUCCESS_STATES, StackEvent, first_failure
+from .outputs import describe_stack, outputs_of
+from .request import DeployRequest, check_stack_name
+
+log = logging.getLogger(__name__)
+
+#: CloudFormation's reasons for a change set with nothing to do (AWS and moto wording).
+_NO_CHANGE_MARKERS = ("didn't contain changes", "No updates are to be performed")
+#: a line on the terminal at least this often while nothing else happens.
+HEARTBEAT_S = 30.0
+
+
+class StackFailedError(ClusterError):
+    """The stack operation failed and (where CloudFormation could) rolled back."""
+
+    def __init__(self, message: str, stack_name: str, status: str, failure: StackEvent | None) -> None:
+        super().__init__(message)
+        self.stack_name = stack_name
+        self.status = status
+        self.failure = failure
+
+
+class StackTimeoutError(ClusterError):
+    """The stack did not settle before the deadline (CloudFormation keeps going)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One row of a change set."""
+
+    action: str
+    logical_id: str
+    resource_type: str
+    replacement: str = ""
+    physical_id: str = ""
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> "Change":
+        rc = raw.get("ResourceChange") or {}
+        return cls(action=str(rc.get("Action", "?")), logical_id=str(rc.get("LogicalResourceId", "?")),
+                   resource_type=str(rc.get("ResourceType", "?")),
+                   replacement=str(rc.get("Replacement") or ""),
+                   physical_id=str(rc.get("PhysicalResourceId") or ""))
+
+
+def render_changes(changes: tuple[Change, ...]) -> str:
+    """The change set as a table (Replacement 'True' is what destroys data: it is spelled out)."""
+    if not changes:
+        return "(no resource changes)"
+    rows = [("ACTION", "RESOURCE", "TYPE", "REPLACEMENT", "PHYSICAL ID")]
+    rows += [(c.action, c.logical_id, c.resource_type, {"True": "yes (replaced)", "Conditional": "maybe"}
+              .get(c.replacement, c.replacement or "-"), c.physical_id or "-") for c in changes]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
+
+
+@dataclass(frozen=True)
+class DeployResult:
+    """What a deploy did: ``outcome`` is created | updated | no-changes | declined."""
+
+    stack_name: str
+    outcome: str
+    changes: tuple[Change, ...] = ()
+    outputs: tuple[tuple[str, str], ...] = ()
+
+
+def _existing(client: Any, stack_name: str) -> dict[str, Any] | None:
+    try:
+        return describe_stack(stack_name, client)
+    except StackNotFoundError:
+        return None
+
+
+def _event_page(client: Any, stack_name: str, token: str | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"StackName": stack_name}
+    if token:
+        kwargs["NextToken"] = token
+    return call(client, "describe_stack_events", stack_name, **kwargs)
+
+
+def _new_events(client: Any, stack_name: str, seen: set[str]) -> list[StackEvent]:
+    """Events not seen yet, oldest first; pages until it reaches a seen one."""
+    fresh: list[StackEvent] = []
+    token = None
+    while True:
+        page = _event_page(client, stack_name, token)
+        for raw in page.get("StackEvents") or ():
+            ev = StackEvent.from_api(raw)
+            if ev.event_id in seen:
+                return fresh[::-1]
+            seen.add(ev.event_id)
+            fresh.append(ev)
+        token = page.get("NextToken")
+        if not token:
+            return fresh[::-1]
+
+
+def wait_for_stack(client: Any, stack_name: str, *, seen: set[str], clock: Clock, timeout_s: float | None,
+                   poll_s: float, report: Callable[[str], None], action: str) -> tuple[str, list[StackEvent]]:
+    """Print new events until the stack is in a final state; return (status, events seen).
+
+    Raises:
+        StackTimeoutError: still in progress at the deadline.
+    """
+    deadline = Deadline(clock, timeout_s)
+    events: list[StackEvent] = []
+    last_line = clock.monotonic()
+    while True:
+        fresh = _new_events(client, stack_name, seen)
+        for ev in fresh:
+            report("  " + ev.line())
+        events += fresh
+        if fresh:
+            last_line = clock.monotonic()
+        try:
+            status = str(describe_stack(stack_name, client).get("StackStatus", "?"))
+        except StackNotFoundError:
+            if action == "delete":
+                return "DELETE_COMPLETE", events
+            raise
+        if status in SUCCESS_STATES or status in FAILURE_STATES or status == "DELETE_COMPLETE":
+            return status, events
+        if deadline.expired():
+            raise StackTimeoutError(
+                f"stack {stack_name!r} still {status} after {deadline.elapsed():.0f} s (--timeout); "
+                "CloudFormation carries on: check again with `mpirun_kit stack list`, or wait longer with a "
+                "larger --timeout")
+        if clock.monotonic() - last_line >= HEARTBEAT_S:
+            report(f"  ... {stack_name}: {status} ({deadline.elapsed():.0f} s)")
+            last_line = clock.monotonic()
+        clock.sleep(min(poll_s, deadline.remaining()))
+
+
+def _wait_change_set(client: Any, request: DeployRequest, change_set_id: str, *, clock: Clock,
+                     timeout_s: float | None, poll_s: float) -> dict[str, Any]:
+    deadline = Deadline(clock, timeout_s)
+    while True:
+        cs = call(client, "describe_change_set", request.stack_name, ChangeSetName=change_set_id)
+        if cs.get("Status") not in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
+            changes = list(cs.get("Changes") or ())
+            token = cs.get("NextToken")
+            while token:
+                more = call(client, "describe_change_set", request.stack_name,
+                            ChangeSetName=change_set_id, NextToken=token)
+                changes += more.get("Changes") or ()
+                token = more.get("NextToken")
+            return {**cs, "Changes": changes}
+        if deadline.expired():
+            raise StackTimeoutError(f"change set {request.change_set_name} of stack {request.stack_name!r} still "
+                                    f"{cs.get('Status')} after {deadline.elapsed():.0f} s; try again later")
+        clock.sleep(min(poll_s, deadline.remaining()))
+
+
+def _discard(client: Any, request: DeployRequest, change_set_id: str, created: bool) -> None:
+    """Delete a change set we will not execute; for a CREATE, also the empty stack it made."""
+    call(client, "delete_change_set", request.stack_name, ChangeSetName=change_set_id)
+    if created:
+        call(client, "delete_stack", request.stack_name, StackName=request.stack_name)
+
+
+def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Change, ...]], bool],
+           report: Callable[[str], None], clock: Clock, timeout_s: float | None = 3600.0,
+           poll_s: float = 5.0) -> DeployResult:
+    """Create or update ``request.stack_name`` through a change set.
+
+    Args:
+        request: from ``make_deploy_request``.
+        client: boto3 CloudFormation client (injected).
+        confirm: shown the changes after they were reported; False discards the change set.
+        report: receives progress lines (the change table, stack events, heartbeats).
+        clock: injected time; ``timeout_s`` bounds the change set wait and the stack wait each.
+        poll_s: seconds between DescribeStackEvents calls.
+
+    Raises:
+        StackFailedError: the change set or the stack operation failed; carries the first
+            failing resource and its reason.
+        StackTimeoutError: no final state before the deadline.
+        ClusterError: AWS refused a call or could not be reached.
+    """
+    name = request.stack_name
+    existing = _existing(client, name)
+    status = str(existing.get("StackStatus", "")) if existing else ""
+    if status in DEAD_STATES:
+        raise StackFailedError(f"stack {name!r} is {status}: its creation failed, and such a stack cannot be "
+                               f"updated; delete it with `mpirun_kit stack delete {name}` and deploy again",
+                               name, status, None)
+    if status.endswith("_IN_PROGRESS") and status != "REVIEW_IN_PROGRESS":
+        raise ClusterError(f"stack {name!r} is busy ({status}); wait for it to finish "
+                           "(`mpirun_kit stack list`) and deploy again")
+    # REVIEW_IN_PROGRESS: an earlier CREATE change set was never executed; create again.
+    create = existing is None or status == "REVIEW_IN_PROGRESS"
+    previous = None if create else {p["ParameterKey"]: p.get("ParameterValue", "")
+                                    for p in existing.get("Parameters") or ()}  # type: ignore[union-attr]
+    kwargs: dict[str, Any] = dict(
+        StackName=name, ChangeSetName=request.change_set_name, ChangeSetType="CREATE" if create else "UPDATE",
+        TemplateBody=request.template_body, Parameters=request.api_parameters(previous),
+        Description=f"mpirun_kit stack deploy {request.template_path}")
+    if request.capabilities:
+        kwargs["Capabilities"] = list(request.capabilities)
+    report(f"{'creating' if create else 'updating'} stack {name} from {request.template_path} "
+           f"(change set {request.change_set_name})")
+    try:
+        created = call(client, "create_change_set", name, **kwargs)
+    except ClusterError as exc:
+        # Some endpoints refuse a no-op update up front instead of failing the change set.
+        if not create and any(m in str(exc) for m in _NO_CHANGE_MARKERS):
+            report(f"stack {name}: no changes; it already matches {request.template_path} and these parameters")
+            return DeployResult(name, "no-changes", (), tuple(sorted(outputs_of(existing or {}).items())))
+        raise
+    cs_id = str(created.get("Id") or request.change_set_name)
+    cs = _wait_change_set(client, request, cs_id, clock=clock, timeout_s=timeout_s, poll_s=poll_s)
+    if cs.get("Status") == "FAILED":
+        reason = str(cs.get("StatusReason", ""))
+        if any(m in reason for m in _NO_CHANGE_MARKERS):
+            call(client, "delete_change_set", name, ChangeSetName=cs_id)
+            report(f"stack {name}: no changes; it already matches {request.template_path} and these parameters")
+            return DeployResult(name, "no-changes", (), tuple(sorted(outputs_of(existing or {}).items())))
+        raise StackFailedError(f"change set {request.change_set_name} of stack {name!r} failed: {reason}; "
+                               "fix the template or parameters and deploy again", name, "FAILED", None)
+    changes = tuple(Change.from_api(c) for c in cs.get("Changes") or ())
+    report(render_changes(changes))
+    if not confirm(changes):
+        _discard(client, request, cs_id, create)
+        report(f"stack {name}: change set discarded, nothing changed")
+        return DeployResult(name, "declined", changes)
+    seen = {e.event_id for e in (StackEvent.from_api(r) for r in
+                                 _event_page(client, name, None).get("StackEvents") or ())}
+    call(client, "execute_change_set", name, ChangeSetName=cs_id)
+    final, events = wait_for_stack(client, name, seen=seen, clock=clock, timeout_s=timeout_s, poll_s=poll_s,
+                                   report=report, action="create" if create else "update")
+    if final not in SUCCESS_STATES:
+        raise _failed(name, final, events, client)
+    outputs = outputs_of(describe_stack(name, client))
+    return DeployResult(name, "created" if create else "updated", changes, tuple(sorted(outputs.items())))
+
+
+def _failed(name: str, final: str, events: list[StackEvent], client: Any) -> StackFailedError:
+    cause = first_failure(events)
+    if cause is not None:
+        what = f"first failure: {cause.logical_id} ({cause.resource_type}) {cause.status}: {cause.reason or '(no reason given)'}"
+    else:
+        what = f"reason: {describe_stack(name, client).get('StackStatusReason') or '(none given)'}"
+    return StackFailedError(f"stack {name!r} ended {final}; {what}. Fix the cause and deploy again "
+                            f"(a stack that was never created must be deleted first: `mpirun_kit stack delete {name}`)",
+                            name, final, cause)
+
+
+def delete(stack_name: str, client: Any, *, report: Callable[[str], None], clock: Clock,
+           timeout_s: float | None = 3600.0, poll_s: float = 5.0) -> str:
+    """Delete a stack and wait until it is gone; returns the final status.
+
+    Raises:
+        StackNotFoundError: no such stack.
+        StackFailedError: DELETE_FAILED (with the first resource that could not be deleted).
+        StackTimeoutError, ClusterError: as ``deploy``.
+    """
+    check_stack_name(stack_name)
+    stack = describe_stack(stack_name, client)
+    # Waiting by id: once deleted, the name no longer resolves.
+    stack_id = str(stack.get("StackId") or stack_name)
+    seen = {e.event_id for e in (StackEvent.from_api(r) for r in
+                                 _event_page(client, stack_id, None).get("StackEvents") or ())}
+    report(f"deleting stack {stack_name}")
+    call(client, "delete_stack", stack_name, StackName=stack_id)
+    final, events = wait_for_stack(client, stack_id, seen=seen, clock=clock, timeout_s=timeout_s,
+                                   poll_s=poll_s, report=report, action="delete")
+    if final != "DELETE_COMPLETE":
+        raise _failed(stack_name, final, events, client)
+    return final
+
+
+@dataclass(frozen=True)
+class StackSummary:
+    name: str
+    status: str
+    updated: str
+    description: str = ""
+
+
+def list_stacks(client: Any) -> tuple[StackSummary, ...]:
+    """Every stack that exists (not DELETE_COMPLETE), by name."""
+    out = []
+    token = None
+    while True:
+        page = call(client, "list_stacks", "*", **({"NextToken": token} if token else {}))
+        for s in page.get("StackSummaries") or ():
+            if s.get("StackStatus") == "DELETE_COMPLETE":
+                continue
+            when = s.get("LastUpdatedTime") or s.get("CreationTime")
+            out.append(StackSummary(str(s.get("StackName")), str(s.get("StackStatus")),
+                                    when.isoformat() if hasattr(when, "isoformat") else str(when or ""),
+                                    str(s.get("TemplateDescription") or "")))
+        token = page.get("NextToken")
+        if not token:
+            return tuple(sorted(out, key=lambda s: s.name))
