@@ -23,6 +23,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim",
     "entrypoint",
     "stack",
+    "validate",
+    "plan",
+    "doctor",
+    "keys",
 )
 
 

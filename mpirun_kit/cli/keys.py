@@ -1,0 +1,114 @@
+"""`mpirun_kit keys new|show|install`: the per-job ssh key material (library: mpirun_kit.sshkeys).
+
+  keys new --out FILE              write a fresh 32-byte job secret (mode 600); the only random step
+  keys show --secret-file F --job J   public keys and fingerprints derived for job J (never private keys)
+  keys install --secret-file F --job J --hosts a,b   write ~/.ssh keys, authorized_keys, known_hosts
+                                   and the sshd host key on this host (--dry-run prints them, redacted)
+
+Every host of a job derives the same keys from the same secret and job name, so
+nothing is exchanged at start-up.  Deliver the secret as a file only the job can
+read (ops/make-job-keys.sh uploads it as an S3 input channel with SSE-KMS); the
+README's "Training image and operator tools" section has the threat model.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("keys", help="per-job ssh key material (new secret, show, install on a host)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="exit codes: 0 ok; 64 bad input (secret file, job name, hosts, existing --out)")
+    ksub = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+
+    new = ksub.add_parser("new", help="write a fresh job secret")
+    new.add_argument("--out", required=True, help="file to create (mode 600)")
+    new.add_argument("--force", action="store_true", help="replace an existing file")
+    new.set_defaults(func=_new)
+
+    for name, helptext, func in (("show", "print the job's public keys and fingerprints", _show),
+                                 ("install", "write the job's ssh files on this host", _install)):
+        k = ksub.add_parser(name, help=helptext)
+        k.add_argument("--secret-file", required=True, help="the job secret (from `keys new`)")
+        k.add_argument("--job", default=None,
+                       help="job name the keys are bound to (default: $TRAINING_JOB_NAME, set by SageMaker)")
+        k.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "install":
+            k.add_argument("--hosts", required=True, help="every host of the job, comma-separated (known_hosts)")
+            k.add_argument("--ssh-dir", default=None, help="the login user's ~/.ssh (default $HOME/.ssh)")
+            k.add_argument("--host-key", default=None,
+                           help="sshd host key path (default /etc/ssh/mpirun_kit/ssh_host_ed25519_key, "
+                                "as docker/sshd_config expects)")
+            k.add_argument("--dry-run", action="store_true", help="print the files (private keys redacted)")
+        k.set_defaults(func=func)
+
+
+def _new(args) -> int:
+    import secrets
+    import tempfile
+
+    from ..errors import SpecError
+    from ..sshkeys import SECRET_BYTES, format_secret
+
+    out = Path(args.out)
+    if out.exists() and not args.force:
+        raise SpecError(f"keys new: {out} exists; a job secret is never overwritten silently "
+                        "(pass --force, or choose another --out)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # mkstemp creates the file 0600: the secret is never readable by others, even briefly.
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(format_secret(secrets.token_bytes(SECRET_BYTES)))
+    os.replace(tmp, out)
+    print(f"wrote job secret {out} (mode 600)", file=sys.stderr)
+    return 0
+
+
+def _material(args):
+    from ..errors import SpecError
+    from ..sshkeys import derive_material, parse_secret
+
+    job = args.job or os.environ.get("TRAINING_JOB_NAME")
+    if not job:
+        raise SpecError("keys: no job name; pass --job NAME (on SageMaker TRAINING_JOB_NAME is used)")
+    try:
+        text = Path(args.secret_file).read_text()
+    except OSError as exc:
+        raise SpecError(f"keys: cannot read secret file {args.secret_file} ({exc.strerror}); "
+                        "create one with `mpirun_kit keys new --out FILE`") from exc
+    return derive_material(parse_secret(text, args.secret_file), job)
+
+
+def _show(args) -> int:
+    m = _material(args)
+    info = {"job": m.job, "user_public": m.user_public, "user_fingerprint": m.user_fingerprint,
+            "host_public": m.host_public, "host_fingerprint": m.host_fingerprint}
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+    else:
+        print(f"job:        {m.job}\nuser key:   {m.user_fingerprint}  {m.user_public}\n"
+              f"host key:   {m.host_fingerprint}  {m.host_public}")
+    return 0
+
+
+def _install(args) -> int:
+    from ..sshkeys import HOST_KEY_PATH, plan_install, write_files
+
+    m = _material(args)
+    ssh_dir = args.ssh_dir or os.path.join(os.environ.get("HOME", "/root"), ".ssh")
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    files = plan_install(m, hosts, ssh_dir, args.host_key or HOST_KEY_PATH)
+    if args.dry_run:
+        if args.json:
+            print(json.dumps([{"path": f.path, "mode": f"{f.mode:04o}", "secret": f.secret,
+                               "content": None if f.secret else f.content} for f in files], indent=2))
+        else:
+            print("\n".join(f.describe() for f in files))
+        return 0
+    write_files(files)
+    print(f"installed ssh keys for job {m.job} ({m.user_fingerprint}) for {len(hosts)} host(s)", file=sys.stderr)
+    return 0
