@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+from .errors import MpirunKitError
 from .exec.channel import send_rank_event
 from .exec.result import signal_name
 from .plan.launch_plan import HOSTS_VAR, RESULT_ADDR_VAR
@@ -93,19 +94,26 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m mpirun_kit.rank -- PROGRAM [ARGS...]", file=sys.stderr)
         return 2
     env = child_env(dict(os.environ))
-    env, _ = apply_pinning(env)
     rank, host, local, _ = rank_identity(env)
     addr = env.get(RESULT_ADDR_VAR)
     sock = send_rank_event(addr, {"event": "start", "rank": rank, "host": host, "local_rank": local,
                                   "pid": os.getpid(), "t": time.time()}) if addr else None
+
+    def early_exit(code: int, why: str) -> int:
+        print(f"mpirun_kit.rank: rank {rank} on {host}: {why}", file=sys.stderr, flush=True)
+        if addr:
+            send_rank_event(addr, {"event": "exit", "rank": rank, "host": host, "exit_code": code, "signal": None,
+                                   "t": time.time()}, sock=sock)
+        return code
+
+    try:
+        env, _ = apply_pinning(env)
+    except MpirunKitError as exc:
+        return early_exit(exc.exit_code, f"pinning failed: {exc}")
     try:
         child = subprocess.Popen(argv, env=env)
     except OSError as exc:
-        print(f"mpirun_kit.rank: rank {rank} on {host}: cannot start {argv[0]!r}: {exc.strerror}", file=sys.stderr)
-        if addr:
-            send_rank_event(addr, {"event": "exit", "rank": rank, "host": host, "exit_code": 127, "signal": None,
-                                   "t": time.time()}, sock=sock)
-        return 127
+        return early_exit(127, f"cannot start {argv[0]!r}: {exc.strerror}")
 
     def forward(signum, frame):
         try:

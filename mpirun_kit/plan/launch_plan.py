@@ -24,6 +24,8 @@ from .ranks import RankSlot, assign_ranks, encode_host_slots
 #: env vars the plan sets for the rank wrapper (mpirun_kit/rank.py reads them).
 RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
 HOSTS_VAR = "MPIRUN_KIT_HOSTS"
+#: read by mpirun_kit.pinning in each rank ("auto" | "none").
+PINNING_VAR = "MPIRUN_KIT_PINNING"
 RANK_MODULE = "mpirun_kit.rank"
 
 
@@ -92,6 +94,9 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
                                                 or spec.processes_per_host < 1):
         raise SpecError(f"processes_per_host is {spec.processes_per_host!r}; expected a positive integer or null "
                         "(null = one per GPU)")
+    if spec.pinning not in ("auto", "none"):
+        raise SpecError(f"pinning is {spec.pinning!r}; expected 'auto' (one GPU and its NUMA-local CPUs per rank) "
+                        "or 'none'")
     if not 0 < spec.result_port < 65536 or not 0 < spec.ssh_port < 65536:
         raise SpecError(f"result_port {spec.result_port} / ssh_port {spec.ssh_port}: expected TCP ports 1-65535")
     default_slots = gpu_count if gpu_count > 0 else 1
@@ -101,7 +106,8 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
     master = elect_master(cluster.host_names)
     env, dropped = resolve_env(environ, spec.env_forward, spec.env)
     env = tuple(sorted(dict(env, **{RESULT_ADDR_VAR: f"{master}:{spec.result_port}",
-                                    HOSTS_VAR: encode_host_slots(host_slots)}).items()))
+                                    HOSTS_VAR: encode_host_slots(host_slots),
+                                    PINNING_VAR: spec.pinning}).items()))
     oversubscribed = cpu_count is not None and max(h.slots for h in hosts) > cpu_count
     command = (python, "-m", RANK_MODULE, "--", *spec.program)
     argv, conflicts = build_mpirun_argv(

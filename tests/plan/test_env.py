@@ -1,0 +1,34 @@
+"""Environment allow-list, AWS credential drop, and redaction."""
+from mpirun_kit.plan.env import REDACTED, is_secret, redact, redact_arg, resolve_env
+
+ENVIRON = {
+    "PATH": "/bin", "HOME": "/root", "NCCL_DEBUG": "INFO", "HF_TOKEN": "hf_x", "SM_HOSTS": '["algo-1"]',
+    "SM_CURRENT_HOST": "algo-1", "AWS_SECRET_ACCESS_KEY": "s", "AWS_ACCESS_KEY_ID": "i", "AWS_REGION": "us-east-1",
+    "MY_VAR": "m", "DB_PASSWORD": "p",
+}
+
+
+def test_default_allow_list():
+    env, dropped = resolve_env(ENVIRON)
+    # HF_TOKEN matches a forwarded prefix but looks secret: not picked up by the prefix.
+    # SM_CURRENT_HOST is per host.  HOME, MY_VAR, AWS_* are not on the list.
+    assert env == (("NCCL_DEBUG", "INFO"), ("PATH", "/bin"), ("SM_HOSTS", '["algo-1"]'))
+    assert dropped == ()
+
+
+def test_explicit_names_and_values_win():
+    env, dropped = resolve_env(ENVIRON, forward=("MY_VAR", "HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "UNSET"),
+                               explicit=(("NCCL_DEBUG", "WARN"), ("AWS_ACCESS_KEY_ID", "x")))
+    assert env == (("HF_TOKEN", "hf_x"), ("MY_VAR", "m"), ("NCCL_DEBUG", "WARN"), ("PATH", "/bin"),
+                   ("SM_HOSTS", '["algo-1"]'))
+    assert dropped == (("AWS_ACCESS_KEY_ID", "AWS credential: never forwarded; ranks use the instance role"),
+                       ("AWS_SECRET_ACCESS_KEY", "AWS credential: never forwarded; ranks use the instance role"))
+
+
+def test_redaction():
+    assert [is_secret(n) for n in ("HF_TOKEN", "DB_PASSWORD", "api_key", "MY_CREDENTIALS", "PATH", "AWS_SESSION_TOKEN")] \
+        == [True, True, True, True, False, True]
+    assert redact([("PATH", "/bin"), ("HF_TOKEN", "x")]) == (("PATH", "/bin"), ("HF_TOKEN", REDACTED))
+    assert redact_arg("HF_TOKEN=abc") == "HF_TOKEN=***"
+    assert redact_arg("NCCL_DEBUG=INFO") == "NCCL_DEBUG=INFO"
+    assert redact_arg("-x") == "-x"
