@@ -98,19 +98,22 @@ def _write_json_atomic(path: Path, obj: object) -> None:
     os.replace(tmp, path)
 
 
-def write_split(root: Path, split: str, n: int, size: int, seed: int) -> Path:
-    """Write ``n`` images of one split; returns the annotation file path."""
+def write_split(root: Path, split: str, n: int, size: int, seed: int,
+                ann_path: Path | None = None, image_dir: Path | None = None) -> Path:
+    """Write ``n`` images of one split (default layout ``root/<split>/``,
+    ``root/annotations/instances_<split>.json``); returns the annotation file path."""
     rng = np.random.default_rng([seed, 0 if split == "train" else 1])
-    (root / split).mkdir(parents=True, exist_ok=True)
+    image_dir = image_dir or root / split
+    image_dir.mkdir(parents=True, exist_ok=True)
     images, annotations = [], []
     for i in range(n):
         img, anns = make_image(rng, size)
         name = f"{split}_{i:06d}.png"
-        Image.fromarray(img).save(root / split / name)
+        Image.fromarray(img).save(image_dir / name)
         images.append({"id": i + 1, "file_name": name, "height": img.shape[0], "width": img.shape[1]})
         for a in anns:
             annotations.append({"id": len(annotations) + 1, "image_id": i + 1, **a})
-    ann_path = root / "annotations" / f"instances_{split}.json"
+    ann_path = ann_path or root / "annotations" / f"instances_{split}.json"
     _write_json_atomic(ann_path, {"images": images, "annotations": annotations,
                                   "categories": [dict(c) for c in CATEGORIES]})
     return ann_path

@@ -1,0 +1,451 @@
+"""Training entry: ``python -m mpirun_kit.maskrcnn.train --config demo|r50_fpn_1x --data-dir D --output-dir O``.
+
+The job layer runs this under mpirun, once per rank.  Flow: argv + environment -> resolved Config
+(config.py) and DistInfo (dist.py) -> process group -> (rank 0 writes the synthetic set if asked
+and absent; the others wait at a barrier) -> datasets, samplers, model, SGD, LR schedule ->
+resume from a checkpoint -> the step loop -> COCO evaluation -> metrics.
+
+Output (rank 0): plain lines a SageMaker metric regex can read -- ``step=120 loss=0.8400
+lr=0.020000 ...`` every ``log_period`` steps and ``bbox_mAP=0.5120`` / ``segm_mAP=0.4700`` after
+evaluation -- the same records as JSON lines in ``<output-dir>/metrics.jsonl``, a progress bar when
+stderr is a terminal, and ``<output-dir>/metrics.json`` (written atomically) at the end.
+
+Exit codes: 0 done; 143 (128 + SIGTERM) stopped by SIGTERM (spot interruption) after finishing the
+current step and writing a checkpoint -- rerun with ``--resume auto`` to continue exactly there;
+64 bad input (config, data, checkpoint); 70 the process group could not form; 1 training diverged.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import MpirunKitError, SpecError
+from .config import (Config, config_from_dict, config_to_dict, lr_at, parse_overrides, resolve_config, PRESETS)
+from .dist import Comm, DistInfo, init_distributed, read_dist_env
+
+log = logging.getLogger("mpirun_kit.maskrcnn.train")
+
+#: exit code after a SIGTERM-triggered checkpoint (128 + 15, as errors.py's table says)
+EXIT_PREEMPTED = 128 + signal.SIGTERM
+
+
+class TrainingDivergedError(MpirunKitError):
+    """The loss became NaN or infinite."""
+
+    exit_code = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mpirun_kit.maskrcnn.train",
+        description="Train and evaluate Mask R-CNN; run one process per rank (mpirun, torchrun or alone).",
+        epilog="Exit codes: 0 ok; 143 stopped by SIGTERM after writing a checkpoint (resume with --resume auto); "
+               "64 bad config/data/checkpoint; 70 process group failed; 1 loss diverged.",
+    )
+    p.add_argument("--config", required=True, choices=sorted(PRESETS), help="preset: r50_fpn_1x (COCO) or demo (CPU)")
+    p.add_argument("--data-dir", required=True, type=Path, help="dataset root; the config's data.* paths are relative to it")
+    p.add_argument("--output-dir", required=True, type=Path, help="checkpoints, metrics.jsonl, metrics.json")
+    p.add_argument("--synthetic-if-missing", action="store_true",
+                   help="write the synthetic shapes dataset into --data-dir when the train annotations are absent")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set solver.base_lr=0.01 (repeatable; wins over the preset)")
+    p.add_argument("--resume", default="auto", metavar="auto|PATH|none",
+                   help="auto: continue from <output-dir>/last_checkpoint if present (default); PATH: that file; none: start fresh")
+    p.add_argument("--eval-only", action="store_true", help="evaluate the resumed checkpoint and exit")
+    return p
+
+
+class _RankFilter(logging.Filter):
+    """Ranks other than 0 log warnings and errors only (no print patching)."""
+
+    def __init__(self, rank: int):
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return self.rank == 0 or record.levelno >= logging.WARNING
+
+
+def _setup_logging(rank: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RankFilter(rank))
+    handler.setFormatter(logging.Formatter("%(asctime)s rank%(rank)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; nothing otherwise (the periodic lines suffice)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+
+    def update(self, done: int, total: int, text: str = "") -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * done / max(total, 1))
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {text}\033[K")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    environ = os.environ if environ is None else environ
+    try:
+        info = read_dist_env(environ)
+    except MpirunKitError as exc:
+        print(f"maskrcnn.train: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    _setup_logging(info.rank)
+    try:
+        return Trainer(args, info).run()
+    except MpirunKitError as exc:
+        log.error("%s", exc)
+        print(f"maskrcnn.train: rank {info.rank}: error: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+
+
+class Trainer:
+    def __init__(self, args: argparse.Namespace, info: DistInfo):
+        self.args, self.info = args, info
+        cfg, notes = resolve_config(args.config, parse_overrides(args.overrides))
+        for note in notes:
+            log.info("config: %s", note)
+        self.cfg: Config = cfg
+        self.stop_requested = False
+        self.skipped = 0
+        self.step = 0
+        self.epoch = 0
+        self.position = 0
+
+    # ------------------------------------------------------------- set-up
+    def _setup_runtime(self) -> None:
+        import numpy as np
+        import torch
+
+        cfg, info = self.cfg, self.info
+        # ranks share the host's cores: oversubscribing threads makes every rank slower
+        threads = cfg.threads_per_rank or max(1, (os.cpu_count() or 1) // max(info.local_size, 1))
+        torch.set_num_threads(threads)
+        use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+        if use_cuda:
+            if not torch.cuda.is_available():
+                raise SpecError("device='cuda' but torch.cuda.is_available() is False; use --set device=cpu or auto")
+            # pinning (CUDA_VISIBLE_DEVICES) was applied by the job layer before this process started
+            torch.cuda.set_device(info.local_rank % torch.cuda.device_count())
+            self.device = torch.device("cuda", torch.cuda.current_device())
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        else:
+            self.device = torch.device("cpu")
+        backend = init_distributed(info, self.device.type, cfg.backend)
+        if backend == "horovod":
+            import horovod.torch as hvd
+
+            info = DistInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), launcher=info.launcher)
+            self.info = info
+        self.comm = Comm(backend, info.rank, info.world_size, self.device if backend == "nccl" else torch.device("cpu"))
+        seed = cfg.seed * 1000 + info.rank
+        random.seed(seed)
+        np.random.seed(seed)
+        torch.manual_seed(seed)
+        log.info("rank %d/%d (local %d) on %s, %d thread(s), backend %s", info.rank, info.world_size,
+                 info.local_rank, self.device, threads, backend)
+
+    def _paths(self) -> dict[str, Path]:
+        d, dc = self.args.data_dir, self.cfg.data
+        return {"train_ann": d / dc.train_ann, "train_images": d / dc.train_images,
+                "val_ann": d / dc.val_ann, "val_images": d / dc.val_images}
+
+    def _ensure_data(self) -> None:
+        p, dc = self._paths(), self.cfg.data
+        if not self.args.synthetic_if_missing:
+            return
+        if self.info.is_main and not (p["train_ann"].is_file() and p["val_ann"].is_file()):
+            from .data.synthetic import write_split
+
+            log.info("writing the synthetic shapes dataset to %s (%d train, %d val images)",
+                     self.args.data_dir, dc.synthetic_train, dc.synthetic_val)
+            write_split(self.args.data_dir, "train", dc.synthetic_train, dc.synthetic_size, dc.synthetic_seed,
+                        p["train_ann"], p["train_images"])
+            write_split(self.args.data_dir, "val", dc.synthetic_val, dc.synthetic_size, dc.synthetic_seed,
+                        p["val_ann"], p["val_images"])
+        self.comm.barrier()  # the other ranks wait for rank 0's files (bounded by the group timeout)
+
+    def _build_data(self) -> None:
+        from torch.utils.data import DataLoader
+
+        from .data.coco import CocoDataset, collate
+        from .data.sampler import EvalBatchSampler, TrainBatchSampler
+
+        cfg, info, p = self.cfg, self.info, self._paths()
+        common = {"num_workers": cfg.data.num_workers, "collate_fn": collate,
+                  "pin_memory": self.device.type == "cuda", "persistent_workers": cfg.data.num_workers > 0}
+        self.val_ds = CocoDataset(p["val_ann"], p["val_images"], train=False, min_sizes=(cfg.input.min_size_test,),
+                                  max_size=cfg.input.max_size_test, num_classes=cfg.model.num_classes)
+        self.val_loader = DataLoader(self.val_ds, batch_sampler=EvalBatchSampler(
+            len(self.val_ds), cfg.test.ims_per_gpu, rank=info.rank, world_size=info.world_size), **common)
+        if self.args.eval_only:
+            return
+        self.train_ds = CocoDataset(p["train_ann"], p["train_images"], train=True,
+                                    min_sizes=cfg.input.min_size_train, max_size=cfg.input.max_size_train,
+                                    flip_prob=cfg.input.flip_prob, num_classes=cfg.model.num_classes)
+        self.sampler = TrainBatchSampler(self.train_ds.aspect_groups, cfg.solver.ims_per_gpu, rank=info.rank,
+                                         world_size=info.world_size, seed=cfg.seed,
+                                         grouping=cfg.data.aspect_ratio_grouping)
+        if not self.sampler.epoch_batches(0):
+            raise SpecError(f"training set {p['train_ann']} has {len(self.train_ds)} usable images, too few for one "
+                            f"batch of solver.ims_per_gpu={cfg.solver.ims_per_gpu} on each of {info.world_size} ranks")
+        self.train_loader = DataLoader(self.train_ds, batch_sampler=self.sampler, **common)
+
+    def _build_model(self) -> None:
+        import torch
+
+        from .modeling.backbone import load_backbone_weights
+        from .modeling.meta_arch import build_model
+
+        cfg = self.cfg
+        model = build_model(cfg.model, cfg.input.size_divisibility)
+        if cfg.model.backbone.weights:
+            w = Path(cfg.model.backbone.weights)
+            load_backbone_weights(model.backbone, w if w.is_absolute() else self.args.data_dir / w)
+        model.to(self.device)
+        if self.device.type == "cuda" and cfg.solver.channels_last:
+            model.to(memory_format=torch.channels_last)
+            model.channels_last = True
+        self.model = model
+        global_batch = cfg.solver.ims_per_gpu * self.info.world_size
+        self.global_batch = global_batch
+        base = cfg.solver.base_lr * global_batch / cfg.solver.reference_batch
+        decay, no_decay = [], []
+        for name, prm in model.named_parameters():
+            if prm.requires_grad:
+                # normalisation parameters get no weight decay (the standard recipe's WEIGHT_DECAY_NORM=0)
+                is_norm = any(isinstance(m, torch.nn.GroupNorm) for n, m in model.named_modules()
+                              if name.startswith(n + ".") and name.count(".") == n.count(".") + 1)
+                (no_decay if is_norm else decay).append(prm)
+        self.optimizer = torch.optim.SGD([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=base,
+                                         momentum=cfg.solver.momentum, weight_decay=cfg.solver.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_at(cfg.solver, s, global_batch) / base)
+        amp = cfg.solver.amp if self.device.type == "cuda" else "none"
+        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=(amp == "fp16"))
+        self.ddp_model = model
+        if self.comm.backend in ("gloo", "nccl"):
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp_model = DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        elif self.comm.backend == "horovod":
+            import horovod.torch as hvd
+
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=model.named_parameters())
+
+    def _resume(self) -> None:
+        from .checkpoint import find_last, load_checkpoint, restore_rng
+
+        arg = self.args.resume
+        if arg == "none":
+            path = None
+        elif arg == "auto":
+            path = find_last(self.args.output_dir)
+        else:
+            path = Path(arg)
+        if path is None:
+            if self.args.eval_only:
+                raise SpecError(f"--eval-only needs a checkpoint: none in {self.args.output_dir} "
+                                "(train first, or pass --resume PATH)")
+            return
+        state = load_checkpoint(path)
+        saved = config_from_dict(state["config"])
+        if saved != self.cfg:
+            diffs = _diff(config_to_dict(saved), config_to_dict(self.cfg))
+            log.warning("resuming %s with a config that differs from the saved one (%s); the current values win",
+                        path, "; ".join(diffs[:5]))
+        self.model.load_state_dict(state["model"])
+        self.step = int(state["step"])
+        if self.args.eval_only:
+            return
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.epoch, self.position = int(state["sampler"]["epoch"]), int(state["sampler"]["position"])
+        self.skipped = int(state.get("skipped_images", 0))
+        rngs = state["rng"]
+        if len(rngs) == self.info.world_size:
+            restore_rng(rngs[self.info.rank])
+        else:
+            log.warning("checkpoint %s was written by %d ranks, this run has %d: RNG streams are reseeded, so the "
+                        "continuation is statistically but not bit-for-bit the same", path, len(rngs), self.info.world_size)
+        log.info("resumed from %s at step %d (epoch %d, batch %d)", path, self.step, self.epoch, self.position)
+
+    # --------------------------------------------------------------- loop
+    def _save(self) -> None:
+        from .checkpoint import capture_rng, save_checkpoint
+
+        rngs = self.comm.gather_object(capture_rng())
+        if not self.info.is_main:
+            return
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+                 "sampler": {"epoch": self.epoch, "position": self.position}, "rng": rngs,
+                 "step": self.step, "config": config_to_dict(self.cfg), "skipped_images": self.skipped,
+                 "world_size": self.info.world_size}
+        path = save_checkpoint(self.args.output_dir, state)
+        log.info("checkpoint %s written", path)
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        """One metrics record: a plain ``k=v`` line on stdout and a JSON line (rank 0 only)."""
+        if not self.info.is_main:
+            return
+        line = " ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items())
+        print(line, flush=True)
+        with open(self.args.output_dir / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def _on_sigterm(self, signum, frame) -> None:
+        # only a flag: the current step finishes, then every rank checkpoints and exits together
+        self.stop_requested = True
+
+    def _train(self, clock=time) -> int:
+        import torch
+
+        cfg, solver = self.cfg, self.cfg.solver
+        progress = _Progress(self.info.is_main and sys.stderr.isatty())
+        self.ddp_model.train()
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        it = None
+        t0, step0 = clock.monotonic(), self.step
+        window: list[torch.Tensor] = []
+        while self.step < solver.max_iter:
+            if it is None:
+                self.sampler.set_state(self.epoch, self.position)
+                it = iter(self.train_loader)
+            try:
+                batch = next(it)
+            except StopIteration:
+                self.epoch, self.position, it = self.epoch + 1, 0, None
+                continue
+            self.skipped += sum(len(s["skipped"]) for s in batch)
+            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                                enabled=self.amp_dtype is not None):
+                losses = self.ddp_model(batch)
+            loss = sum(losses.values())
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            if solver.clip_grad_norm > 0:
+                self.scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_norm_(trainable, solver.clip_grad_norm)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.scheduler.step()
+            self.step += 1
+            self.position += 1
+            window.append(torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float().cpu())
+            # one tiny all-reduce per step: SIGTERM may reach the ranks at different steps
+            stop = self.comm.allreduce_sum(torch.tensor([float(self.stop_requested)])).item() > 0
+            if self.step % cfg.log_period == 0 or self.step == solver.max_iter or stop:
+                mean = self.comm.allreduce_sum(torch.stack(window).mean(0)) / self.info.world_size
+                window = []
+                if not math.isfinite(float(mean[0])):
+                    raise TrainingDivergedError(f"loss is {float(mean[0])} at step {self.step}; lower solver.base_lr "
+                                                "(e.g. --set solver.base_lr=0.01) or raise solver.warmup_iters")
+                rate = (self.step - step0) * self.global_batch / max(clock.monotonic() - t0, 1e-9)
+                eta = (solver.max_iter - self.step) * self.global_batch / max(rate, 1e-9)
+                rec = {"step": self.step, "loss": float(mean[0]), "lr": self.scheduler.get_last_lr()[0],
+                       **{k: float(v) for k, v in zip(losses, mean[1:])}, "images_per_s": rate, "eta_s": round(eta)}
+                self._emit(rec)
+            progress.update(self.step, solver.max_iter, f"loss={float(loss):.3f}")
+            last = self.step == solver.max_iter
+            if stop or last or self.step % solver.checkpoint_period == 0:
+                self._save()
+            if stop:
+                log.warning("SIGTERM: stopped after step %d with a checkpoint in %s; rerun with --resume auto",
+                            self.step, self.args.output_dir)
+                return EXIT_PREEMPTED
+            if cfg.test.eval_period and self.step % cfg.test.eval_period == 0 and not last:
+                self._evaluate()
+        return 0
+
+    def _evaluate(self) -> dict[str, float] | None:
+        from .evaluate import evaluate
+
+        progress = _Progress(self.info.is_main and sys.stderr.isatty())
+        t0 = time.monotonic()
+        metrics = evaluate(self.model, self.val_ds, self.val_loader, self.comm, progress=progress.update)
+        if metrics is not None:
+            self._emit({"step": self.step, **{k: round(v, 4) for k, v in metrics.items()},
+                        "eval_s": round(time.monotonic() - t0, 1)})
+        return metrics
+
+    def run(self) -> int:
+        self._setup_runtime()
+        try:
+            self.args.output_dir.mkdir(parents=True, exist_ok=True)
+            self._ensure_data()
+            self._build_data()
+            self._build_model()
+            self._resume()
+            t0 = time.monotonic()
+            if not self.args.eval_only:
+                previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+                try:
+                    rc = self._train()
+                finally:
+                    signal.signal(signal.SIGTERM, previous)
+                if rc:
+                    return rc
+            import torch
+
+            skipped = int(self.comm.allreduce_sum(torch.tensor([float(self.skipped)])).item())
+            metrics = self._evaluate()
+            if self.info.is_main:
+                if skipped:
+                    log.warning("%d unreadable image(s) were skipped during training (see the warnings above)", skipped)
+                final = {"step": self.step, "skipped_images": skipped, "world_size": self.info.world_size,
+                         "train_wall_s": round(time.monotonic() - t0, 1), **(metrics or {})}
+                _write_json_atomic(self.args.output_dir / "metrics.json", final)
+                print(f"bbox_mAP={final.get('bbox_mAP', 0.0):.4f} segm_mAP={final.get('segm_mAP', 0.0):.4f} "
+                      f"skipped_images={skipped}", flush=True)
+            return 0
+        finally:
+            self.comm.shutdown()
+
+
+def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    out = []
+    for k in a:
+        if isinstance(a[k], dict):
+            out += _diff(a[k], b.get(k, {}), f"{prefix}{k}.")
+        elif a[k] != b.get(k):
+            out.append(f"{prefix}{k}: saved {a[k]!r}, now {b.get(k)!r}")
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
