@@ -1,0 +1,1 @@
+"""Benchmark programs run as jobs (jobs/allreduce-bench.yaml runs allreduce.py)."""

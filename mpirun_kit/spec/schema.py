@@ -1,0 +1,315 @@
+"""The job spec: frozen dataclasses (``JobSpec``) and the JSON Schema they are checked against.
+
+Place in the data flow: ``load.py`` parses YAML, checks it against ``JOB_SCHEMA``
+(with file/line/key-path messages) and builds a ``JobSpec``; ``compile.py`` turns
+a JobSpec plus a target into a ``model.LaunchSpec`` and target settings.
+
+Defaults live here only: in the dataclasses, and mirrored in the schema's
+``default`` annotations for editors.  ``JOB_SCHEMA`` is published as
+``job.schema.json`` next to this file (``python -m mpirun_kit.spec.schema``
+rewrites it; a test keeps the two identical) so editors can validate specs::
+
+    # yaml-language-server: $schema=../mpirun_kit/spec/job.schema.json
+
+String values anywhere may reference CloudFormation stack outputs as
+``${stack:STACK.OutputKey}``; they are resolved at plan time (compile.py), so
+the schema only checks them as strings.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+API_VERSION = "mpirun_kit/v1"
+KIND = "Job"
+TARGETS = ("local", "sim", "ssh", "sagemaker")
+SCHEMA_PATH = Path(__file__).with_name("job.schema.json")
+
+Pairs = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Hosts reached with paramiko; ``hosts`` entries are ``name`` or ``name:slots``."""
+
+    hosts: tuple[str, ...] = ()
+    user: str = "root"
+    port: int = 22
+    identity_file: str | None = None
+    #: host keys are verified against this file (RejectPolicy: unknown hosts fail).
+    known_hosts: str = "~/.ssh/known_hosts"
+    #: python on the remote hosts (with mpirun_kit installed).
+    python: str = "python3"
+    #: directory on every host where the launch spec is shipped.
+    workdir: str = "/tmp/mpirun_kit"
+    connect_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class SimTarget:
+    """The simulated multi-host cluster (mpirun_kit.sim) on this machine."""
+
+    #: directory for the cluster's per-host state; None = a temporary directory.
+    root: str | None = None
+
+
+@dataclass(frozen=True)
+class SageMakerTarget:
+    role: str = ""
+    region: str | None = None
+    #: S3 URI for model artifacts / output (OutputDataConfig.S3OutputPath).
+    output_s3: str = ""
+    max_run_s: int = 86400
+    volume_size_gb: int = 100
+    tags: Pairs = ()
+    #: stream CloudWatch logs while waiting (`submit --wait`).
+    logs: bool = True
+
+
+@dataclass(frozen=True)
+class Target:
+    type: str = "local"
+    ssh: SshTarget = field(default_factory=SshTarget)
+    sim: SimTarget = field(default_factory=SimTarget)
+    sagemaker: SageMakerTarget = field(default_factory=SageMakerTarget)
+
+
+@dataclass(frozen=True)
+class Resources:
+    instance_type: str | None = None
+    #: host count (ssh: the length of target.ssh.hosts when omitted).
+    hosts: int | None = None
+    #: ranks per host; None = the instance's GPU count (1 without GPUs).
+    processes_per_host: int | None = None
+
+
+@dataclass(frozen=True)
+class Program:
+    """What every rank runs: ``python -m module args...`` or ``command args...``."""
+
+    module: str | None = None
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    working_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Mpi:
+    flavour: str = "auto"
+    mca: Pairs = ()
+    options: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tuning:
+    #: "auto" (by instance family), "none", or a preset name (presets.PRESETS).
+    profile: str = "auto"
+    #: aws-ofi-nccl version in the image; only versions < 1.7 get legacy knobs.
+    aws_ofi_nccl: str | None = None
+    #: "auto" (the family table), "true" or "false".
+    efa: str = "auto"
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One data channel; exactly one of s3 / efs / fsx / local is set."""
+
+    name: str
+    s3: str | None = None
+    #: EFS: file system id and path inside it.
+    efs_id: str | None = None
+    #: FSx for Lustre: file system id, mount name (FSx's MountName) and path inside it.
+    fsx_id: str | None = None
+    fsx_mount_name: str | None = None
+    path: str = "/"
+    #: a directory on the hosts (local/sim/ssh targets).
+    local: str | None = None
+    mode: str = "ro"
+    #: where ranks see it; None = /opt/ml/input/data/<name> (SageMaker's place).
+    mount: str | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.s3 is not None:
+            return "s3"
+        if self.efs_id is not None:
+            return "efs"
+        if self.fsx_id is not None:
+            return "fsx"
+        return "local"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Checkpoint or output location: an S3 URI (SageMaker) and/or a path on the hosts."""
+
+    s3: str | None = None
+    local_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Vpc:
+    subnets: tuple[str, ...] = ()
+    security_groups: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Spot:
+    enabled: bool = False
+    max_wait_s: int | None = None
+
+
+@dataclass(frozen=True)
+class JobTimeouts:
+    """Mirrors model.Timeouts; None fields keep the launcher's defaults."""
+
+    ssh_ready_s: float | None = None
+    ssh_ready_per_host_s: float | None = None
+    daemon_wait_s: float | None = None
+    daemon_wait_per_host_s: float | None = None
+    master_connect_s: float | None = None
+    master_silence_s: float | None = None
+    job_s: float | None = None
+    grace_s: float | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A whole job spec file, validated; ``source`` is the file it came from."""
+
+    name: str
+    program: Program
+    api_version: str = API_VERSION
+    description: str = ""
+    target: Target = field(default_factory=Target)
+    resources: Resources = field(default_factory=Resources)
+    image: str | None = None
+    hyperparameters: Pairs = ()
+    env: Pairs = ()
+    env_forward: tuple[str, ...] = ()
+    mpi: Mpi = field(default_factory=Mpi)
+    tuning: Tuning = field(default_factory=Tuning)
+    pinning: str = "auto"
+    data: tuple[Channel, ...] = ()
+    checkpoint: Location = field(default_factory=Location)
+    output: Location = field(default_factory=Location)
+    vpc: Vpc = field(default_factory=Vpc)
+    timeouts: JobTimeouts = field(default_factory=JobTimeouts)
+    retries: int = 0
+    spot: Spot = field(default_factory=Spot)
+    source: str = "<spec>"
+
+
+# --- JSON Schema ------------------------------------------------------------------------
+
+def _obj(props: dict, required: tuple[str, ...] = (), description: str = "") -> dict:
+    out = {"type": "object", "additionalProperties": False, "properties": props}
+    if required:
+        out["required"] = list(required)
+    if description:
+        out["description"] = description
+    return out
+
+
+_STR = {"type": "string"}
+_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}
+_SCALAR = {"type": ["string", "number", "boolean"]}
+_STRLIST = {"type": "array", "items": _STR}
+_SECONDS = {"type": "number", "exclusiveMinimum": 0}
+_S3 = {"type": "string", "pattern": r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|\$\{stack:.+\}.*)$"}
+_ABS = {"type": "string", "pattern": "^/"}
+
+JOB_SCHEMA: dict = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://github.com/mpirun-kit/mpirun_kit/blob/main/mpirun_kit/spec/job.schema.json",
+    "title": "mpirun_kit job spec",
+    **_obj({
+        "apiVersion": {"const": API_VERSION, "description": "spec version; currently " + API_VERSION},
+        "kind": {"const": KIND},
+        "name": {"type": "string", "pattern": "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$",
+                 "description": "a job name of letters, digits and '-', at most 63 characters (SageMaker's rule)"},
+        "description": _STR,
+        "target": _obj({
+            "type": {"enum": list(TARGETS), "default": "local"},
+            "local": _obj({}),
+            "sim": _obj({"root": _STR}),
+            "ssh": _obj({
+                "hosts": {"type": "array", "minItems": 1,
+                          "items": {"type": "string", "pattern": r"^[^\s:]+(:[1-9][0-9]*)?$"}},
+                "user": _STR, "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "identity_file": _STR, "known_hosts": _STR, "python": _STR, "workdir": _ABS,
+                "connect_timeout_s": _SECONDS,
+            }),
+            "sagemaker": _obj({
+                "role": _STR, "region": _STR, "output_s3": _S3,
+                "max_run_s": {"type": "integer", "minimum": 1},
+                "volume_size_gb": {"type": "integer", "minimum": 1},
+                "tags": {"type": "object", "additionalProperties": _SCALAR},
+                "logs": {"type": "boolean"},
+            }),
+        }, description="where the job runs, and that target's settings"),
+        "resources": _obj({
+            "instance_type": _STR,
+            "hosts": {"type": "integer", "minimum": 1},
+            "processes_per_host": {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]},
+        }),
+        "image": _STR,
+        "program": _obj({
+            "module": _STR,
+            "command": {"type": "array", "minItems": 1, "items": _STR},
+            "args": {"type": "array", "items": _SCALAR},
+            "working_dir": _STR,
+        }, description="what every rank runs: `module` (python -m) or `command`, plus args"),
+        "hyperparameters": {"type": "object", "additionalProperties": _SCALAR,
+                            "description": "appended to the program's args as `--key value`"},
+        "env": {"type": "object", "propertyNames": _NAME, "additionalProperties": _SCALAR},
+        "env_forward": {"type": "array", "items": _NAME},
+        "mpi": _obj({
+            "flavour": {"enum": ["auto", "openmpi4", "openmpi5", "mpich"]},
+            "mca": {"type": "object", "additionalProperties": _SCALAR},
+            "options": _STRLIST,
+        }),
+        "tuning": _obj({
+            "profile": {"type": "string", "description": "auto | none | p3dn | p4d | p5 | g5 | p3 | cpu"},
+            "aws_ofi_nccl": {"type": "string"},
+            "efa": {"enum": ["auto", True, False]},
+        }),
+        "pinning": {"enum": ["auto", "none"]},
+        "data": {"type": "object", "propertyNames": {"pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"},
+                 "additionalProperties": _obj({
+                     "s3": _S3,
+                     "efs": _obj({"file_system_id": _STR, "path": _STR}, ("file_system_id",)),
+                     "fsx": _obj({"file_system_id": _STR, "mount_name": _STR, "path": _STR},
+                                 ("file_system_id", "mount_name")),
+                     "local": _STR,
+                     "mode": {"enum": ["ro", "rw"]},
+                     "mount": _ABS,
+                 })},
+        "checkpoint": _obj({"s3": _S3, "local_path": _STR}),
+        "output": _obj({"s3": _S3, "local_path": _STR}),
+        "vpc": _obj({"subnets": _STRLIST, "security_groups": _STRLIST}),
+        "timeouts": _obj({k: _SECONDS for k in (
+            "ssh_ready_s", "ssh_ready_per_host_s", "daemon_wait_s", "daemon_wait_per_host_s",
+            "master_connect_s", "master_silence_s", "job_s", "grace_s")}),
+        "retries": {"type": "integer", "minimum": 0, "maximum": 30},
+        "spot": _obj({"enabled": {"type": "boolean"}, "max_wait_s": {"type": "integer", "minimum": 1}}),
+    }, ("apiVersion", "kind", "name", "program")),
+}
+
+
+def schema_text() -> str:
+    return json.dumps(JOB_SCHEMA, indent=2, sort_keys=False) + "\n"
+
+
+def write_schema(path: Path = SCHEMA_PATH) -> None:
+    """Publish ``JOB_SCHEMA`` atomically (a half-written schema would break every editor)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(schema_text())
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    write_schema(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_PATH)

@@ -1,0 +1,70 @@
+"""Fuzzing the loader: any text or structure must give a JobSpec or a SpecError, never a traceback.
+
+Three generators: arbitrary text, YAML-ish token soup (indentation, flow
+collections, anchors, tags, timestamps), and random structures grafted into a
+valid spec and dumped as YAML.  Whatever loads must also compile.
+"""
+from __future__ import annotations
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mpirun_kit.errors import SpecError
+from mpirun_kit.spec.compile import compile_job
+from mpirun_kit.spec.load import load_job_text
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+VALID = {
+    "apiVersion": "mpirun_kit/v1", "kind": "Job", "name": "fuzz",
+    "target": {"type": "local"}, "resources": {"hosts": 1, "processes_per_host": 2},
+    "program": {"module": "pkg.train", "args": ["--x", "${output}"]},
+    "env": {"A": "1"}, "tuning": {"profile": "auto"}, "timeouts": {"job_s": 10},
+}
+KEYS = sorted(set(VALID) | {"data", "vpc", "spot", "mpi", "image", "retries", "pinning", "hyperparameters",
+                            "type", "hosts", "module", "args", "fsx", "s3", "local", "mode", "subnets"})
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
+                    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+                    st.sampled_from(["${stack:a.B}", "${data:x}", "${", "auto", "sagemaker", "ml.p4d.24xlarge"]))
+trees = st.recursive(scalars, lambda kids: st.one_of(
+    st.lists(kids, max_size=4),
+    st.dictionaries(st.one_of(st.sampled_from(KEYS), st.text(max_size=6)), kids, max_size=4)), max_leaves=12)
+
+TOKENS = ["a", "name", "program", ":", ": ", "- ", "\n", "\n  ", "\n    ", "[", "]", "{", "}", ",", "'", '"',
+          "&x ", "*x", "!!binary ", "!!python/object ", "? ", "|", ">", "#", "2024-13-45", "1e309", "~", "%YAML 1.1\n",
+          "---\n", "...\n", "\t", "\\", "apiVersion: mpirun_kit/v1\n", "kind: Job\n", "${stack:x.Y}", "@", "`"]
+
+
+def check(text: str) -> None:
+    try:
+        job = load_job_text(text, "fuzz.yaml")
+    except SpecError:
+        return
+    try:
+        compile_job(job, resolver=lambda stack: {})
+    except SpecError:
+        pass
+
+
+@FUZZ
+@given(st.text(max_size=200))
+def test_arbitrary_text(text):
+    check(text)
+
+
+@FUZZ
+@given(st.lists(st.sampled_from(TOKENS), max_size=40).map("".join))
+def test_yaml_token_soup(text):
+    check(text)
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(sorted(VALID)), trees), max_size=3), trees)
+def test_random_structures_grafted_into_a_valid_spec(grafts, whole):
+    spec = dict(VALID)
+    for key, value in grafts:
+        spec[key] = value
+    check(yaml.safe_dump(spec))
+    check(yaml.safe_dump(whole))

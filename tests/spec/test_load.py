@@ -1,0 +1,209 @@
+"""Spec loader: every user-facing error message asserted, contradictions, whole-value builds."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from mpirun_kit.errors import SpecError
+from mpirun_kit.spec import schema as S
+from mpirun_kit.spec.load import JobSpecError, load_job, load_job_text
+
+HEAD = "apiVersion: mpirun_kit/v1\nkind: Job\nname: t\n"
+PROG = "program:\n  module: pkg.train\n"
+
+
+def errors(text: str, **kw) -> list[str]:
+    with pytest.raises(JobSpecError) as info:
+        load_job_text(textwrap.dedent(text), "job.yaml", **kw)
+    return [f.render("job.yaml") for f in info.value.findings]
+
+
+def test_minimal_spec_builds_whole_value():
+    job = load_job_text(HEAD + PROG, "job.yaml")
+    assert job == S.JobSpec(name="t", program=S.Program(module="pkg.train"), source="job.yaml")
+
+
+def test_unknown_key_suggests_closest_with_line():
+    assert errors(HEAD + PROG + "resources:\n  hosts: 1\n  instnce_type: ml.p4d.24xlarge\n") == [
+        "job.yaml:8: resources.instnce_type: unknown key; did you mean 'instance_type'? "
+        "valid keys here: hosts, instance_type, processes_per_host"]
+
+
+def test_unknown_top_level_key():
+    assert errors(HEAD + PROG + "hyperparameter:\n  lr: 0.1\n") == [
+        "job.yaml:6: hyperparameter: unknown key; did you mean 'hyperparameters'? valid keys here: apiVersion, "
+        "checkpoint, data, description, env, env_forward, hyperparameters, image, kind, mpi, name, output, "
+        "pinning, program, resources, retries, spot, target, timeouts, tuning, vpc"]
+
+
+def test_type_enum_and_required_messages():
+    assert errors("""\
+        apiVersion: mpirun_kit/v1
+        kind: Job
+        name: bad name
+        target:
+          type: sagemker
+        resources:
+          hosts: "2"
+          processes_per_host: 0
+        data:
+          train:
+            fsx: {file_system_id: fs-1}
+            mode: rx
+        env:
+          bad-name: 1
+        tuning: {efa: maybe}
+        """) == [
+        "job.yaml:1: missing required key 'program'",
+        "job.yaml:3: name: expected a job name of letters, digits and '-', at most 63 characters (SageMaker's rule); got string 'bad name'",
+        "job.yaml:5: target.type: expected one of 'local', 'sim', 'ssh', 'sagemaker'; got string 'sagemker'; "
+        "did you mean 'sagemaker'?",
+        "job.yaml:7: resources.hosts: expected an integer >= 1; got string '2'",
+        "job.yaml:8: resources.processes_per_host: expected an integer >= 1 or 'auto'; got number 0",
+        "job.yaml:11: data.train.fsx: missing required key 'mount_name'",
+        "job.yaml:12: data.train.mode: expected one of 'ro', 'rw'; got string 'rx'",
+        "job.yaml:14: env.bad-name: 'bad-name' is not a valid name here; expected a string matching "
+        "^[A-Za-z_][A-Za-z0-9_]*$",
+        "job.yaml:15: tuning.efa: expected one of 'auto', true, false; got string 'maybe'",
+    ]
+
+
+def test_yaml_syntax_error_has_line():
+    assert errors(HEAD + PROG + "vpc:\n  subnets: [${stack:a.B}]\n") == [
+        "job.yaml:7: not valid YAML: while parsing a flow sequence expected ',' or ']', but got '{'; "
+        "fix the syntax there"]
+
+
+def test_duplicate_key():
+    assert errors(HEAD + PROG + "name: u\n") == ["job.yaml:6: name: duplicate key (first at line 3); keep one"]
+
+
+def test_not_a_mapping_and_empty_file():
+    assert errors("- a\n- b\n") == [
+        "job.yaml:1: expected a mapping with apiVersion, kind, name, program; got a list"]
+    assert errors("") == ["job.yaml: expected a mapping with apiVersion, kind, name, program; got null (empty value)"]
+
+
+def test_non_string_key():
+    assert errors(HEAD + PROG + "env:\n  1: x\n") == [
+        "job.yaml:6: env: key 1 is number 1; keys must be strings (quote it)"]
+
+
+def test_wrong_api_version():
+    assert errors("apiVersion: mpirun_kit/v2\nkind: Job\nname: t\n" + PROG) == [
+        "job.yaml:1: apiVersion: this mpirun_kit reads 'mpirun_kit/v1'; got string 'mpirun_kit/v2'"]
+
+
+def test_date_value_hint():
+    assert errors(HEAD + PROG + "description: 2024-01-01\n") == [
+        "job.yaml:6: description: expected a string; got a date 2024-01-01 (quote it to make it a string)"]
+
+
+def test_unreadable_file(tmp_path):
+    with pytest.raises(SpecError, match=r"nope.yaml: cannot read the spec \(.*No such file.*\); expected a UTF-8 "
+                                        r"YAML file"):
+        load_job(tmp_path / "nope.yaml")
+
+
+# --- contradictions ---------------------------------------------------------------------
+
+SM = HEAD + """\
+target:
+  type: sagemaker
+  sagemaker: {role: "arn:aws:iam::1:role/r", output_s3: "s3://bucket/out"}
+image: img:1
+resources: {instance_type: ml.p4d.24xlarge, hosts: 2}
+""" + PROG
+
+
+def test_more_processes_than_gpus():
+    assert errors(SM.replace("hosts: 2}", "hosts: 2, processes_per_host: 16}")) == [
+        "job.yaml:8: resources.processes_per_host: 16 processes per host but ml.p4d.24xlarge has 8 GPUs; "
+        "expected at most 8 (one rank per GPU), or set pinning: none to share GPUs"]
+
+
+def test_fsx_without_subnets_and_subnets_without_groups():
+    fsx = "data:\n  coco:\n    fsx: {file_system_id: fs-1, mount_name: abc, path: /coco}\n"
+    assert errors(SM + fsx) == [
+        "job.yaml:13: data.coco.fsx: an FSx channel needs the job inside the file system's VPC: set vpc.subnets "
+        "(and vpc.security_groups)"]
+    assert errors(SM + fsx + "vpc:\n  subnets: [subnet-1]\n") == [
+        "job.yaml:14: vpc: vpc.subnets is set but vpc.security_groups is empty; SageMaker needs both (a group "
+        "that allows all traffic to itself, for MPI and NCCL)"]
+
+
+def test_sagemaker_required_settings():
+    text = HEAD + PROG + "target:\n  type: sagemaker\nresources: {instance_type: p4d.24xlarge}\n"
+    assert errors(text) == [
+        "job.yaml:1: image: required for target sagemaker: the training image URI (ECR)",
+        "job.yaml:6: target.sagemaker.output_s3: required for target sagemaker: an s3:// URI for output artifacts",
+        "job.yaml:6: target.sagemaker.role: required for target sagemaker: an IAM role ARN SageMaker can assume",
+        "job.yaml:8: resources.instance_type: SageMaker instance types start with 'ml.'; got 'p4d.24xlarge', did "
+        "you mean 'ml.p4d.24xlarge'?",
+    ]
+
+
+def test_spot_rules():
+    assert errors(SM + "spot: {enabled: true, max_wait_s: 100}\n") == [
+        "job.yaml:11: spot.max_wait_s: 100 is less than target.sagemaker.max_run_s (86400); SageMaker needs "
+        "max_wait_s >= max_run_s"]
+    assert errors(HEAD + PROG + "spot: {enabled: true}\n") == [
+        "job.yaml:6: spot.enabled: spot capacity exists only on target sagemaker; this job targets local"]
+
+
+def test_program_needs_exactly_one_of_module_or_command():
+    assert errors(HEAD + "program:\n  module: a\n  command: [b]\n") == [
+        "job.yaml:4: program: set exactly one of 'module' (runs python -m MODULE) or 'command' (an argv list); "
+        "got both"]
+
+
+def test_local_channel_on_sagemaker_and_s3_on_local():
+    assert errors(SM + "data:\n  d:\n    local: ./d\n") == [
+        "job.yaml:13: data.d.local: a local directory channel cannot reach SageMaker hosts; use s3, efs or fsx, "
+        "or submit with --target local/sim/ssh"]
+    assert errors(HEAD + PROG + "data:\n  d:\n    s3: s3://bucket/x\n") == [
+        "job.yaml:8: data.d.s3: a s3 channel is provisioned only by target sagemaker (this job targets local); "
+        "add a 'local' directory for it or use --target sagemaker"]
+
+
+def test_target_override_is_checked():
+    assert errors(HEAD + PROG + "resources: {hosts: 3}\n", target="ssh") == [
+        "job.yaml:1: target.ssh.hosts: required for target ssh: a list of hosts ('name' or 'name:slots')"]
+    assert errors(HEAD + PROG + "resources: {hosts: 3}\n") == [
+        "job.yaml:6: resources.hosts: target local runs on this machine only, got 3 hosts; use target sim to "
+        "simulate several hosts, or ssh/sagemaker for real ones"]
+
+
+def test_ssh_host_count_mismatch():
+    text = HEAD + PROG + "target:\n  type: ssh\n  ssh: {hosts: [a, b]}\nresources: {hosts: 3}\n"
+    assert errors(text) == [
+        "job.yaml:9: resources.hosts: 3 but target.ssh.hosts lists 2; drop resources.hosts or make them agree"]
+
+
+def test_unknown_macro_and_channel():
+    text = HEAD + "program:\n  module: m\n  args: ['${data:traen}', '${outptu}']\ndata:\n  train: {local: ./d}\n"
+    assert errors(text) == [
+        "job.yaml:6: program.args[0]: ${data:traen} names no data channel; did you mean 'train'? channels: train",
+        "job.yaml:6: program.args[1]: unknown reference ${outptu}; expected ${data:CHANNEL}, ${checkpoint}, "
+        "${output} or ${stack:STACK.OutputKey}",
+    ]
+
+
+def test_unknown_tuning_profile_and_version():
+    assert errors(HEAD + PROG + "tuning: {profile: p4, aws_ofi_nccl: latest}\n") == [
+        "job.yaml:6: tuning.aws_ofi_nccl: plugin version 'latest' is not a version; expected dotted numbers "
+        "like '1.7.3'",
+        "job.yaml:6: tuning.profile: tuning profile 'p4' is unknown; expected one of ['auto', 'cpu', 'g5', "
+        "'none', 'p3', 'p3dn', 'p4d', 'p5']",
+    ]
+
+
+def test_message_header_lists_count():
+    with pytest.raises(JobSpecError, match=r"^job.yaml: invalid job spec \(2 problem\(s\)\):\n  job.yaml:"):
+        load_job_text(HEAD + PROG + "retries: -1\npinning: off\n", "job.yaml")
+
+
+def test_published_schema_file_is_current():
+    assert S.SCHEMA_PATH.read_text() == S.schema_text(), \
+        "run `python -m mpirun_kit.spec.schema` to republish job.schema.json"
