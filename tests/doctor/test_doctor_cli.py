@@ -1,0 +1,105 @@
+"""`mpirun_kit doctor` on this machine (real processes): GPU/EFA rows report "absent",
+a stale variable or a bad key mode fails with exit 1, bad input exits 64, and the
+request's commands print as whole values."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mpirun_kit.doctor.coordinate import DoctorRequest
+from mpirun_kit.errors import SpecError
+
+PY = sys.executable
+
+
+def doctor(*args: str, env_extra: dict | None = None, home=None) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "HOME": str(home or "/nonexistent")}
+    env.update(env_extra or {})
+    return subprocess.run([PY, "-m", "mpirun_kit.cli.main", "doctor", "--as-host", "vm", *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_healthy_cpu_host_json(tmp_path):
+    proc = doctor("--json", "--mount", str(tmp_path), "--min-free-gb", "0.001", "--no-allreduce")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    rows = {c["name"]: c for c in rep["checks"]}
+    assert rep["ok"] is True
+    assert rows["gpus"]["status"] == "absent" and rows["efa"]["status"] == "absent"
+    assert rows["stale-env"]["status"] == "ok"
+    assert rows["disk"]["status"] == "ok"
+    assert rep["facts"][0]["host"] == "vm"
+
+
+def test_stale_nccl_proto_fails_with_exit_1():
+    proc = doctor("--no-allreduce", env_extra={"NCCL_PROTO": "simple"})
+    assert proc.returncode == 1
+    assert "stale-env     FAIL    NCCL_PROTO=simple is stale (warning)" in proc.stdout
+    assert "fix: unset NCCL_PROTO (or pass --allow-stale NCCL_PROTO if it is on purpose)" in proc.stdout
+    assert "mpirun_kit: error: doctor: 1 check(s) failed: vm/stale-env: NCCL_PROTO=simple" in proc.stderr
+    allowed = doctor("--no-allreduce", "--allow-stale", "NCCL_PROTO", env_extra={"NCCL_PROTO": "simple"})
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_private_key_readable_by_others_fails(tmp_path):
+    ssh = tmp_path / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "id_ed25519").write_text("k")
+    os.chmod(ssh / "id_ed25519", 0o644)
+    proc = doctor("--no-allreduce", home=tmp_path)
+    assert proc.returncode == 1
+    assert f"ssh-keys      FAIL    {ssh}/id_ed25519 is 644, expected 600 or 400" in proc.stdout
+
+
+def test_two_local_ranks_run_the_allreduce():
+    proc = doctor("--json", "--ranks-per-host", "2", "--allreduce-mb", "1", "--allreduce-port", "29531",
+                  "--timeout", "120")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["allreduce"]["backend"] == "gloo" and rep["allreduce"]["world_size"] == 2
+    assert rep["allreduce"]["busbw_gbps"] > 0
+    assert "doctor: allreduce smoke test, 2 ranks on 1 host(s)" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--hosts", ","), "--hosts ',': expected host names separated by commas"),
+    (("--hosts", "a,a"), "doctor: host(s) ['a'] listed twice in --hosts; name each host once"),
+    (("--ranks-per-host", "0"), "doctor: --ranks-per-host 0: expected 1 or more"),
+])
+def test_bad_input_exits_64(args, message):
+    proc = doctor(*args)
+    assert proc.returncode == 64
+    assert message in proc.stderr
+
+
+def test_unreachable_host_exits_69():
+    # Nothing listens on 127.0.0.1:1: ssh fails at once, the host is reported unreachable.
+    proc = doctor("--hosts", "vm,127.0.0.1", "--ssh-port", "1", "--timeout", "60")
+    assert proc.returncode == 69
+    assert "reach         FAIL    could not gather facts: exit 255" in proc.stdout
+    assert "doctor: could not gather facts from 127.0.0.1 (exit 255" in proc.stderr
+
+
+def test_request_commands_are_the_dry_run():
+    req = DoctorRequest(hosts=("algo-1", "algo-2"), local_host="algo-1", python="/py", mounts=("/fsx",),
+                        allreduce_bytes=1024, timeout_s=30)
+    assert req.commands() == [
+        "# algo-1: gather facts in-process",
+        "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.cli.main doctor "
+        "--gather-only --as-host algo-2 --hosts algo-1,algo-2 --ssh-dir /root/.ssh --ssh-port 22 --mount /fsx'",
+        "/py -m mpirun_kit.doctor.allreduce --rank 0 --world-size 2 --local-rank 0 --master algo-1 --port 29499 "
+        "--bytes 1024 --iters 5 --timeout 30",
+        "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.doctor.allreduce --rank 1 "
+        "--world-size 2 --local-rank 0 --master algo-1 --port 29499 --bytes 1024 --iters 5 --timeout 30'",
+    ]
+    proc = doctor("--hosts", "vm,algo-2", "--dry-run")
+    assert proc.returncode == 0 and proc.stdout.startswith("# vm: gather facts in-process\nssh ")
+
+
+def test_request_rejects_no_hosts():
+    with pytest.raises(SpecError, match="doctor: no hosts; pass --hosts algo-1,algo-2"):
+        DoctorRequest(hosts=(), local_host="x", python="py")
