@@ -1,0 +1,112 @@
+"""Our template rules (mpirun_kit.stack.rules): every cfn/ template passes, each seeded bad template fails.
+
+The bad templates under tests/cfn/bad/ are the proof that each rule fails when it should;
+findings are compared whole.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mpirun_kit.stack import Finding, check_template, load_template
+from mpirun_kit.stack.rules import parameter_choices, scenarios
+
+REPO = Path(__file__).resolve().parents[2]
+TEMPLATES = sorted(str(p.relative_to(REPO)) for p in (REPO / "cfn").glob("*.yaml"))
+BAD = "tests/cfn/bad/"
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+def test_every_template_is_there():
+    assert TEMPLATES == ["cfn/efs.yaml", "cfn/fsx.yaml", "cfn/sagemaker-role.yaml", "cfn/vpc.yaml"]
+
+
+@pytest.mark.parametrize("path", TEMPLATES)
+def test_templates_pass_our_rules(path):
+    assert check_template(load_template(path)) == ()
+
+
+def test_fsx_rules_try_both_deployment_types_and_both_link_styles():
+    t = load_template("cfn/fsx.yaml")
+    choices = parameter_choices(t)
+    assert choices["DeploymentType"] == ("SCRATCH_2", "PERSISTENT_2")
+    assert choices["S3DataPath"] == ("", "<S3DataPath>")
+    assert len(list(scenarios(t))) == 800
+
+
+def test_persistent2_with_import_path():
+    assert check_template(load_template(BAD + "fsx-persistent2-importpath.yaml")) == (
+        Finding("FSX_S3_LINK", "Lustre", "PERSISTENT_2 does not support ImportPath, ExportPath; link S3 with an "
+                "AWS::FSx::DataRepositoryAssociation instead (or use SCRATCH_2)"),
+    )
+
+
+def test_deployment_type_from_ref_is_checked_per_allowed_value():
+    assert check_template(load_template(BAD + "fsx-param-driven.yaml")) == (
+        Finding("FSX_S3_LINK", "Lustre", "PERSISTENT_2 does not support ImportPath; link S3 with an "
+                "AWS::FSx::DataRepositoryAssociation instead (or use SCRATCH_2)",
+                when=(("DeploymentType", "PERSISTENT_2"),)),
+    )
+
+
+def test_double_link_and_association_on_scratch1():
+    assert check_template(load_template(BAD + "fsx-double-link.yaml")) == (
+        Finding("FSX_S3_LINK", "Scratch2", "linked to S3 both by ImportPath and by Scratch2Link; use one: "
+                "ImportPath on SCRATCH_2, a DataRepositoryAssociation on PERSISTENT_2"),
+        Finding("FSX_S3_LINK", "Scratch1", "AutoImportPolicy set without ImportPath; set ImportPath to the "
+                "linked S3 location"),
+        Finding("FSX_S3_LINK", "Scratch1", "SCRATCH_1 does not support data repository associations "
+                "(Scratch1Link); use PERSISTENT_2"),
+    )
+
+
+def test_throughput_vs_deployment_type():
+    assert check_template(load_template(BAD + "fsx-throughput.yaml")) == (
+        Finding("FSX_THROUGHPUT", "Persistent", "PerUnitStorageThroughput=300 is not valid for PERSISTENT_2 SSD; "
+                "expected one of 125, 250, 500, 1000 MB/s/TiB"),
+        Finding("FSX_THROUGHPUT", "Scratch", "PerUnitStorageThroughput=125 on SCRATCH_2; scratch file systems "
+                "have a fixed throughput: remove it (or use PERSISTENT_2)"),
+        Finding("FSX_THROUGHPUT", "Scratch", "StorageCapacity=2000 GiB is not valid for SCRATCH_2 SSD; "
+                "expected 1200 or a multiple of 2400"),
+    )
+
+
+def test_efa_group_without_self_egress():
+    assert check_template(load_template(BAD + "vpc-no-self-egress.yaml")) == (
+        Finding("EFA_SELF_RULES", "Efa", "EFA needs all traffic within the group; missing: an "
+                "AWS::EC2::SecurityGroupEgress with IpProtocol -1 to itself (DestinationSecurityGroupId); "
+                "egress with IpProtocol -1 to 0.0.0.0/0"),
+    )
+
+
+def test_vpc_without_efa_group():
+    assert check_template(load_template(BAD + "vpc-no-efa-group.yaml")) == (
+        Finding("EFA_SELF_RULES", "(template)", "creates a VPC but no security group is marked for EFA; add "
+                "Metadata {mpirun_kit: {efa: true}} to the training-host group and give it the self rules"),
+    )
+
+
+def test_vpc_template_self_rules_are_what_the_rule_needs():
+    """Removing the self egress from cfn/vpc.yaml makes the rule fire (the real template, not a copy)."""
+    t = load_template("cfn/vpc.yaml")
+    resources = {k: v for k, v in t.resources.items() if k != "TrainingSelfEgress"}
+    trimmed = type(t)(t.path, t.body, {**t.parsed, "Resources": resources}, t.parameters)
+    assert [f.rule for f in check_template(trimmed)] == ["EFA_SELF_RULES"]
+
+
+def test_efs_unencrypted_without_backup():
+    assert check_template(load_template(BAD + "efs-unencrypted.yaml")) == (
+        Finding("EFS_ENCRYPTED", "Shared", "Encrypted=(not set); set Encrypted: true (encryption at rest can "
+                "only be chosen at creation)"),
+        Finding("EFS_BACKUP", "Shared", "BackupPolicy.Status=(not set); set BackupPolicy: {Status: ENABLED}"),
+    )
+
+
+def test_finding_text():
+    f = Finding("FSX_S3_LINK", "Lustre", "bad", when=(("DeploymentType", "PERSISTENT_2"),))
+    assert str(f) == "FSX_S3_LINK Lustre: bad [with DeploymentType=PERSISTENT_2]"

@@ -1,0 +1,69 @@
+"""Pure helpers: progress lines, root-cause choice, env exports of outputs."""
+from __future__ import annotations
+
+import shlex
+import subprocess
+from datetime import datetime, timezone
+
+from mpirun_kit.stack import StackEvent, env_name, first_failure, render_env
+from mpirun_kit.stack.deploy import Change, render_changes
+
+
+def ev(i, t, lid, rtype, status, reason=""):
+    return StackEvent(f"e{i}", f"2026-11-21T21:00:{t:02d}+00:00", lid, rtype, status, reason)
+
+
+def test_first_failure_skips_cancellations_and_the_stack_itself():
+    events = [
+        ev(5, 9, "mrk", "AWS::CloudFormation::Stack", "ROLLBACK_IN_PROGRESS", "The following resource(s) failed"),
+        ev(4, 8, "Subnet", "AWS::EC2::Subnet", "CREATE_FAILED", "Resource creation cancelled"),
+        ev(3, 7, "Lustre", "AWS::FSx::FileSystem", "CREATE_FAILED", "Invalid PerUnitStorageThroughput"),
+        ev(2, 6, "Lustre", "AWS::FSx::FileSystem", "CREATE_IN_PROGRESS"),
+    ]
+    assert first_failure(events) == events[2]
+
+
+def test_first_failure_falls_back_and_can_be_none():
+    only_cancelled = [ev(1, 1, "A", "T", "CREATE_FAILED", "Resource creation cancelled")]
+    assert first_failure(only_cancelled) == only_cancelled[0]
+    assert first_failure([ev(1, 1, "A", "T", "CREATE_COMPLETE")]) is None
+
+
+def test_event_from_api_and_line():
+    raw = {"EventId": "x1", "Timestamp": datetime(2026, 11, 21, 21, 0, 5, tzinfo=timezone.utc),
+           "LogicalResourceId": "Vpc", "ResourceType": "AWS::EC2::VPC", "ResourceStatus": "CREATE_FAILED",
+           "ResourceStatusReason": "quota"}
+    e = StackEvent.from_api(raw)
+    assert e == StackEvent("x1", "2026-11-21T21:00:05+00:00", "Vpc", "AWS::EC2::VPC", "CREATE_FAILED", "quota")
+    assert e.line() == "21:00:05  CREATE_FAILED                Vpc (AWS::EC2::VPC)  quota"
+    # moto leaves the resource out for types it skips: still a line, never a KeyError.
+    assert StackEvent.from_api({"EventId": "x2"}).line() == "  ?                            ? (?)"
+
+
+def test_change_table():
+    table = render_changes((Change("Add", "Vpc", "AWS::EC2::VPC"),
+                            Change("Modify", "Lustre", "AWS::FSx::FileSystem", "True", "fs-1")))
+    assert table.splitlines() == [
+        "ACTION  RESOURCE  TYPE                  REPLACEMENT     PHYSICAL ID",
+        "Add     Vpc       AWS::EC2::VPC         -               -",
+        "Modify  Lustre    AWS::FSx::FileSystem  yes (replaced)  fs-1",
+    ]
+    assert render_changes(()) == "(no resource changes)"
+
+
+def test_env_names():
+    assert env_name("mrk-vpc", "SecurityGroupId") == "MRK_MRK_VPC_SECURITYGROUPID"
+    assert env_name("fsx.1", "LustreMountName") == "MRK_FSX_1_LUSTREMOUNTNAME"
+
+
+def test_env_exports_are_shell_safe():
+    outputs = {"B": "it's $HOME; rm -rf /", "A": "subnet-1,subnet-2"}
+    text = render_env("s", outputs)
+    assert text.splitlines() == [
+        "export MRK_S_A=subnet-1,subnet-2",
+        "export MRK_S_B=" + shlex.quote("it's $HOME; rm -rf /"),
+    ]
+    # A real shell reads back exactly the values.
+    got = subprocess.run(["sh", "-c", text + '\nprintf "%s|%s" "$MRK_S_A" "$MRK_S_B"'],
+                         capture_output=True, text=True, check=True).stdout
+    assert got == "subnet-1,subnet-2|it's $HOME; rm -rf /"
