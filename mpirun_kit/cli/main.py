@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stack",
     "validate",
     "plan",
+    "submit",
     "doctor",
     "keys",
 )

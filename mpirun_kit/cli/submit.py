@@ -1,0 +1,81 @@
+"""`mpirun_kit submit JOB.yaml [--target T]`: run a job spec on its target; the job's exit code is ours.
+
+Argument parsing and the choices a pure builder must not make (a free port, a
+cluster name, a SageMaker job name with a timestamp, temporary directories)
+live here; each target's ``dryrun`` builds the request as a value (printed by
+``--dry-run``) and its ``run`` executes it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .plan import EXIT_CODES as PLAN_CODES, add_spec_args, compile_from_args
+
+EXIT_CODES = ("exit codes: 0 success; 1-63 the job's own exit code (first failing rank); 64 invalid spec or flag; "
+              "69 a host or AWS unreachable; 70 launcher failure; 124 the job ran past timeouts.job_s; 128+N "
+              "ended by signal N (130 Ctrl-C).")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sagemaker_job_name(base: str, now: float) -> str:
+    """``base-YYYYmmdd-HHMMSS``, cut to SageMaker's 63 characters."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    return f"{base[:63 - len(stamp) - 1]}-{stamp}"
+
+
+def build_dryrun(args, compiled):
+    from ..spec.compile import output_path
+    from ..targets import get_target
+
+    job = compiled.job
+    target = get_target(job.target.type)
+    if job.target.type == "local":
+        run_dir = Path(output_path(job)) / "launch"
+        return target, target.dryrun(compiled, run_dir=run_dir.resolve(), python=sys.executable,
+                                      result_port=free_port())
+    if job.target.type == "sim":
+        root = Path(job.target.sim.root) if job.target.sim.root else Path(tempfile.mkdtemp(prefix="mrk-sim-"))
+        exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
+        return target, target.dryrun(compiled, root=root, name=f"s{os.getpid():x}"[:12], mpirun_kit_exe=exe)
+    if job.target.type == "ssh":
+        return target, target.dryrun(compiled, run_id=f"{job.name}-{os.getpid():x}")
+    name = args.job_name or sagemaker_job_name(job.name, time.time())
+    return target, target.dryrun(compiled, job_name=name)
+
+
+def _submit(args) -> int:
+    compiled, _ = compile_from_args(args)
+    for w in compiled.warnings:
+        print(f"mpirun_kit: warning: {w}", file=sys.stderr)
+    target, dry = build_dryrun(args, compiled)
+    if args.dry_run:
+        print(dry.to_json() if args.json else dry.render(), end="\n" if args.json else "")
+        return 0
+    if compiled.job.target.type == "sagemaker":
+        return target.run(dry, wait=args.wait)
+    return target.run(dry)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "submit", help="run a job spec on its target (local, sim, ssh, sagemaker)",
+        description="Validate and compile JOB.yaml, then run it: local = this machine via mpirun (the default); "
+                    "sim = the simulated multi-host cluster; ssh = real hosts over paramiko; sagemaker = a "
+                    "CreateTrainingJob request. --dry-run prints exactly what would run (the request) and exits.",
+        epilog=EXIT_CODES + " " + PLAN_CODES)
+    add_spec_args(p)
+    p.add_argument("--dry-run", action="store_true", help="print the request (argv, spec, CreateTrainingJob) and exit 0")
+    p.add_argument("--wait", action="store_true", help="sagemaker: follow status and CloudWatch logs until the job ends")
+    p.add_argument("--job-name", metavar="NAME", help="sagemaker: training job name (default NAME-YYYYmmdd-HHMMSS)")
+    p.set_defaults(func=_submit)

@@ -1,0 +1,21 @@
+"""Targets: where a compiled job runs (local, sim, ssh, sagemaker).
+
+Each target splits into a pure ``dryrun(compiled, ...) -> DryRun`` (the request
+as a printable value; ``submit --dry-run`` prints it) and ``run(dryrun)``, the
+only side effect (torchx's submit_dryrun/schedule split).  ``get_target(name)``
+imports the module lazily so boto3/paramiko load only when used.
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..errors import SpecError
+
+TARGET_MODULES = {"local": "local", "sim": "sim", "ssh": "ssh", "sagemaker": "sagemaker"}
+
+
+def get_target(name: str):
+    """The target module for ``name`` (it exposes ``dryrun`` and ``run``)."""
+    if name not in TARGET_MODULES:
+        raise SpecError(f"target {name!r} is unknown; expected one of {sorted(TARGET_MODULES)}")
+    return importlib.import_module(f"{__name__}.{TARGET_MODULES[name]}")

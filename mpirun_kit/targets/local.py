@@ -1,0 +1,83 @@
+"""Target ``local`` (the default): the job's ranks on this machine, via the launcher's `mpirun_kit launch`.
+
+Place in the data flow: CompiledJob -> ``dryrun`` (argv + the LaunchSpec file,
+a value) -> ``run`` writes the spec file and runs the argv.  The launcher
+(entrypoint/master) does the rest: mpirun, ``[rank host]`` output prefixes,
+the root-cause failure report and the exit code, which ``run`` passes through.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..spec.compile import CompiledJob
+from .base import DryRun, Progress, exit_code_of, retrying
+
+SPEC_FILE = "launch-spec.json"
+
+
+def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: int) -> DryRun:
+    """The local launch as a value.
+
+    Args:
+        compiled: the job (target local).
+        run_dir: where the spec file and the failure report go (``--opt-ml``).
+        python: the interpreter with mpirun_kit installed.
+        result_port: a free TCP port for the launcher's result channel (chosen by the caller).
+    """
+    slots = compiled.hosts[0].slots
+    spec_path = Path(run_dir) / SPEC_FILE
+    argv = [python, "-m", "mpirun_kit.cli.main", "launch", "--hosts", f"localhost:{slots}",
+            "--spec", str(spec_path), "--opt-ml", str(run_dir)]
+    # A port per run: two local jobs (or a job and a test) must not share a result channel.
+    spec = dataclasses.replace(compiled.launch, result_port=result_port)
+    return DryRun(
+        target="local", job=compiled.job.name,
+        request={"argv": argv, "cwd": compiled.launch.working_dir, "retries": compiled.job.retries,
+                 "ranks": slots},
+        files=((str(spec_path), spec.to_json() + "\n"),),
+        notes=("the failure report (root cause first) is written to " + str(Path(run_dir) / "output" / "failure"),))
+
+
+def write_files(dry: DryRun) -> None:
+    """Write the request's files atomically (a half-written spec would be read by the launcher)."""
+    for path, text in dry.files:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, p)
+
+
+def run_argv(argv: list[str], cwd: str | None = None) -> int:
+    """Run one launcher process, forwarding SIGTERM/SIGINT to it; return its exit code."""
+    proc = subprocess.Popen(argv, cwd=cwd)
+    forwarded = {}
+
+    def forward(signum, frame):
+        # The launcher turns this into SIGTERM for every rank, then a grace period, then SIGKILL.
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        forwarded[sig] = signal.signal(sig, forward)
+    try:
+        return exit_code_of(proc.wait())
+    finally:
+        for sig, old in forwarded.items():
+            signal.signal(sig, old)
+
+
+def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:
+    """Run the local job; returns its exit code (the first failing rank's, or 128+N for signal N)."""
+    write_files(dry)
+    progress = Progress(clock=clock)
+    progress.done(f"local: {dry.request['ranks']} rank(s) on this machine")
+    return retrying(lambda attempt: run_argv(dry.request["argv"], dry.request["cwd"]),
+                    dry.request["retries"], progress)
