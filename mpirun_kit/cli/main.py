@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "plan",
     "submit",
+    "jobs",
     "doctor",
     "keys",
 )

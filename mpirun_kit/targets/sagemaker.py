@@ -1,0 +1,238 @@
+"""Target ``sagemaker``: a CreateTrainingJob request built from the job, and following it.
+
+Place in the data flow: CompiledJob + a job name (chosen by the caller, never
+here) -> ``build_request`` (a pure dict, what ``submit --dry-run`` prints) ->
+``run`` calls ``create_training_job`` and, with ``--wait``, follows the status
+and the CloudWatch logs until the job ends, returning an exit code that matches
+the job's.  Clients and the clock are injected (moto/Stubber in tests).
+
+On every host SageMaker starts the training image, whose entrypoint is
+``mpirun_kit entrypoint``: it reads the LaunchSpec from the hyperparameter
+``model.LAUNCH_SPEC_HYPERPARAMETER``, elects algo-1 and runs mpirun.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any, Callable
+
+from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..errors import ClusterError, SpecError
+from ..model import LAUNCH_SPEC_HYPERPARAMETER
+from ..spec.compile import CompiledJob, checkpoint_path
+from .base import DryRun, Progress
+
+#: SageMaker's limit on one hyperparameter value.
+HYPERPARAMETER_MAX = 2500
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+#: Regexes over the training module's rank-0 lines (mpirun_kit.maskrcnn.train) and the allreduce bench.
+METRIC_DEFINITIONS = (
+    {"Name": "train:loss", "Regex": r"step=\d+ loss=([-+0-9.eE]+)"},
+    {"Name": "train:lr", "Regex": r"step=\d+ .*?\blr=([-+0-9.eE]+)"},
+    {"Name": "train:images_per_s", "Regex": r"images_per_s=([-+0-9.eE]+)"},
+    {"Name": "val:bbox_mAP", "Regex": r"bbox_mAP=([0-9.]+)"},
+    {"Name": "val:segm_mAP", "Regex": r"segm_mAP=([0-9.]+)"},
+    {"Name": "allreduce:busbw_GBps", "Regex": r"busbw_GBps=([0-9.]+)"},
+)
+TERMINAL = ("Completed", "Failed", "Stopped")
+
+
+def directory_path(mount_name: str, path: str) -> str:
+    """FSx for Lustre DirectoryPath: ``/<MountName>/<path inside the file system>``."""
+    inner = "/".join(p for p in path.split("/") if p)
+    return f"/{mount_name}" + (f"/{inner}" if inner else "")
+
+
+def _channel(ch) -> dict:
+    if ch.kind == "s3":
+        source = {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": ch.s3,
+                                   "S3DataDistributionType": "FullyReplicated"}}
+    elif ch.kind == "fsx":
+        source = {"FileSystemDataSource": {"FileSystemId": ch.fsx_id, "FileSystemType": "FSxLustre",
+                                           "FileSystemAccessMode": ch.mode,
+                                           "DirectoryPath": directory_path(ch.fsx_mount_name, ch.path)}}
+    else:
+        source = {"FileSystemDataSource": {"FileSystemId": ch.efs_id, "FileSystemType": "EFS",
+                                           "FileSystemAccessMode": ch.mode,
+                                           "DirectoryPath": "/" + "/".join(p for p in ch.path.split("/") if p)}}
+    return {"ChannelName": ch.name, "DataSource": source, "InputMode": "File"}
+
+
+def build_request(compiled: CompiledJob, job_name: str) -> dict:
+    """The CreateTrainingJob request, as a plain dict.  Pure: the name is an argument.
+
+    Raises:
+        SpecError: the serialized LaunchSpec is longer than SageMaker accepts in a hyperparameter.
+    """
+    job = compiled.job
+    sm = job.target.sagemaker
+    launch_json = compiled.launch.to_json()
+    if len(launch_json) > HYPERPARAMETER_MAX:
+        raise SpecError(f"{job.source}: the launch spec is {len(launch_json)} characters as JSON but a SageMaker "
+                        f"hyperparameter holds at most {HYPERPARAMETER_MAX}; shorten program.args/env (move long "
+                        "settings into a config file on the data channel)")
+    req: dict[str, Any] = {
+        "TrainingJobName": job_name,
+        "RoleArn": sm.role,
+        "AlgorithmSpecification": {
+            "TrainingImage": job.image,
+            "TrainingInputMode": "File",
+            "MetricDefinitions": [dict(m) for m in METRIC_DEFINITIONS],
+            "EnableSageMakerMetricsTimeSeries": True,
+        },
+        "HyperParameters": {LAUNCH_SPEC_HYPERPARAMETER: launch_json},
+        # The container's own environment: the tuned NCCL/EFA variables (also carried by the LaunchSpec).
+        "Environment": dict(compiled.tuning.env),
+        "ResourceConfig": {"InstanceType": job.resources.instance_type, "InstanceCount": len(compiled.hosts),
+                           "VolumeSizeInGB": sm.volume_size_gb},
+        "OutputDataConfig": {"S3OutputPath": sm.output_s3},
+        "StoppingCondition": {"MaxRuntimeInSeconds": sm.max_run_s},
+        "EnableManagedSpotTraining": job.spot.enabled,
+        # MPI needs every host to reach every other: SageMaker's default, kept explicit.
+        "EnableNetworkIsolation": False,
+        "Tags": [{"Key": k, "Value": v} for k, v in sm.tags],
+    }
+    if job.data:
+        req["InputDataConfig"] = [_channel(ch) for ch in job.data]
+    if job.spot.enabled:
+        req["StoppingCondition"]["MaxWaitTimeInSeconds"] = job.spot.max_wait_s or 2 * sm.max_run_s
+    if job.checkpoint.s3:
+        req["CheckpointConfig"] = {"S3Uri": job.checkpoint.s3, "LocalPath": checkpoint_path(job)}
+    if job.vpc.subnets:
+        req["VpcConfig"] = {"Subnets": list(job.vpc.subnets), "SecurityGroupIds": list(job.vpc.security_groups)}
+    if job.retries:
+        req["RetryStrategy"] = {"MaximumRetryAttempts": job.retries}
+    return req
+
+
+def dryrun(compiled: CompiledJob, *, job_name: str) -> DryRun:
+    """The SageMaker submission as a value."""
+    sm = compiled.job.target.sagemaker
+    return DryRun("sagemaker", compiled.job.name,
+                  {"region": sm.region, "logs": sm.logs, "CreateTrainingJob": build_request(compiled, job_name)})
+
+
+def exit_code_for(desc: dict) -> int:
+    """A finished training job's description -> the exit code ``submit --wait`` returns."""
+    status = desc.get("TrainingJobStatus")
+    if status == "Completed":
+        return 0
+    if status == "Stopped":
+        return 143
+    reason = desc.get("FailureReason", "")
+    if desc.get("SecondaryStatus") == "MaxRuntimeExceeded" or "MaxRuntimeExceeded" in reason:
+        return 124
+    # The entrypoint's failure file (the FailureReason) names the job's own code.
+    m = re.search(r"exit(?:ed with)? code (\d+)", reason)
+    return int(m.group(1)) if m else 1
+
+
+class LogFollower:
+    """Prints new CloudWatch events of every host's stream, prefixed with the stream's host."""
+
+    def __init__(self, logs_client, job_name: str, out):
+        self.client, self.job_name, self.out = logs_client, job_name, out
+        self.tokens: dict[str, str | None] = {}
+
+    def poll(self) -> int:
+        try:
+            streams = self.client.describe_log_streams(logGroupName=LOG_GROUP,
+                                                       logStreamNamePrefix=self.job_name + "/").get("logStreams", [])
+        except self.client.exceptions.ResourceNotFoundException:
+            return 0  # the group appears with the first host's output
+        printed = 0
+        for s in sorted(streams, key=lambda s: s["logStreamName"]):
+            name = s["logStreamName"]
+            kw = {"nextToken": self.tokens[name]} if self.tokens.get(name) else {"startFromHead": True}
+            resp = self.client.get_log_events(logGroupName=LOG_GROUP, logStreamName=name, **kw)
+            host = name.split("/", 1)[-1]
+            for e in resp.get("events", []):
+                self.out.write(f"[{host}] {e['message'].rstrip()}\n")
+                printed += 1
+            self.tokens[name] = resp.get("nextForwardToken")
+        self.out.flush()
+        return printed
+
+
+def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLOCK, out=None,
+           poll_s: float = 5.0, timeout_s: float | None = None, progress: Progress | None = None) -> int:
+    """Follow a training job to its end; return its exit code (see ``exit_code_for``).
+
+    Args:
+        client: boto3 SageMaker client.
+        logs_client: boto3 CloudWatch Logs client; None follows status only.
+        timeout_s: give up following after this long (the job keeps running).
+
+    Raises:
+        ClusterError: the job is unknown, or following timed out.
+    """
+    out = out or sys.stdout
+    progress = progress or Progress(clock=clock)
+    deadline = Deadline(clock, timeout_s)
+    follower = LogFollower(logs_client, job_name, out) if logs_client is not None else None
+    last = None
+    while True:
+        desc = describe(client, job_name)
+        state = (desc.get("TrainingJobStatus"), desc.get("SecondaryStatus"))
+        if follower is not None:
+            follower.poll()
+        if state != last:
+            progress.done(f"sagemaker {job_name}: {state[0]} / {state[1]}")
+            last = state
+        if state[0] in TERMINAL:
+            if follower is not None:
+                follower.poll()
+            if desc.get("FailureReason"):
+                progress.done(f"failure reason: {desc['FailureReason']}")
+            return exit_code_for(desc)
+        if deadline.expired():
+            raise ClusterError(f"training job {job_name} still {state[0]} after {timeout_s:g}s of following; it keeps "
+                               f"running: `mpirun_kit status {job_name}`, `mpirun_kit stop {job_name}`")
+        progress.update(f"sagemaker {job_name}: {state[0]} / {state[1]} (Ctrl-C stops following, not the job)")
+        clock.sleep(min(poll_s, deadline.remaining()))
+
+
+def describe(client, job_name: str) -> dict:
+    """describe_training_job with an actionable error for unknown names."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return client.describe_training_job(TrainingJobName=job_name)
+    except ClientError as exc:
+        raise ClusterError(f"training job {job_name!r}: {exc.response.get('Error', {}).get('Message', exc)}; check "
+                           "the name (`aws sagemaker list-training-jobs`) and the region") from exc
+
+
+def make_clients(region: str | None) -> tuple[Any, Any]:
+    import boto3
+
+    return boto3.client("sagemaker", region_name=region), boto3.client("logs", region_name=region)
+
+
+def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tuple[Any, Any]] = make_clients,
+        clock: Clock = SYSTEM_CLOCK, out=None, poll_s: float = 10.0) -> int:
+    """Create the training job; with ``wait``, follow it and return its exit code."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    out = out or sys.stdout
+    req = dry.request["CreateTrainingJob"]
+    sm, logs = clients(dry.request["region"])
+    try:
+        resp = sm.create_training_job(**req)
+    except (BotoCoreError, ClientError) as exc:
+        raise ClusterError(f"CreateTrainingJob {req['TrainingJobName']} was refused: {exc}; check the role, image, "
+                           "instance quota and region (`mpirun_kit submit --dry-run` shows the request)") from exc
+    out.write(f"created {resp.get('TrainingJobArn', req['TrainingJobName'])}\n")
+    out.flush()
+    if not wait:
+        out.write(f"follow it with: mpirun_kit status {req['TrainingJobName']} / mpirun_kit logs "
+                  f"{req['TrainingJobName']} --follow\n")
+        return 0
+    stop = req["StoppingCondition"]
+    limit = stop.get("MaxWaitTimeInSeconds", stop["MaxRuntimeInSeconds"]) + 3600
+    try:
+        return follow(sm, req["TrainingJobName"], logs_client=logs if dry.request["logs"] else None,
+                      clock=clock, out=out, poll_s=poll_s, timeout_s=limit)
+    except KeyboardInterrupt:
+        out.write(f"stopped following; the job keeps running (mpirun_kit stop {req['TrainingJobName']})\n")
+        return 130
