@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,105 @@ def test_sshd_argv_refuses_wildcards():
     with pytest.raises(SpecError, match=r"sshd listen address '0.0.0.0': expected the cluster interface's address"):
         sshkeys.sshd_argv("0.0.0.0")
     assert sshkeys.sshd_argv("fd00::1")[-1] == "ListenAddress=[fd00::1]"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_derived_keys_log_in_through_the_image_sshd_config(tmp_path):
+    """End to end on 127.0.0.1: `keys install` files + docker/sshd_config + sshd_argv; ssh logs in
+    with the derived user key and accepts the pinned host key with StrictHostKeyChecking=yes."""
+    import socket
+    import time
+
+    import shutil
+    import tempfile
+
+    secret = tmp_path / "job-secret"
+    subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", "keys", "new", "--out", str(secret)], check=True)
+    # sshd's StrictModes rejects keys under a world-writable directory such as /tmp,
+    # so the installed files live under /run (root-owned, 755), as they would in ~root.
+    keys_root = Path(tempfile.mkdtemp(prefix="mpirun-kit-sshkeys-", dir="/run"))
+    ssh_dir, host_key = keys_root / "ssh", keys_root / "hostkey" / "ssh_host_ed25519_key"
+    subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", "keys", "install", "--secret-file", str(secret),
+                    "--job", "e2e", "--hosts", "algo-1,algo-2", "--ssh-dir", str(ssh_dir),
+                    "--host-key", str(host_key)], check=True)
+    cfg = tmp_path / "sshd_config"
+    cfg.write_text((REPO / "docker" / "sshd_config").read_text().replace(sshkeys.HOST_KEY_PATH, str(host_key)))
+    os.makedirs("/run/sshd", exist_ok=True)
+    port = _free_port()
+    # 127.0.0.2 stands in for the cluster interface's address (the config adds 127.0.0.1).
+    argv = sshkeys.sshd_argv("127.0.0.2", port=port, config=str(cfg))
+    # root's real ~/.ssh is not ours to touch: point sshd at the installed authorized_keys.
+    argv += ["-o", f"AuthorizedKeysFile={ssh_dir}/authorized_keys", "-o", f"PidFile={tmp_path}/sshd.pid"]
+    sshd = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "sshd.log", "wb"))
+    try:
+        end = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.2", port), timeout=1).close()
+                break
+            except OSError:
+                assert sshd.poll() is None and time.monotonic() < end, (tmp_path / "sshd.log").read_text()
+                time.sleep(0.05)
+        ssh = ["ssh", "-F", "/dev/null", "-i", str(ssh_dir / "id_ed25519"), "-o", "BatchMode=yes",
+               "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+               "-o", f"UserKnownHostsFile={ssh_dir}/known_hosts", "-o", "HostKeyAlias=algo-2",
+               "-p", str(port), "root@127.0.0.2", "echo", "in"]
+        out = subprocess.run(ssh, capture_output=True, text=True, timeout=30)
+        assert (out.returncode, out.stdout) == (0, "in\n"), out.stderr + (tmp_path / "sshd.log").read_text()
+        # Any other key is refused: only the job's key logs in.
+        other = tmp_path / "other"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+        ssh[ssh.index("-i") + 1] = str(other)
+        denied = subprocess.run(ssh, capture_output=True, text=True, timeout=30)
+        assert denied.returncode == 255 and "Permission denied (publickey)" in denied.stderr
+    finally:
+        sshd.terminate()
+        sshd.wait(timeout=10)
+        shutil.rmtree(keys_root, ignore_errors=True)
+
+
+def _keys(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent"}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", "keys", *args], capture_output=True,
+                          text=True, env=env, timeout=60)
+
+
+def test_keys_cli_new_show_install_dry_run(tmp_path):
+    secret = tmp_path / "s" / "job-secret"
+    assert _keys("new", "--out", str(secret)).returncode == 0
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    again = _keys("new", "--out", str(secret))
+    assert again.returncode == 64
+    assert f"keys new: {secret} exists; a job secret is never overwritten silently" in again.stderr
+    m = sshkeys.derive_material(sshkeys.parse_secret(secret.read_text()), "job-7")
+    # The job name comes from SageMaker's TRAINING_JOB_NAME when --job is absent.
+    shown = _keys("show", "--secret-file", str(secret), env_extra={"TRAINING_JOB_NAME": "job-7"})
+    assert shown.stdout.splitlines() == [
+        "job:        job-7",
+        f"user key:   {m.user_fingerprint}  {m.user_public}",
+        f"host key:   {m.host_fingerprint}  {m.host_public}",
+    ]
+    dry = _keys("install", "--secret-file", str(secret), "--job", "job-7", "--hosts", "algo-1,algo-2",
+                "--ssh-dir", str(tmp_path / "ssh"), "--dry-run")
+    assert dry.returncode == 0
+    assert "PRIVATE KEY" not in dry.stdout
+    assert f"{tmp_path}/ssh/id_ed25519 (mode 0600):\n  <private key, not shown>" in dry.stdout
+    assert f"{tmp_path}/ssh/known_hosts (mode 0644):\n  algo-1,algo-2 ssh-ed25519 " in dry.stdout
+    assert not (tmp_path / "ssh").exists()
+
+
+def test_keys_cli_errors(tmp_path):
+    no_job = _keys("show", "--secret-file", str(tmp_path / "x"))
+    assert no_job.returncode == 64
+    assert "keys: no job name; pass --job NAME (on SageMaker TRAINING_JOB_NAME is used)" in no_job.stderr
+    missing = _keys("show", "--secret-file", str(tmp_path / "x"), "--job", "j")
+    assert missing.returncode == 64
+    assert f"keys: cannot read secret file {tmp_path}/x (No such file or directory)" in missing.stderr
