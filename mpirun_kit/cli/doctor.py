@@ -32,6 +32,8 @@ status: ok | WARN (works, worth fixing) | FAIL | absent (no such hardware here) 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("doctor", help="check a host or a whole cluster (GPUs, EFA, NCCL, ssh, clocks, allreduce)",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", nargs="?", metavar="JOB.yaml",
+                   help="take the hosts and the data/checkpoint paths from a job spec (instead of --hosts/--mount)")
     p.add_argument("--hosts", help="every host of the job, comma-separated, in rank order (default: this host only)")
     p.add_argument("--json", action="store_true", help="print the report (rows, facts, allreduce) as JSON")
     p.add_argument("--dry-run", action="store_true", help="print the commands each host would run, run nothing")
@@ -68,6 +70,22 @@ def _hosts(text: str | None, me: str) -> tuple[str, ...]:
     return hosts
 
 
+def _from_spec(path: str, hosts_flag: str | None, me: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(hosts, data and checkpoint paths) of a job spec, as the job's target names them."""
+    from ..errors import SpecError
+    from ..spec.compile import channel_paths, checkpoint_path, planned_hosts
+    from ..spec.load import load_job
+
+    if hosts_flag is not None:
+        raise SpecError(f"doctor: got both --hosts and {path}; the job spec names the hosts, pass one or the other")
+    job = load_job(path)
+    # A local-target job runs on this host, whatever its hostname.
+    hosts = tuple(me if h.name == "localhost" else h.name for h in planned_hosts(job, 1))
+    # Relative paths resolve against each rank's working directory, unknown here: only absolute ones.
+    paths = [p for _, p in channel_paths(job)] + [checkpoint_path(job)]
+    return hosts, tuple(dict.fromkeys(p for p in paths if p.startswith("/")))
+
+
 def run(args) -> int:
     from ..doctor.checks import GIB, Expectations
     from ..doctor.coordinate import DoctorRequest, raise_for_status, run_doctor
@@ -75,12 +93,17 @@ def run(args) -> int:
     from ..doctor.report import render_json, render_table
 
     me = args.as_host or socket.gethostname()
-    hosts = _hosts(args.hosts, me)
+    mounts = tuple(args.mount)
+    if args.spec:
+        hosts, spec_mounts = _from_spec(args.spec, args.hosts, me)
+        mounts = mounts or spec_mounts
+    else:
+        hosts = _hosts(args.hosts, me)
     ssh_dir = args.ssh_dir or os.path.join(os.environ.get("HOME", "/root"), ".ssh")
     environ = dict(os.environ)
 
     def gather_local():
-        return gather_host(me, peers=hosts if len(hosts) > 1 else (), mounts=tuple(args.mount),
+        return gather_host(me, peers=hosts if len(hosts) > 1 else (), mounts=mounts,
                            environ=environ, ssh_dir=Path(ssh_dir), ssh_port=args.ssh_port)
 
     if args.gather_only:
@@ -90,7 +113,7 @@ def run(args) -> int:
         hosts=hosts, local_host=me, python=sys.executable,
         expect=Expectations(hosts=hosts, min_free_bytes=int(args.min_free_gb * GIB), max_skew_s=args.max_skew_s,
                             allow_stale=tuple(args.allow_stale)),
-        mounts=tuple(args.mount), ssh_dir=ssh_dir, ssh_port=args.ssh_port, timeout_s=args.timeout,
+        mounts=mounts, ssh_dir=ssh_dir, ssh_port=args.ssh_port, timeout_s=args.timeout,
         allreduce=args.allreduce, ranks_per_host=args.ranks_per_host,
         allreduce_bytes=int(args.allreduce_mb * 2 ** 20), allreduce_port=args.allreduce_port)
     if args.dry_run:

@@ -103,3 +103,19 @@ def test_request_commands_are_the_dry_run():
 def test_request_rejects_no_hosts():
     with pytest.raises(SpecError, match="doctor: no hosts; pass --hosts algo-1,algo-2"):
         DoctorRequest(hosts=(), local_host="x", python="py")
+
+
+def test_hosts_and_paths_from_a_job_spec(tmp_path):
+    spec = tmp_path / "job.yaml"
+    spec.write_text("apiVersion: mpirun_kit/v1\nkind: Job\nname: doc\ntarget:\n  type: sim\n"
+                    "resources:\n  hosts: 2\nprogram:\n  command: [\"true\"]\n"
+                    "checkpoint:\n  local_path: /fsx/ckpt\n")
+    proc = doctor(str(spec), "--dry-run", "--no-allreduce")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1] == (
+        "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-1 -- '" + PY + " -m mpirun_kit.cli.main doctor "
+        "--gather-only --as-host algo-1 --hosts algo-1,algo-2 --ssh-dir /nonexistent/.ssh --ssh-port 22 "
+        "--mount /fsx/ckpt'")
+    both = doctor(str(spec), "--hosts", "a")
+    assert both.returncode == 64
+    assert f"doctor: got both --hosts and {spec}; the job spec names the hosts" in both.stderr
