@@ -35,7 +35,7 @@ def is_missing_stack(exc: BaseException) -> bool:
 
 
 def call(client: Any, operation: str, stack_name: str, **kwargs: Any) -> dict[str, Any]:
-    """``client.<operation>(**kwargs)`` with errors mapped.
+    """``client.<operation>(**kwargs)`` with errors mapped; ``stack_name`` "*" for account-wide calls.
 
     Raises:
         StackNotFoundError: the stack does not exist.
@@ -45,24 +45,25 @@ def call(client: Any, operation: str, stack_name: str, **kwargs: Any) -> dict[st
     from botocore.parsers import ResponseParserError
 
     fn: Callable[..., dict[str, Any]] = getattr(client, operation)
+    what = f"CloudFormation {operation}" + (f" for stack {stack_name!r}" if stack_name != "*" else "")
     try:
         return fn(**kwargs)
     except bx.ClientError as exc:
         if is_missing_stack(exc):
             raise StackNotFoundError(stack_name, _region(client)) from exc
         err = exc.response.get("Error", {})
-        raise ClusterError(f"CloudFormation {operation} for stack {stack_name!r} failed: "
+        raise ClusterError(f"{what} failed: "
                            f"{err.get('Code', '?')}: {err.get('Message', exc)}") from exc
     except bx.NoCredentialsError as exc:
-        raise ClusterError(f"CloudFormation {operation} for stack {stack_name!r}: no AWS credentials found; "
+        raise ClusterError(f"{what}: no AWS credentials found; "
                            "set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from exc
     except (bx.EndpointConnectionError, bx.ConnectionClosedError, bx.ConnectTimeoutError,
             bx.ReadTimeoutError) as exc:
-        raise ClusterError(f"CloudFormation {operation} for stack {stack_name!r}: cannot reach the endpoint "
+        raise ClusterError(f"{what}: cannot reach the endpoint "
                            f"({exc}); check --endpoint-url / --region and the network") from exc
     except ResponseParserError as exc:
         # What an endpoint's HTTP 500 page looks like to botocore (moto's unimplemented paths, proxies).
-        raise ClusterError(f"CloudFormation {operation} for stack {stack_name!r}: the endpoint returned an "
+        raise ClusterError(f"{what}: the endpoint returned an "
                            f"unreadable response (an internal error on its side): {str(exc)[:300]}") from exc
     except bx.BotoCoreError as exc:
-        raise ClusterError(f"CloudFormation {operation} for stack {stack_name!r} failed: {exc}") from exc
+        raise ClusterError(f"{what} failed: {exc}") from exc

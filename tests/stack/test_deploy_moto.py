@@ -1,0 +1,169 @@
+"""`mpirun_kit stack` end to end against a real moto server on 127.0.0.1.
+
+moto gaps these tests live with (see the module docstrings of test_deploy_stubbed.py for
+the paths that need AWS's behaviour): stacks created through change sets have no
+Outputs, AWS::EC2::SecurityGroupEgress is skipped, no stack events per resource, and
+deleting the VPC stack raises DependencyViolation because moto leaks its resources.
+"""
+from __future__ import annotations
+
+import pytest
+
+from mpirun_kit.stack import get_outputs, resolve_stack_ref
+from mpirun_kit.stack.aws import StackNotFoundError
+from mpirun_kit.stack.outputs import OutputNotFoundError
+
+VPC_ARGS = ("--template", "cfn/vpc.yaml", "--param", "AvailabilityZone1=us-west-2a",
+            "--param", "AvailabilityZone2=us-west-2b")
+FAST = ("--poll", "0.1", "--timeout", "60")
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+    from pathlib import Path
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+
+
+def _stack(cf, name):
+    return cf.describe_stacks(StackName=name)["Stacks"][0]
+
+
+def _tagged(ec2, kind, name):
+    if kind == "subnet":
+        return ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": [name]}])["Subnets"][0]["SubnetId"]
+    return ec2.describe_security_groups(Filters=[{"Name": "tag:Name", "Values": [name]}])["SecurityGroups"][0]["GroupId"]
+
+
+def test_vpc_create_no_change_update(cli, cf, ec2, on_moto):
+    r = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--yes", *FAST)
+    assert (r.rc, r.out.splitlines()[0]) == (0, "stack mrk-vpc: created"), r.err
+    assert "Add     TrainingSecurityGroup" in r.err and "CREATE_COMPLETE" in r.err
+    assert _stack(cf, "mrk-vpc")["StackStatus"] == "CREATE_COMPLETE"
+    # the EFA self-ingress really exists on the group moto created
+    sg = ec2.describe_security_groups(GroupIds=[_tagged(ec2, "sg", "mrk-vpc-training")])["SecurityGroups"][0]
+    assert [(p["IpProtocol"], [g["GroupId"] for g in p["UserIdGroupPairs"]]) for p in sg["IpPermissions"]
+            if p["IpProtocol"] == "-1"] == [("-1", [sg["GroupId"]])]
+
+    again = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--yes", *FAST)
+    assert (again.rc, again.out.splitlines()[0]) == (0, "stack mrk-vpc: no-changes")
+    assert "stack mrk-vpc: no changes; it already matches cfn/vpc.yaml and these parameters" in again.err
+
+    upd = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--param", "CreateNatGateway=false", "--yes", *FAST)
+    assert (upd.rc, upd.out.splitlines()[0]) == (0, "stack mrk-vpc: updated"), upd.err
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in _stack(cf, "mrk-vpc")["Parameters"]}
+    assert (params["CreateNatGateway"], params["AvailabilityZone2"]) == ("false", "us-west-2b")
+
+    # a parameter left out on update keeps its current value, not the template default ('true')
+    kept = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--yes", *FAST)
+    assert kept.out.splitlines()[0] == "stack mrk-vpc: no-changes"
+
+
+def test_efs_deploy_then_delete(cli, cf, ec2, on_moto):
+    assert cli("stack", "deploy", "net", *VPC_ARGS, "--yes", *FAST).rc == 0
+    subnets = [_tagged(ec2, "subnet", f"net-private-{i}") for i in (1, 2)]
+    storage_sg = _tagged(ec2, "sg", "net-storage")
+    r = cli("stack", "deploy", "shared", "--template", "cfn/efs.yaml", "--param", f"SubnetId1={subnets[0]}",
+            "--param", f"SubnetId2={subnets[1]}", "--param", f"SecurityGroupId={storage_sg}", "--yes", "--json", *FAST)
+    assert r.rc == 0, r.err
+    assert '"outcome": "created"' in r.out
+    import boto3
+    efs = boto3.client("efs", region_name="us-west-2", endpoint_url=on_moto)
+    (fs,) = efs.describe_file_systems()["FileSystems"]
+    assert fs["Encrypted"] is True
+    assert sorted(m["SubnetId"] for m in efs.describe_mount_targets(FileSystemId=fs["FileSystemId"])["MountTargets"]) \
+        == sorted(subnets)
+
+    d = cli("stack", "delete", "shared", "--yes", *FAST)
+    assert (d.rc, d.out) == (0, "stack shared: DELETE_COMPLETE\n"), d.err
+    listed = cli("stack", "list")
+    assert [line.split()[:2] for line in listed.out.splitlines()] == [["net", "CREATE_COMPLETE"]]
+
+
+def test_outputs_of_a_created_stack(cli, cf, on_moto):
+    """moto fills Outputs for create_stack (not for change sets): the outputs path on real moto values."""
+    body = open("cfn/vpc.yaml").read()
+    cf.create_stack(StackName="v", TemplateBody=body, Parameters=[
+        {"ParameterKey": "AvailabilityZone1", "ParameterValue": "us-west-2a"},
+        {"ParameterKey": "AvailabilityZone2", "ParameterValue": "us-west-2b"},
+        {"ParameterKey": "AvailabilityZone3", "ParameterValue": "us-west-2c"}])
+    outputs = get_outputs("v", cf)
+    assert sorted(outputs) == ["PrivateSubnet1Id", "PrivateSubnet2Id", "PrivateSubnet3Id", "PrivateSubnetIds",
+                               "SecurityGroupId", "StorageSecurityGroupId", "VpcId"]
+    assert outputs["PrivateSubnetIds"] == ",".join(outputs[f"PrivateSubnet{i}Id"] for i in (1, 2, 3))
+    assert outputs["SecurityGroupId"].startswith("sg-") and outputs["VpcId"].startswith("vpc-")
+    assert resolve_stack_ref("v", "VpcId", cf) == outputs["VpcId"]
+
+    env = cli("stack", "outputs", "v", "--env")
+    assert f"export MRK_V_VPCID={outputs['VpcId']}" in env.out.splitlines()
+    js = cli("stack", "outputs", "v", "--json")
+    import json
+    assert json.loads(js.out) == outputs
+
+    with pytest.raises(OutputNotFoundError) as e:
+        resolve_stack_ref("v", "LustreMountName", cf)
+    assert str(e.value) == ("${stack:v.LustreMountName}: stack 'v' has no output 'LustreMountName'; its outputs "
+                            "are: PrivateSubnet1Id, PrivateSubnet2Id, PrivateSubnet3Id, PrivateSubnetIds, "
+                            "SecurityGroupId, StorageSecurityGroupId, VpcId")
+
+
+def test_unknown_stack(cli, cf, on_moto):
+    with pytest.raises(StackNotFoundError) as e:
+        get_outputs("nope", cf)
+    assert str(e.value) == ("stack 'nope' does not exist in region us-west-2; check the name with `mpirun_kit "
+                            "stack list` or create it with `mpirun_kit stack deploy nope --template cfn/...`")
+    r = cli("stack", "outputs", "nope")
+    assert r.rc == 64 and "stack 'nope' does not exist in region us-west-2" in r.err
+
+
+def test_bad_input_fails_before_any_api_call(cli, cf, on_moto):
+    missing = cli("stack", "deploy", "mrk-vpc", "--template", "cfn/vpc.yaml", "--yes")
+    assert missing.rc == 64
+    assert ("cfn/vpc.yaml: invalid parameters:\n  missing required parameter AvailabilityZone1" in missing.err)
+    bad = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--param", "CreateNatGateway=maybe", "--yes")
+    assert bad.rc == 64
+    assert "parameter CreateNatGateway='maybe' is not allowed; expected one of: 'true', 'false'" in bad.err
+    nofile = cli("stack", "deploy", "mrk-vpc", "--template", "cfn/nope.yaml", "--yes")
+    assert nofile.rc == 64 and "template cfn/nope.yaml: no such file; templates in cfn/:" in nofile.err
+    assert cf.list_stacks()["StackSummaries"] == []
+
+
+def test_no_terminal_needs_yes(cli, cf, on_moto):
+    r = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, tty=False)
+    assert r.rc == 64
+    assert r.err == ("mpirun_kit: error: stack deploy mrk-vpc: stdin is not a terminal, so nobody can confirm the "
+                     "change; rerun with --yes to deploy without asking\n")
+    assert cf.list_stacks()["StackSummaries"] == []
+    d = cli("stack", "delete", "mrk-vpc", tty=False)
+    assert (d.rc, "rerun with --yes to delete without asking" in d.err) == (64, True)
+
+
+def test_declined_change_set_leaves_nothing(cli, cf, on_moto):
+    r = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, *FAST, stdin="n\n", tty=True)
+    assert r.rc == 1
+    assert "execute change set mrk-" in r.err and "stack mrk-vpc: change set discarded, nothing changed" in r.err
+    live = [s for s in cf.list_stacks()["StackSummaries"] if s["StackStatus"] != "DELETE_COMPLETE"]
+    assert live == []
+
+
+def test_confirmed_at_the_prompt(cli, cf, on_moto):
+    r = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, *FAST, stdin="y\n", tty=True)
+    assert (r.rc, r.out.splitlines()[0]) == (0, "stack mrk-vpc: created"), r.err
+
+
+def test_dry_run_makes_no_call(cli, monkeypatch):
+    # No moto here and an endpoint nobody listens on: any call would fail with exit 69.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    r = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--dry-run")
+    assert r.rc == 0, r.err
+    assert r.out.startswith("stack:        mrk-vpc\ntemplate:     cfn/vpc.yaml\nchange set:   mrk-")
+    assert "  AvailabilityZone1 = us-west-2a\n" in r.out
+
+
+def test_unreachable_endpoint_is_a_cluster_error(cli, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    for k, v in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-west-2",
+                 "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(k, v)
+    r = cli("stack", "list")
+    assert r.rc == 69
+    assert "CloudFormation list_stacks: cannot reach the endpoint" in r.err
