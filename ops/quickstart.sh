@@ -74,6 +74,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
       HOROVOD_CMAKE_FLAGS="-DCMAKE_CXX_STANDARD=17" CXXFLAGS="-std=c++17" \
       "${pip[@]}" --no-build-isolation --no-cache-dir "horovod[pytorch]==0.28.1"
   fi
+  # --- checkov (static checks of cfn/ in the test suite) ------------------------
+  # Its own venv: checkov pins its own boto3, which must not replace ours.
+  if [ ! -x "$repo/.venv-checkov/bin/checkov" ]; then
+    log "installing checkov into .venv-checkov (static checks of the cfn/ templates)"
+    python3 -m venv "$repo/.venv-checkov"
+    "$repo/.venv-checkov/bin/python" -m pip install -q "${pip_extra[@]}" checkov==3.3.30
+  fi
   echo "$want" >"$stamp"
 fi
 export PATH="$venv/bin:$PATH"
