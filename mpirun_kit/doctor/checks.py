@@ -198,18 +198,23 @@ def check_ssh(f: HostFacts, expect: Expectations) -> list[Check]:
         if good and m.mode not in good:
             want = " or ".join(f"{g:o}" for g in good)
             problems.append(f"{m.path} is {m.mode:o}, expected {want}")
+        elif m.kind in ("config", "known_hosts") and m.mode & 0o022:
+            # ssh refuses a config others can write ("Bad owner or permissions").
+            problems.append(f"{m.path} is {m.mode:o}, expected no group/other write (644 or 600)")
     if problems:
         rows.append(Check("ssh-keys", f.host, FAIL, "; ".join(problems),
-                          "chmod 700 ~/.ssh; chmod 600 ~/.ssh/id_* (not .pub) ~/.ssh/authorized_keys "
-                          "(ssh ignores a readable private key, sshd rejects loose ~/.ssh)"))
+                          "chmod 700 ~/.ssh; chmod 600 ~/.ssh/id_* (not .pub) ~/.ssh/authorized_keys; "
+                          "chmod go-w ~/.ssh/config ~/.ssh/known_hosts (ssh ignores a readable private key, "
+                          "sshd rejects loose ~/.ssh)"))
     elif missing and expect.multi_host:
         rows.append(Check("ssh-keys", f.host, FAIL, f"missing {', '.join(missing)}",
                           "install the job's keys: mpirun_kit keys install --secret-file FILE --hosts ..."))
     elif missing:
         rows.append(Check("ssh-keys", f.host, SKIP, f"no {', '.join(missing)} (single-host run needs no ssh)"))
     else:
-        n_priv = sum(1 for m in f.ssh_files if m.kind == "private-key")
-        rows.append(Check("ssh-keys", f.host, OK, f"~/.ssh 700, {n_priv} private key(s) 600, authorized_keys ok"))
+        shown = ", ".join(f"{m.path.rsplit('/', 1)[-1]} {m.mode:o}" for m in f.ssh_files
+                          if m.mode is not None and m.kind in ("dir", "private-key", "authorized_keys"))
+        rows.append(Check("ssh-keys", f.host, OK, shown))
 
     port = f.ssh_port
     wild = [l for l in f.ssh_listeners if l.address in ("0.0.0.0", "::")]

@@ -220,3 +220,10 @@ def test_raise_for_status_messages_and_codes():
         raise_for_status(DoctorReport((fail,), unreachable=(("algo-3", "exit 255"),)))
     assert e.value.exit_code == 69
     raise_for_status(DoctorReport((Check("gpus", "vm", "absent", "no GPUs"),)))
+
+
+def test_ssh_client_files_writable_by_others_fail():
+    files = P4D.ssh_files + (FileMode("/root/.ssh/config", 0o666, "config"),)
+    row = check_ssh(replace(P4D, ssh_files=files), TWO)[0]
+    assert (row.status, row.detail) == ("fail", "/root/.ssh/config is 666, expected no group/other write (644 or 600)")
+    assert check_ssh(P4D, TWO)[0].detail == ".ssh 700, id_ed25519 600, authorized_keys 600"
