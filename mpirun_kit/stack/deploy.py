@@ -199,6 +199,7 @@ def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Chan
         ClusterError: AWS refused a call or could not be reached.
     """
     name = request.stack_name
+    log.debug("deploy plan:\n%s", request.render())
     existing = _existing(client, name)
     status = str(existing.get("StackStatus", "")) if existing else ""
     if status in DEAD_STATES:

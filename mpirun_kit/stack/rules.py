@@ -149,7 +149,7 @@ def _fsx_throughput(lid: str, props: Mapping[str, Any], lustre: Mapping[str, Any
                    "expected 1200 or a multiple of 2400")
 
 
-def _check_efa(s: _Scenario, template: Template) -> Iterator[tuple[str, str, str]]:
+def _check_efa(s: _Scenario) -> Iterator[tuple[str, str, str]]:
     marked = []
     for lid, res in s.of_type("AWS::EC2::SecurityGroup"):
         meta = (res.get("Metadata") or {}).get("mpirun_kit") or {}
@@ -270,7 +270,7 @@ def check_template(template: Template, given: Mapping[str, str] | None = None) -
         if given is None and rule_violations(template, values):
             continue
         s = _Scenario(template, values)
-        for rule, resource, message in (*_check_fsx(s), *_check_efa(s, template), *_check_efs(s)):
+        for rule, resource, message in (*_check_fsx(s), *_check_efa(s), *_check_efs(s)):
             key = (rule, resource, message)
             if key not in seen:
                 when = tuple(sorted(run.items())) if given is None else ()
