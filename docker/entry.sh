@@ -3,7 +3,8 @@
 # run under tini so orphaned MPI daemons are reaped and signals reach us).
 #
 # SageMaker starts every host of a training job as `docker run IMAGE train`;
-# `train` becomes the per-host entrypoint (`mpirun_kit entrypoint`), which reads
+# `train` installs the job's ssh keys (`mpirun_kit keys install --sagemaker`) and
+# becomes the per-host entrypoint (`mpirun_kit entrypoint`), which reads
 # /opt/ml/input/config, elects the master and runs or serves mpirun.  Anything
 # else runs as given, so `docker run IMAGE mpirun_kit doctor` works for operators.
 set -euo pipefail
@@ -14,6 +15,9 @@ if [ "$#" -eq 0 ]; then
 fi
 if [ "$1" = train ]; then
   shift
+  # The job's ssh keys, host key and sshd listen address, before anything starts sshd.
+  # A no-op off SageMaker and on a single-host job without a job secret.
+  mpirun_kit keys install --sagemaker
   # exec: the entrypoint becomes tini's child, so SIGTERM from SageMaker reaches it directly.
   exec mpirun_kit entrypoint "$@"
 fi

@@ -50,6 +50,8 @@ from .errors import SpecError
 SECRET_BYTES = 32
 #: where sshd finds the job's host key; docker/sshd_config names the same path.
 HOST_KEY_PATH = "/etc/ssh/mpirun_kit/ssh_host_ed25519_key"
+#: sshd drop-in naming the cluster address; docker/sshd_config includes sshd_config.d/*.conf.
+LISTEN_CONFIG_PATH = "/etc/ssh/sshd_config.d/50-mpirun-kit-listen.conf"
 #: the file name of the secret inside its channel or directory.
 SECRET_FILE_NAME = "job-secret"
 #: where the secret appears on a SageMaker host when passed as input channel `mpirun-keys`.
@@ -164,7 +166,8 @@ def fingerprint(public_line: str) -> str:
 
 
 def plan_install(material: KeyMaterial, hosts: tuple[str, ...] | list[str], ssh_dir: str = "/root/.ssh",
-                 host_key_path: str = HOST_KEY_PATH) -> tuple[KeyFile, ...]:
+                 host_key_path: str = HOST_KEY_PATH, listen_address: str | None = None,
+                 listen_config_path: str = LISTEN_CONFIG_PATH) -> tuple[KeyFile, ...]:
     """Every file a host needs to serve and use the job's ssh, as values (nothing is written).
 
     Args:
@@ -172,9 +175,12 @@ def plan_install(material: KeyMaterial, hosts: tuple[str, ...] | list[str], ssh_
         hosts: every host name of the job (peers are pinned by name in known_hosts).
         ssh_dir: the login user's ~/.ssh.
         host_key_path: where sshd_config's HostKey points.
+        listen_address: the cluster interface's address; when given, an sshd drop-in
+            (``listen_config_path``) makes sshd listen there as well as on loopback, so
+            an sshd started with the image's config alone serves the cluster.
 
     Raises:
-        SpecError: no hosts, or a host name with whitespace or a comma.
+        SpecError: no hosts, a host name with whitespace or a comma, or a wildcard listen address.
     """
     hosts = tuple(hosts)
     if not hosts:
@@ -185,7 +191,11 @@ def plan_install(material: KeyMaterial, hosts: tuple[str, ...] | list[str], ssh_
                             "expected names as in /etc/hosts, e.g. algo-1")
     host_pub = " ".join(material.host_public.split()[:2])
     ssh = Path(ssh_dir)
-    return (
+    listen: tuple[KeyFile, ...] = ()
+    if listen_address is not None:
+        _check_listen_address(listen_address)
+        listen = (KeyFile(listen_config_path, 0o644, f"ListenAddress {_bracket(listen_address)}\n"),)
+    return listen + (
         KeyFile(str(ssh / "id_ed25519"), 0o600, material.user_private, secret=True),
         KeyFile(str(ssh / "id_ed25519.pub"), 0o644, material.user_public + "\n"),
         # restrict: mpirun only runs commands; no forwarding, no pty, no ~/.ssh/rc.
@@ -231,11 +241,18 @@ def sshd_argv(listen_address: str, port: int = 22, config: str = "/etc/ssh/sshd_
     Raises:
         SpecError: an empty or wildcard address (that would listen on every interface).
     """
-    if listen_address in ("", "0.0.0.0", "::", "*"):
-        raise SpecError(f"sshd listen address {listen_address!r}: expected the cluster interface's address "
-                        "(e.g. 10.0.1.23), not a wildcard; sshd must not listen on every interface")
+    _check_listen_address(listen_address)
     if not 0 < int(port) < 65536:
         raise SpecError(f"sshd port {port}: expected 1-65535")
-    addr = f"[{listen_address}]" if ":" in listen_address else listen_address
     # -p, not -o Port=: a command-line -p replaces the config's Port, -o Port= adds to it.
-    return [sshd, "-D", "-e", "-f", config, "-p", str(int(port)), "-o", f"ListenAddress={addr}"]
+    return [sshd, "-D", "-e", "-f", config, "-p", str(int(port)), "-o", f"ListenAddress={_bracket(listen_address)}"]
+
+
+def _check_listen_address(address: str) -> None:
+    if address in ("", "0.0.0.0", "::", "*"):
+        raise SpecError(f"sshd listen address {address!r}: expected the cluster interface's address "
+                        "(e.g. 10.0.1.23), not a wildcard; sshd must not listen on every interface")
+
+
+def _bracket(address: str) -> str:
+    return f"[{address}]" if ":" in address else address

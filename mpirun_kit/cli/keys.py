@@ -4,6 +4,11 @@
   keys show --secret-file F --job J   public keys and fingerprints derived for job J (never private keys)
   keys install --secret-file F --job J --hosts a,b   write ~/.ssh keys, authorized_keys, known_hosts
                                    and the sshd host key on this host (--dry-run prints them, redacted)
+  keys install --sagemaker         the same with everything from the SageMaker host: hosts and the
+                                   cluster interface from resourceconfig.json, the job from
+                                   $TRAINING_JOB_NAME, the secret from input channel `mpirun-keys`;
+                                   also makes sshd listen on the cluster address.  docker/entry.sh
+                                   runs it before the per-host entrypoint.
 
 Every host of a job derives the same keys from the same secret and job name, so
 nothing is exchanged at start-up.  Deliver the secret as a file only the job can
@@ -33,12 +38,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, helptext, func in (("show", "print the job's public keys and fingerprints", _show),
                                  ("install", "write the job's ssh files on this host", _install)):
         k = ksub.add_parser(name, help=helptext)
-        k.add_argument("--secret-file", required=True, help="the job secret (from `keys new`)")
+        k.add_argument("--secret-file", required=(name == "show"),
+                       help="the job secret (from `keys new`); with --sagemaker default "
+                            "/opt/ml/input/data/mpirun-keys/job-secret")
         k.add_argument("--job", default=None,
                        help="job name the keys are bound to (default: $TRAINING_JOB_NAME, set by SageMaker)")
         k.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "install":
-            k.add_argument("--hosts", required=True, help="every host of the job, comma-separated (known_hosts)")
+            k.add_argument("--hosts", help="every host of the job, comma-separated (known_hosts)")
+            k.add_argument("--sagemaker", action="store_true",
+                           help="take hosts, interface, job and secret from the SageMaker host (see above); "
+                                "a single-host job without a secret needs no keys and installs none")
+            k.add_argument("--opt-ml", default="/opt/ml", help="SageMaker's /opt/ml (default /opt/ml)")
+            k.add_argument("--listen-config", default=None,
+                           help="where the sshd listen drop-in goes (default "
+                                "/etc/ssh/sshd_config.d/50-mpirun-kit-listen.conf)")
             k.add_argument("--ssh-dir", default=None, help="the login user's ~/.ssh (default $HOME/.ssh)")
             k.add_argument("--host-key", default=None,
                            help="sshd host key path (default /etc/ssh/mpirun_kit/ssh_host_ed25519_key, "
@@ -68,7 +82,7 @@ def _new(args) -> int:
     return 0
 
 
-def _material(args):
+def _material(args, secret_file: str):
     from ..errors import SpecError
     from ..sshkeys import derive_material, parse_secret
 
@@ -76,15 +90,54 @@ def _material(args):
     if not job:
         raise SpecError("keys: no job name; pass --job NAME (on SageMaker TRAINING_JOB_NAME is used)")
     try:
-        text = Path(args.secret_file).read_text()
+        text = Path(secret_file).read_text()
     except OSError as exc:
-        raise SpecError(f"keys: cannot read secret file {args.secret_file} ({exc.strerror}); "
+        raise SpecError(f"keys: cannot read secret file {secret_file} ({exc.strerror}); "
                         "create one with `mpirun_kit keys new --out FILE`") from exc
-    return derive_material(parse_secret(text, args.secret_file), job)
+    return derive_material(parse_secret(text, secret_file), job)
+
+
+def _interface_address(name: str) -> str:
+    """The IPv4 address of interface ``name`` on this host."""
+    import socket
+
+    import psutil
+
+    from ..errors import SpecError
+
+    addrs = psutil.net_if_addrs()
+    for a in addrs.get(name, ()):
+        if a.family == socket.AF_INET:
+            return a.address
+    raise SpecError(f"keys install: interface {name!r} (resourceconfig network_interface_name) has no IPv4 "
+                    f"address on this host; interfaces here: {sorted(addrs)}")
+
+
+def _sagemaker_context(args) -> tuple[str, tuple[str, ...], str | None] | None:
+    """(secret file, hosts, cluster address) on a SageMaker host; None where no keys are needed."""
+    from ..cluster.sagemaker import RESOURCE_CONFIG, parse_resource_config, read_json
+    from ..errors import SpecError
+    from ..sshkeys import SAGEMAKER_SECRET_PATH
+
+    rc = Path(args.opt_ml) / RESOURCE_CONFIG
+    if not rc.exists():
+        print(f"keys install: no {rc}: not a SageMaker host, no ssh keys installed", file=sys.stderr)
+        return None
+    cluster = parse_resource_config(read_json(rc), str(rc))
+    secret = args.secret_file or SAGEMAKER_SECRET_PATH
+    if not Path(secret).exists():
+        if len(cluster.hosts) == 1:
+            print("keys install: single-host job and no job secret: no ssh keys needed", file=sys.stderr)
+            return None
+        raise SpecError(f"keys install: {len(cluster.hosts)}-host job but no job secret at {secret}; create one "
+                        "with ops/make-job-keys.sh --job NAME --out s3://BUCKET/PREFIX/ and pass that prefix "
+                        "as input channel 'mpirun-keys'")
+    address = _interface_address(cluster.network_interface) if cluster.network_interface else None
+    return secret, cluster.host_names, address
 
 
 def _show(args) -> int:
-    m = _material(args)
+    m = _material(args, args.secret_file)
     info = {"job": m.job, "user_public": m.user_public, "user_fingerprint": m.user_fingerprint,
             "host_public": m.host_public, "host_fingerprint": m.host_fingerprint}
     if args.json:
@@ -96,12 +149,26 @@ def _show(args) -> int:
 
 
 def _install(args) -> int:
-    from ..sshkeys import HOST_KEY_PATH, plan_install, write_files
+    from ..errors import SpecError
+    from ..sshkeys import HOST_KEY_PATH, LISTEN_CONFIG_PATH, plan_install, write_files
 
-    m = _material(args)
+    address = None
+    if args.sagemaker:
+        ctx = _sagemaker_context(args)
+        if ctx is None:
+            return 0
+        secret, sm_hosts, address = ctx
+        hosts = list(sm_hosts) if args.hosts is None else [h.strip() for h in args.hosts.split(",") if h.strip()]
+    else:
+        if not args.secret_file or args.hosts is None:
+            raise SpecError("keys install: pass --secret-file FILE and --hosts H1,H2 (or --sagemaker on a "
+                            "SageMaker host)")
+        secret = args.secret_file
+        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    m = _material(args, secret)
     ssh_dir = args.ssh_dir or os.path.join(os.environ.get("HOME", "/root"), ".ssh")
-    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
-    files = plan_install(m, hosts, ssh_dir, args.host_key or HOST_KEY_PATH)
+    files = plan_install(m, hosts, ssh_dir, args.host_key or HOST_KEY_PATH, listen_address=address,
+                         listen_config_path=args.listen_config or LISTEN_CONFIG_PATH)
     if args.dry_run:
         if args.json:
             print(json.dumps([{"path": f.path, "mode": f"{f.mode:04o}", "secret": f.secret,

@@ -180,12 +180,13 @@ def test_entrypoint_resolves_to_the_per_host_entrypoint(tmp_path):
     assert os.access(DOCKER / "entry.sh", os.X_OK)
     # Run the script with a stand-in `mpirun_kit` that records its argv.
     fake = tmp_path / "mpirun_kit"
-    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    fake.write_text('#!/bin/sh\nprintf "%s|" "$@"\necho\n')
     fake.chmod(0o755)
     env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
     out = subprocess.run(["bash", str(DOCKER / "entry.sh"), "train", "--x", "a b"], env=env,
                          capture_output=True, text=True, check=True).stdout
-    assert out.splitlines() == ["entrypoint", "--x", "a b"]
+    # First the job's ssh keys, then the per-host entrypoint with the arguments untouched.
+    assert out.splitlines() == ["keys|install|--sagemaker|", "entrypoint|--x|a b|"]
     out = subprocess.run(["bash", str(DOCKER / "entry.sh"), "echo", "hi"], env=env,
                          capture_output=True, text=True, check=True).stdout
     assert out == "hi\n"
@@ -203,12 +204,14 @@ def test_entrypoint_command_is_registered_in_the_cli():
 
 
 def _sshd_config(tmp_path: Path) -> Path:
-    """docker/sshd_config with its host key path pointed at a throwaway key."""
+    """docker/sshd_config with its host key and drop-in directory pointed into tmp_path."""
     key = tmp_path / "hostkey"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    (tmp_path / "sshd_config.d").mkdir()
     cfg = tmp_path / "sshd_config"
-    cfg.write_text((DOCKER / "sshd_config").read_text().replace(
-        "/etc/ssh/mpirun_kit/ssh_host_ed25519_key", str(key)))
+    cfg.write_text((DOCKER / "sshd_config").read_text()
+                   .replace("/etc/ssh/mpirun_kit/ssh_host_ed25519_key", str(key))
+                   .replace("/etc/ssh/sshd_config.d/", f"{tmp_path}/sshd_config.d/"))
     # sshd -t insists on its privilege-separation directory (Debian's service unit makes it too).
     os.makedirs("/run/sshd", exist_ok=True)
     return cfg
@@ -237,6 +240,19 @@ def test_sshd_config_key_only_and_loopback_unless_told(tmp_path):
     # The entrypoint adds the cluster address; nothing else is opened.
     eff = _effective(cfg, "-o", "ListenAddress=10.0.0.5")
     assert sorted(eff["listenaddress"]) == ["10.0.0.5:22", "127.0.0.1:22"]
+
+
+def test_sshd_config_takes_the_listen_drop_in_keys_install_writes(tmp_path):
+    from mpirun_kit import sshkeys
+
+    cfg = _sshd_config(tmp_path)
+    m = sshkeys.derive_material(bytes(32), "j")
+    snippet = sshkeys.plan_install(m, ["algo-1"], listen_address="10.0.0.7",
+                                   listen_config_path=str(tmp_path / "sshd_config.d" / "50-listen.conf"))[0]
+    sshkeys.write_files([snippet])
+    assert sorted(_effective(cfg)["listenaddress"]) == ["10.0.0.7:22", "127.0.0.1:22"]
+    assert sshkeys.LISTEN_CONFIG_PATH.startswith("/etc/ssh/sshd_config.d/")
+    assert "Include /etc/ssh/sshd_config.d/*.conf" in (DOCKER / "sshd_config").read_text()
 
 
 def test_sshd_config_host_key_path_is_where_keys_install_writes_it():

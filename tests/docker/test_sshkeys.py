@@ -2,6 +2,7 @@
 files and the sshd argv checked by the real ssh-keygen and sshd."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -104,7 +105,8 @@ def test_sshd_argv_listens_on_the_cluster_address_only(tmp_path):
     key = tmp_path / "hk"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     cfg = tmp_path / "sshd_config"
-    cfg.write_text((REPO / "docker" / "sshd_config").read_text().replace(sshkeys.HOST_KEY_PATH, str(key)))
+    cfg.write_text((REPO / "docker" / "sshd_config").read_text().replace(sshkeys.HOST_KEY_PATH, str(key))
+                   .replace("/etc/ssh/sshd_config.d/", f"{tmp_path}/none.d/"))
     os.makedirs("/run/sshd", exist_ok=True)
     argv = sshkeys.sshd_argv("10.0.1.23", port=2222, config=str(cfg))
     assert argv == ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg), "-p", "2222", "-o", "ListenAddress=10.0.1.23"]
@@ -148,7 +150,8 @@ def test_derived_keys_log_in_through_the_image_sshd_config(tmp_path):
                     "--job", "e2e", "--hosts", "algo-1,algo-2", "--ssh-dir", str(ssh_dir),
                     "--host-key", str(host_key)], check=True)
     cfg = tmp_path / "sshd_config"
-    cfg.write_text((REPO / "docker" / "sshd_config").read_text().replace(sshkeys.HOST_KEY_PATH, str(host_key)))
+    cfg.write_text((REPO / "docker" / "sshd_config").read_text().replace(sshkeys.HOST_KEY_PATH, str(host_key))
+                   .replace("/etc/ssh/sshd_config.d/", f"{tmp_path}/none.d/"))
     os.makedirs("/run/sshd", exist_ok=True)
     port = _free_port()
     # 127.0.0.2 stands in for the cluster interface's address (the config adds 127.0.0.1).
@@ -221,3 +224,55 @@ def test_keys_cli_errors(tmp_path):
     missing = _keys("show", "--secret-file", str(tmp_path / "x"), "--job", "j")
     assert missing.returncode == 64
     assert f"keys: cannot read secret file {tmp_path}/x (No such file or directory)" in missing.stderr
+
+
+def _sagemaker_host(tmp_path: Path, hosts: list[str]) -> Path:
+    opt_ml = tmp_path / "opt_ml"
+    (opt_ml / "input" / "config").mkdir(parents=True)
+    # "lo" stands in for eth0: the one interface every machine has.
+    (opt_ml / "input" / "config" / "resourceconfig.json").write_text(json.dumps(
+        {"current_host": hosts[0], "hosts": hosts, "network_interface_name": "lo"}))
+    return opt_ml
+
+
+def test_keys_install_sagemaker(tmp_path):
+    import json as _json
+
+    opt_ml = _sagemaker_host(tmp_path, ["algo-1", "algo-2"])
+    secret = tmp_path / "job-secret"
+    secret.write_text(sshkeys.format_secret(SECRET))
+    listen = tmp_path / "sshd_config.d" / "50-mpirun-kit-listen.conf"
+    args = ["install", "--sagemaker", "--opt-ml", str(opt_ml), "--secret-file", str(secret),
+            "--ssh-dir", str(tmp_path / "ssh"), "--host-key", str(tmp_path / "hk"), "--listen-config", str(listen)]
+    dry = _keys(*args, "--dry-run", "--json", env_extra={"TRAINING_JOB_NAME": "sm-job"})
+    assert dry.returncode == 0, dry.stderr
+    planned = {f["path"]: f for f in _json.loads(dry.stdout)}
+    assert planned[str(listen)]["content"] == "ListenAddress 127.0.0.1\n"
+    m = sshkeys.derive_material(SECRET, "sm-job")
+    assert planned[f"{tmp_path}/ssh/known_hosts"]["content"] == (
+        "algo-1,algo-2 " + " ".join(m.host_public.split()[:2]) + "\n")
+    done = _keys(*args, env_extra={"TRAINING_JOB_NAME": "sm-job"})
+    assert done.returncode == 0, done.stderr
+    assert listen.read_text() == "ListenAddress 127.0.0.1\n"
+    assert (tmp_path / "ssh" / "id_ed25519.pub").read_text() == m.user_public + "\n"
+
+
+def test_keys_install_sagemaker_without_a_secret(tmp_path):
+    one = _sagemaker_host(tmp_path / "one", ["algo-1"])
+    proc = _keys("install", "--sagemaker", "--opt-ml", str(one), "--secret-file", str(tmp_path / "none"),
+                 "--ssh-dir", str(tmp_path / "ssh"), env_extra={"TRAINING_JOB_NAME": "j"})
+    assert proc.returncode == 0
+    assert "single-host job and no job secret: no ssh keys needed" in proc.stderr
+    assert not (tmp_path / "ssh").exists()
+    two = _sagemaker_host(tmp_path / "two", ["algo-1", "algo-2"])
+    proc = _keys("install", "--sagemaker", "--opt-ml", str(two), "--secret-file", str(tmp_path / "none"),
+                 env_extra={"TRAINING_JOB_NAME": "j"})
+    assert proc.returncode == 64
+    assert (f"keys install: 2-host job but no job secret at {tmp_path}/none; create one with "
+            "ops/make-job-keys.sh") in proc.stderr
+    off = _keys("install", "--sagemaker", "--opt-ml", str(tmp_path / "nowhere"))
+    assert off.returncode == 0
+    assert "not a SageMaker host, no ssh keys installed" in off.stderr
+    plain = _keys("install", "--secret-file", "x")
+    assert plain.returncode == 64
+    assert "keys install: pass --secret-file FILE and --hosts H1,H2 (or --sagemaker" in plain.stderr
