@@ -115,7 +115,7 @@ def compile_from_args(args, facts: HostFacts | None = None, *, python: str | Non
     if python is None:
         # Local and simulated hosts share this interpreter (and its venv); remote hosts have their own.
         python = {"local": sys.executable, "sim": sys.executable, "ssh": job.target.ssh.python}.get(
-            job.target.type, "python3")
+            job.target.type, "python")  # the training image's interpreter (docker/Dockerfile)
     local = job.target.type in ("local", "sim")
     return compile_job(job, python=python, resolver=resolver, efa=facts.efa if local else None,
                        local_gpus=facts.gpus), facts

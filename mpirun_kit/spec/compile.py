@@ -202,9 +202,6 @@ def compile_job(job: S.JobSpec, *, python: str = "python3", resolver: StackResol
     else:
         why = f"profile {job.tuning.profile!r} set in the spec"
     env = {k: expand_macros(v, job) for k, v in job.env}
-    if job.pinning == "none":
-        # The rank wrapper reads this (pinning.PINNING_VAR): LaunchPlan does not carry LaunchSpec.pinning.
-        env.setdefault("MPIRUN_KIT_PINNING", "none")
     tuning = presets.merge(knobs, env, preset=preset.name if preset else None, why=why)
     warnings.extend(c.render() for c in tuning.conflicts)
     warnings.extend(s.render() for s in tuning.stale)

@@ -1,0 +1,91 @@
+"""validate / plan / submit --dry-run through the real CLI entry (main), and ${stack:...} through moto."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import boto3
+import pytest
+
+from mpirun_kit.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+STACK_OUTPUTS = ["--stack-output", "mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk",
+                 "--stack-output", "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
+                 "--stack-output", "mrk-fsx.LustreMountName=abcdefgh",
+                 "--stack-output", "mrk-vpc.PrivateSubnet1Id=subnet-1",
+                 "--stack-output", "mrk-vpc.SecurityGroupId=sg-1"]
+
+
+def test_validate_every_job_in_the_repo(capsys):
+    assert main(["validate", str(REPO / "jobs")]) == 0
+    out = capsys.readouterr().out
+    for name in ("allreduce-bench.yaml", "maskrcnn-demo.yaml", "maskrcnn.yaml"):
+        assert f"jobs/{name}: ok" in out
+
+
+def test_validate_reports_bad_files_and_exit_64(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("apiVersion: mpirun_kit/v1\nkind: Job\nname: b\nprogram: {modul: x}\n")
+    assert main(["validate", str(tmp_path), "--json"]) == 64
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["ok"] is False
+    assert row["message"].endswith("bad.yaml:4: program.modul: unknown key; did you mean 'module'? valid keys here: "
+                                   "args, command, module, working_dir")
+    assert main(["validate", str(tmp_path / "nope")]) == 64
+    assert "nope: no such file or directory; expected a job spec or a directory of them" in capsys.readouterr().err
+
+
+def test_plan_json_of_the_demo(capsys):
+    assert main(["plan", str(REPO / "jobs" / "maskrcnn-demo.yaml"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["job"], d["target"], len(d["ranks"])) == ("maskrcnn-demo", "local", 2)
+    assert d["launch_plan"]["argv"][0] == "mpirun"
+    assert d["tuning"]["preset"] == "cpu"
+
+
+def test_plan_text_redacts_secrets(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("apiVersion: mpirun_kit/v1\nkind: Job\nname: s\nprogram: {command: [./a]}\n"
+                    "env: {WANDB_API_KEY: hunter2, NCCL_PROTO: simple}\n")
+    assert main(["plan", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2" not in out and "WANDB_API_KEY=***    [spec env]" in out
+    assert "! NCCL_PROTO=simple is stale (warning)" in out
+
+
+def test_submit_dry_run_sagemaker_request(capsys):
+    assert main(["submit", str(REPO / "jobs" / "maskrcnn.yaml"), "--dry-run", "--json", "--job-name", "mrk-1",
+                 *STACK_OUTPUTS]) == 0
+    d = json.loads(capsys.readouterr().out)
+    req = d["request"]["CreateTrainingJob"]
+    assert req["TrainingJobName"] == "mrk-1"
+    assert req["InputDataConfig"][0]["DataSource"]["FileSystemDataSource"]["DirectoryPath"] == "/abcdefgh/coco"
+    assert req["VpcConfig"] == {"Subnets": ["subnet-1"], "SecurityGroupIds": ["sg-1"]}
+
+
+def test_bad_stack_output_flag(capsys):
+    assert main(["plan", str(REPO / "jobs" / "maskrcnn.yaml"), "--stack-output", "mrk-fsx=fs-1"]) == 64
+    assert "--stack-output 'mrk-fsx=fs-1': expected STACK.OutputKey=VALUE" in capsys.readouterr().err
+
+
+def test_stack_references_resolved_from_cloudformation_in_moto(moto, monkeypatch, capsys):
+    """The stacks are created in the moto server; the CLI's resolver reaches it through AWS_ENDPOINT_URL."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto)
+    cf = boto3.client("cloudformation", region_name="us-west-2")
+    outputs = {"mrk-role": {"RoleArn": "arn:aws:iam::123456789012:role/from-moto"},
+               "mrk-fsx": {"FileSystemId": "fs-0aaaaaaaaaaaaaaaa", "LustreMountName": "mntmoto"},
+               "mrk-vpc": {"PrivateSubnet1Id": "subnet-moto", "SecurityGroupId": "sg-moto"}}
+    for stack, outs in outputs.items():
+        template = {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+                    "Outputs": {k: {"Value": v} for k, v in outs.items()}}
+        cf.create_stack(StackName=stack, TemplateBody=json.dumps(template))
+    assert main(["submit", str(REPO / "jobs" / "maskrcnn.yaml"), "--dry-run", "--json", "--job-name", "m"]) == 0
+    req = json.loads(capsys.readouterr().out)["request"]["CreateTrainingJob"]
+    assert req["RoleArn"] == "arn:aws:iam::123456789012:role/from-moto"
+    assert req["InputDataConfig"][0]["DataSource"]["FileSystemDataSource"]["DirectoryPath"] == "/mntmoto/coco"
+    assert req["VpcConfig"] == {"Subnets": ["subnet-moto"], "SecurityGroupIds": ["sg-moto"]}
+    # A stack that does not exist: the stack module's error, exit 64 or 69, never a traceback.
+    cf.delete_stack(StackName="mrk-vpc")
+    code = main(["plan", str(REPO / "jobs" / "maskrcnn.yaml")])
+    assert code in (64, 69)
+    assert "mrk-vpc" in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""Target local: real mpirun on this machine through `mpirun_kit submit` (no mocks)."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpirun_kit.cli.main import main
+
+pytestmark = pytest.mark.mpi
+
+# One write per line: mpirun --tag-output tags every write, so print() under PYTHONUNBUFFERED
+# (one write per argument) would interleave tags into the line.
+PROGRAM = """\
+import os, sys
+e = os.environ
+line = "rank %s of %s tuned %s\\n" % (e["OMPI_COMM_WORLD_RANK"], e["OMPI_COMM_WORLD_SIZE"], e.get("NCCL_SOCKET_IFNAME"))
+os.write(1, line.encode())
+sys.exit(int(e["EXIT_" + e["OMPI_COMM_WORLD_RANK"]]))
+"""
+
+
+def spec(tmp_path: Path, codes: tuple[int, int], retries: int = 0) -> Path:
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    p = tmp_path / "job.yaml"
+    p.write_text(textwrap.dedent(f"""\
+        apiVersion: mpirun_kit/v1
+        kind: Job
+        name: local-test
+        program:
+          command: [python3, {tmp_path / 'prog.py'}]
+        resources: {{processes_per_host: 2}}
+        tuning: {{profile: g5}}
+        env: {{EXIT_0: {codes[0]}, EXIT_1: {codes[1]}, OMP_NUM_THREADS: 1}}
+        output: {{local_path: {tmp_path / 'out'}}}
+        retries: {retries}
+        """))
+    return p
+
+
+def test_two_ranks_succeed_with_prefixed_output_and_preset(tmp_path, capfd):
+    assert main(["submit", str(spec(tmp_path, (0, 0)))]) == 0
+    out = capfd.readouterr().out
+    assert "[0 localhost] rank 0 of 2 tuned ^docker,lo,veth" in out
+    assert "[1 localhost] rank 1 of 2 tuned ^docker,lo,veth" in out
+    written = json.loads((tmp_path / "out" / "launch" / "launch-spec.json").read_text())
+    assert written["processes_per_host"] == 2
+
+
+def test_rank_exit_code_is_the_submit_exit_code_and_retries(tmp_path, capfd):
+    assert main(["submit", str(spec(tmp_path, (0, 3), retries=1))]) == 3
+    captured = capfd.readouterr()
+    assert captured.out.count("[0 localhost] rank 0 of 2") == 2  # ran twice: one retry
+    assert "attempt 1 failed with exit code 3; retrying (1 left)" in captured.err
+    failure = (tmp_path / "out" / "launch" / "output" / "failure").read_text()
+    assert "rank 1 on localhost exited with code 3" in failure
+
+
+def test_dry_run_prints_the_argv_and_spec_and_runs_nothing(tmp_path, capsys):
+    assert main(["submit", str(spec(tmp_path, (0, 0))), "--dry-run", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["request"]["argv"][3:7] == ["launch", "--hosts", "localhost:2", "--spec"]
+    assert not (tmp_path / "out").exists()

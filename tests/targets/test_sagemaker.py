@@ -1,0 +1,262 @@
+"""SageMaker target: the request as a whole value, then against a moto server on 127.0.0.1.
+
+moto is unfaithful in two places, so those tests use botocore's Stubber instead and
+say so: describe_training_job drops Environment and always reports Completed (no
+InProgress -> Failed sequence), and there is no stop_training_job.
+"""
+from __future__ import annotations
+
+import io
+import re
+import textwrap
+import time
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from mpirun_kit.errors import ClusterError, SpecError
+from mpirun_kit.model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
+from mpirun_kit.spec.compile import compile_job
+from mpirun_kit.spec.load import load_job_text
+from mpirun_kit.targets import sagemaker as T
+
+SPEC = textwrap.dedent("""\
+    apiVersion: mpirun_kit/v1
+    kind: Job
+    name: mrcnn
+    target:
+      type: sagemaker
+      sagemaker:
+        role: ${stack:mrk-role.RoleArn}
+        region: us-west-2
+        output_s3: s3://bucket/out
+        max_run_s: 3600
+        tags: {team: vision}
+    image: 1.dkr.ecr.us-west-2.amazonaws.com/mrk:1
+    resources: {instance_type: ml.p4d.24xlarge, hosts: 2}
+    program:
+      module: mpirun_kit.maskrcnn.train
+      args: [--data-dir, "${data:coco}", --output-dir, "${checkpoint}"]
+    data:
+      coco:
+        fsx: {file_system_id: "${stack:mrk-fsx.FileSystemId}", mount_name: abcd, path: /coco/2017}
+      home:
+        efs: {file_system_id: fs-0abcdef0123456789, path: /users/a}
+        mode: rw
+      extra:
+        s3: s3://bucket/extra
+    checkpoint: {s3: s3://bucket/ckpt}
+    vpc: {subnets: [subnet-1], security_groups: [sg-1]}
+    env: {NCCL_DEBUG: INFO}
+    retries: 2
+    spot: {enabled: true}
+    """)
+OUTPUTS = {"mrk-role": {"RoleArn": "arn:aws:iam::123456789012:role/mrk"}, "mrk-fsx": {"FileSystemId": "fs-0123456789abcdef0"}}
+
+
+def compiled(text: str = SPEC):
+    return compile_job(load_job_text(text, "mrcnn.yaml"), python="python", resolver=OUTPUTS.__getitem__)
+
+
+def test_request_whole_value():
+    c = compiled()
+    req = T.build_request(c, "mrcnn-20260101-000000")
+    spec = LaunchSpec.from_json(req["HyperParameters"][LAUNCH_SPEC_HYPERPARAMETER])
+    assert spec == c.launch
+    assert spec.program == ("python", "-m", "mpirun_kit.maskrcnn.train", "--data-dir", "/opt/ml/input/data/coco",
+                            "--output-dir", "/opt/ml/checkpoints")
+    env = {"FI_EFA_USE_HUGE_PAGE": "0", "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "^docker,lo,veth"}
+    assert dict(spec.env) == env
+    assert req == {
+        "TrainingJobName": "mrcnn-20260101-000000",
+        "RoleArn": "arn:aws:iam::123456789012:role/mrk",
+        "AlgorithmSpecification": {"TrainingImage": "1.dkr.ecr.us-west-2.amazonaws.com/mrk:1",
+                                   "TrainingInputMode": "File",
+                                   "MetricDefinitions": [dict(m) for m in T.METRIC_DEFINITIONS],
+                                   "EnableSageMakerMetricsTimeSeries": True},
+        "HyperParameters": {LAUNCH_SPEC_HYPERPARAMETER: c.launch.to_json()},
+        "Environment": env,
+        "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200},
+        "EnableManagedSpotTraining": True,
+        "EnableNetworkIsolation": False,
+        "Tags": [{"Key": "team", "Value": "vision"}],
+        "InputDataConfig": [
+            {"ChannelName": "coco", "InputMode": "File", "DataSource": {"FileSystemDataSource": {
+                "FileSystemId": "fs-0123456789abcdef0", "FileSystemType": "FSxLustre", "FileSystemAccessMode": "ro",
+                "DirectoryPath": "/abcd/coco/2017"}}},
+            {"ChannelName": "home", "InputMode": "File", "DataSource": {"FileSystemDataSource": {
+                "FileSystemId": "fs-0abcdef0123456789", "FileSystemType": "EFS", "FileSystemAccessMode": "rw",
+                "DirectoryPath": "/users/a"}}},
+            {"ChannelName": "extra", "InputMode": "File", "DataSource": {"S3DataSource": {
+                "S3DataType": "S3Prefix", "S3Uri": "s3://bucket/extra", "S3DataDistributionType": "FullyReplicated"}}},
+        ],
+        "CheckpointConfig": {"S3Uri": "s3://bucket/ckpt", "LocalPath": "/opt/ml/checkpoints"},
+        "VpcConfig": {"Subnets": ["subnet-1"], "SecurityGroupIds": ["sg-1"]},
+        "RetryStrategy": {"MaximumRetryAttempts": 2},
+    }
+
+
+def test_directory_path():
+    assert [T.directory_path("m", p) for p in ("/", "", "/a/b/", "a")] == ["/m", "/m", "/m/a/b", "/m/a"]
+
+
+def test_unresolved_stack_output_message():
+    with pytest.raises(SpecError, match=r"mrcnn.yaml: stack 'mrk-fsx' has no output 'FileSystemId'; its outputs "
+                                        r"are \['Other'\]"):
+        compile_job(load_job_text(SPEC, "mrcnn.yaml"),
+                    resolver={"mrk-role": {"RoleArn": "r"}, "mrk-fsx": {"Other": "x"}}.__getitem__)
+    with pytest.raises(SpecError, match=r"\$\{stack:mrk-role.RoleArn\} needs the stack's outputs"):
+        compile_job(load_job_text(SPEC, "mrcnn.yaml"))
+
+
+def test_launch_spec_too_long_for_a_hyperparameter():
+    long = SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, BIG: " + "x" * 2600 + "}")
+    with pytest.raises(SpecError, match=r"the launch spec is \d+ characters as JSON but a SageMaker hyperparameter "
+                                        r"holds at most 2500"):
+        T.build_request(compiled(long), "n")
+
+
+def test_metric_regexes_match_the_training_lines():
+    lines = ["[0 algo-1] step=120 loss=0.84 lr=0.02 loss_mask=0.3 images_per_s=31.5 eta_s=100",
+             "[0 algo-1] bbox_mAP=0.5120 segm_mAP=0.4700 skipped_images=0",
+             "[0 algo-1] allreduce backend=nccl world=16 hosts=2 bytes=1048576 busbw_GBps=41.250"]
+    found = {}
+    for m in T.METRIC_DEFINITIONS:
+        for line in lines:
+            hit = re.search(m["Regex"], line)
+            if hit:
+                found[m["Name"]] = float(hit.group(1))
+    assert found == {"train:loss": 0.84, "train:lr": 0.02, "train:images_per_s": 31.5, "val:bbox_mAP": 0.512,
+                     "val:segm_mAP": 0.47, "allreduce:busbw_GBps": 41.25}
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+        self.sleeps = []
+
+    def monotonic(self):
+        return self.t
+
+    def time(self):
+        return 1e9 + self.t
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.t += s
+
+
+def moto_clients(url):
+    return lambda region: (boto3.client("sagemaker", region_name="us-west-2", endpoint_url=url),
+                           boto3.client("logs", region_name="us-west-2", endpoint_url=url))
+
+
+def test_create_against_moto_and_follow_logs(moto):
+    dry = T.dryrun(compiled(), job_name="mrcnn-moto-1")
+    out = io.StringIO()
+    assert T.run(dry, clients=moto_clients(moto), out=out) == 0
+    assert out.getvalue().startswith("created arn:aws:sagemaker:us-west-2:")
+    sm, logs = moto_clients(moto)(None)
+    desc = sm.describe_training_job(TrainingJobName="mrcnn-moto-1")
+    req = dry.request["CreateTrainingJob"]
+    for key in ("RoleArn", "HyperParameters", "InputDataConfig", "OutputDataConfig", "ResourceConfig",
+                "StoppingCondition", "VpcConfig", "CheckpointConfig", "EnableManagedSpotTraining"):
+        assert desc[key] == req[key], key
+    assert desc["AlgorithmSpecification"]["TrainingImage"] == req["AlgorithmSpecification"]["TrainingImage"]
+    # CloudWatch logs as SageMaker writes them: one stream per host under the job's name.
+    logs.create_log_group(logGroupName=T.LOG_GROUP)
+    for host, msg in (("algo-1-1700000000", "[0 algo-1] step=10 loss=1.5"), ("algo-2-1700000000", "worker up")):
+        logs.create_log_stream(logGroupName=T.LOG_GROUP, logStreamName=f"mrcnn-moto-1/{host}")
+        logs.put_log_events(logGroupName=T.LOG_GROUP, logStreamName=f"mrcnn-moto-1/{host}",
+                            # now: CloudWatch (and moto) drop events older than 14 days
+                            logEvents=[{"timestamp": int(time.time() * 1000), "message": msg}])
+    out = io.StringIO()
+    clock = FakeClock()
+    assert T.follow(sm, "mrcnn-moto-1", logs_client=logs, clock=clock, out=out,
+                    progress=T.Progress(stream=io.StringIO(), clock=clock)) == 0
+    assert out.getvalue() == ("[algo-1-1700000000] [0 algo-1] step=10 loss=1.5\n"
+                              "[algo-2-1700000000] worker up\n")
+
+
+def test_unknown_job_message(moto):
+    sm, _ = moto_clients(moto)(None)
+    with pytest.raises(ClusterError, match=r"training job 'nope': .*; check the name"):
+        T.describe(sm, "nope")
+
+
+def stubbed_sagemaker():
+    """Stubber: moto cannot produce an InProgress -> Failed sequence or stop a job."""
+    client = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    return client, Stubber(client)
+
+
+def _desc(status, secondary, reason=None):
+    d = {"TrainingJobName": "j", "TrainingJobArn": "arn:aws:sagemaker:us-west-2:1:training-job/j",
+         "ModelArtifacts": {"S3ModelArtifacts": "s3://b/o"}, "TrainingJobStatus": status,
+         "SecondaryStatus": secondary, "AlgorithmSpecification": {"TrainingInputMode": "File"},
+         "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
+         "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "CreationTime": "2026-01-01T00:00:00Z"}
+    if reason:
+        d["FailureReason"] = reason
+    return d
+
+
+@pytest.mark.parametrize("final,code", [
+    (_desc("Failed", "Failed", "AlgorithmError: rank 3 on algo-2 exited with code 7 (first seen 12:00:01Z)"), 7),
+    (_desc("Failed", "MaxRuntimeExceeded", "MaxRuntimeExceeded"), 124),
+    (_desc("Stopped", "Stopped"), 143),
+    (_desc("Failed", "Failed", "ClientError: out of capacity"), 1),
+])
+def test_follow_maps_the_end_to_an_exit_code(final, code):
+    client, stub = stubbed_sagemaker()
+    stub.add_response("describe_training_job", _desc("InProgress", "Starting"), {"TrainingJobName": "j"})
+    stub.add_response("describe_training_job", _desc("InProgress", "Training"), {"TrainingJobName": "j"})
+    stub.add_response("describe_training_job", final, {"TrainingJobName": "j"})
+    clock, err = FakeClock(), io.StringIO()
+    with stub:
+        assert T.follow(client, "j", clock=clock, poll_s=5, progress=T.Progress(stream=err, clock=clock)) == code
+    stub.assert_no_pending_responses()
+    assert clock.sleeps == [5, 5]
+    assert "sagemaker j: InProgress / Starting" in err.getvalue()
+    assert f"sagemaker j: {final['TrainingJobStatus']} / {final['SecondaryStatus']}" in err.getvalue()
+
+
+def test_follow_deadline_message():
+    client, stub = stubbed_sagemaker()
+    for _ in range(3):
+        stub.add_response("describe_training_job", _desc("InProgress", "Training"), {"TrainingJobName": "j"})
+    clock = FakeClock()
+    with stub, pytest.raises(ClusterError, match=r"training job j still InProgress after 10s of following; it keeps "
+                                                 r"running: `mpirun_kit status j`, `mpirun_kit stop j`"):
+        T.follow(client, "j", clock=clock, poll_s=5, timeout_s=10, progress=T.Progress(stream=io.StringIO(), clock=clock))
+
+
+def test_stop_and_status_commands(monkeypatch, capsys):
+    from mpirun_kit.cli.main import main
+
+    client, stub = stubbed_sagemaker()
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": "j"})
+    stub.add_client_error("stop_training_job", "ValidationException", "Job j is already Completed",
+                          expected_params={"TrainingJobName": "j"})
+    stub.add_response("describe_training_job", _desc("Failed", "Failed", "rank 0 exited with code 5"),
+                      {"TrainingJobName": "j"})
+    monkeypatch.setattr(T, "make_clients", lambda region: (client, None))
+    with stub:
+        assert main(["stop", "j"]) == 0
+        assert main(["stop", "j"]) == 69
+        assert main(["status", "j", "--json"]) == 5
+    out, err = capsys.readouterr()
+    assert "stop requested for j" in out
+    assert "could not stop training job 'j': Job j is already Completed; `mpirun_kit status j` shows" in err
+    assert '"TrainingJobStatus": "Failed"' in out
+
+
+def test_create_refused_message():
+    client, stub = stubbed_sagemaker()
+    stub.add_client_error("create_training_job", "ResourceLimitExceeded", "quota for ml.p4d.24xlarge is 0")
+    with stub, pytest.raises(ClusterError, match=r"CreateTrainingJob n was refused: .*quota for ml.p4d.24xlarge is 0.*"
+                                                 r"check the role, image, instance quota and region"):
+        T.run(T.dryrun(compiled(), job_name="n"), clients=lambda r: (client, None), out=io.StringIO())
