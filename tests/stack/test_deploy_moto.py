@@ -79,6 +79,19 @@ def test_efs_deploy_then_delete(cli, cf, ec2, on_moto):
     assert [line.split()[:2] for line in listed.out.splitlines()] == [["net", "CREATE_COMPLETE"]]
 
 
+def test_a_resource_the_endpoint_rejects_is_a_cluster_error(cli, ec2, on_moto, monkeypatch):
+    """A real failure on moto: two EFS mount targets in one zone (moto answers execute with an error)."""
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore would retry the unreadable answer 4 times
+    assert cli("stack", "deploy", "net", *VPC_ARGS, "--yes", *FAST).rc == 0
+    same_zone = [_tagged(ec2, "subnet", "net-private-1"), _tagged(ec2, "subnet", "net-public")]
+    r = cli("stack", "deploy", "shared", "--template", "cfn/efs.yaml", "--param", f"SubnetId1={same_zone[0]}",
+            "--param", f"SubnetId2={same_zone[1]}", "--param", f"SecurityGroupId={_tagged(ec2, 'sg', 'net-storage')}",
+            "--yes", *FAST)
+    assert r.rc == 69
+    assert "mpirun_kit: error: CloudFormation execute_change_set for stack 'shared'" in r.err
+    assert "mount target already exists in this AZ" in r.err
+
+
 def test_outputs_of_a_created_stack(cli, cf, on_moto):
     """moto fills Outputs for create_stack (not for change sets): the outputs path on real moto values."""
     body = open("cfn/vpc.yaml").read()
