@@ -1,0 +1,112 @@
+"""Target ssh against real sshd: `submit --target ssh` runs inside simulated host algo-1 and reaches
+algo-1..3 with paramiko (the hosts' own keys and known_hosts, host keys verified).
+
+Also the readiness errors: a host whose sshd never starts (named in the message, exit 69)
+and a host key missing from known_hosts (never accepted, never prompted).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpirun_kit.sim import SimCluster
+from mpirun_kit.spec.compile import compile_job
+from mpirun_kit.spec.load import load_job_text
+from mpirun_kit.targets import ssh as T
+
+pytestmark = pytest.mark.sim
+EXE = str(Path(sys.executable).with_name("mpirun_kit"))
+
+
+def spec(tmp_path: Path, hosts: list[str], command: str, extra: str = "") -> Path:
+    p = tmp_path / "job.yaml"
+    p.write_text(textwrap.dedent(f"""\
+        apiVersion: mpirun_kit/v1
+        kind: Job
+        name: ssh-test
+        target:
+          type: ssh
+          ssh: {{hosts: {hosts}, python: {sys.executable}, workdir: {tmp_path / 'remote'}, connect_timeout_s: 3}}
+        resources: {{processes_per_host: 1}}
+        program:
+          command: [sh, -c, '{command}']
+        timeouts: {{ssh_ready_s: 8, ssh_ready_per_host_s: 0.5}}
+        {extra}
+        """))
+    return p
+
+
+def test_job_over_ssh_on_three_hosts(tmp_path):
+    with SimCluster(3, tmp_path / "c", "tssh3") as sim:
+        job = spec(tmp_path, ["algo-1", "algo-2", "algo-3"],
+                   'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname)"; [ "$OMPI_COMM_WORLD_RANK" != 2 ] || exit 4')
+        r = sim.run("algo-1", [EXE, "submit", str(job)], timeout=180)
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "[0 algo-1] rank 0 on algo-1" in r.stdout
+    assert "[1 algo-2] rank 1 on algo-2" in r.stdout
+    assert "[2 algo-3] rank 2 on algo-3" in r.stdout
+    assert "ssh: all 3 host(s) ready" in r.stderr
+    assert "ssh: every host finished (algo-1=4, algo-2=4, algo-3=4)" in r.stderr
+
+
+def test_host_without_sshd_is_named(tmp_path):
+    with SimCluster(2, tmp_path / "c", "tsshno", start_sshd=["algo-1"]) as sim:
+        job = spec(tmp_path, ["algo-1", "algo-2"], "true")
+        r = sim.run("algo-1", [EXE, "submit", str(job)], timeout=120)
+    assert r.returncode == 69, r.stdout + r.stderr
+    assert "1 of 2 host(s) never accepted an ssh session within 9s (algo-2:" in r.stderr
+    assert "check that sshd runs there" in r.stderr
+
+
+def test_unknown_host_key_is_rejected(tmp_path):
+    with SimCluster(2, tmp_path / "c", "tsshkey") as sim:
+        empty = tmp_path / "empty_known_hosts"
+        empty.write_text("")
+        job = spec(tmp_path, ["algo-2"], "true")
+        text = job.read_text().replace("connect_timeout_s: 3}", f"connect_timeout_s: 3, known_hosts: {empty}}}")
+        job.write_text(text)
+        # Only our file: hide the host's own known_hosts from paramiko's system lookup.
+        r = sim.run("algo-1", ["sh", "-c", f"mount --bind {empty} /root/.ssh/known_hosts && "
+                               f"{EXE} submit {job}"], timeout=120)
+    assert r.returncode == 69, r.stdout + r.stderr
+    assert "host key check failed for algo-2" in r.stderr
+    assert f"add it to {empty}" in r.stderr
+
+
+def test_dry_run_value(tmp_path):
+    c = compile_job(load_job_text(spec(tmp_path, ["a:2", "b"], "true").read_text(), "job.yaml"))
+    d = T.dryrun(c, run_id="r1")
+    wd = f"{tmp_path / 'remote'}/r1"
+    assert d.request["hosts"] == [{"name": "a", "slots": 2}, {"name": "b", "slots": 1}]
+    assert d.files[1] == (f"{wd}/hostfile", "a slots=2\nb slots=1\n")
+    assert d.request["commands"]["b"] == (
+        f"mkdir -p {wd}/b && cd {wd} && echo $$ > b.pid && exec {sys.executable} -m mpirun_kit.cli.main entrypoint "
+        f"--no-sshd --hostfile {wd}/hostfile --current-host b --spec {wd}/launch-spec.json --opt-ml {wd}/b")
+    assert d.request["ready_timeout_s"] == 9.0
+
+
+def test_ctrl_c_stops_every_host(tmp_path):
+    import signal
+
+    from mpirun_kit.clock import SYSTEM_CLOCK, Deadline
+
+    with SimCluster(2, tmp_path / "c", "tsshint") as sim:
+        job = spec(tmp_path, ["algo-1", "algo-2"], 'echo "started $OMPI_COMM_WORLD_RANK"; exec sleep 300',
+                   extra="timeouts: {ssh_ready_s: 8, ssh_ready_per_host_s: 0.5, grace_s: 2}")
+        job.write_text(job.read_text().replace("timeouts: {ssh_ready_s: 8, ssh_ready_per_host_s: 0.5}\n", ""))
+        log = tmp_path / "submit.log"
+        proc = sim.popen("algo-1", [EXE, "submit", str(job)], log_path=log)
+        end = Deadline(SYSTEM_CLOCK, 90)
+        while not ("[0 algo-1] started 0" in log.read_text() and "[1 algo-2] started 1" in log.read_text()):
+            assert proc.poll() is None and not end.expired(), log.read_text()
+            SYSTEM_CLOCK.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, log.read_text()
+        assert "ssh: interrupted; sending SIGTERM to every host's entrypoint" in log.read_text()
+        for host in ("algo-1", "algo-2"):
+            left = sim.run(host, ["ps", "-e", "-o", "comm="]).stdout.split()
+            assert "sleep" not in left and "orted" not in left, (host, left)
