@@ -53,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="allreduce ranks per host (default 1; 2 tests the local path on one host)")
     p.add_argument("--allreduce-mb", type=float, default=8.0, help="allreduce message size in MiB (default 8)")
     p.add_argument("--allreduce-port", type=int, default=29499, help="rank 0's rendezvous port (default 29499)")
+    p.add_argument("--remote-python", metavar="PATH",
+                   help="python with mpirun_kit on the other hosts (default: this python's path, "
+                        "right when every host runs the same image)")
     p.add_argument("--as-host", help="this host's name in the job (default: its hostname)")
     p.add_argument("--gather-only", action="store_true",
                    help="print this host's facts as JSON and exit (what the coordinator runs on each host)")
@@ -110,7 +113,7 @@ def run(args) -> int:
         print(gather_local().to_json())
         return 0
     req = DoctorRequest(
-        hosts=hosts, local_host=me, python=sys.executable,
+        hosts=hosts, local_host=me, python=sys.executable, remote_python=args.remote_python,
         expect=Expectations(hosts=hosts, min_free_bytes=int(args.min_free_gb * GIB), max_skew_s=args.max_skew_s,
                             allow_stale=tuple(args.allow_stale)),
         mounts=mounts, ssh_dir=ssh_dir, ssh_port=args.ssh_port, timeout_s=args.timeout,

@@ -40,6 +40,8 @@ class DoctorRequest:
     #: the host this runs on (its facts are gathered in-process, not over ssh).
     local_host: str
     python: str
+    #: python on the other hosts (default: the same path as here, true when every host runs one image).
+    remote_python: str | None = None
     expect: Expectations = field(default_factory=Expectations)
     mounts: tuple[str, ...] = ()
     ssh_dir: str = "/root/.ssh"
@@ -78,8 +80,11 @@ class DoctorRequest:
         return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.ssh_connect_timeout_s}",
                 "-p", str(self.ssh_port), host, "--", shlex.join(argv)]
 
+    def python_on(self, host: str) -> str:
+        return self.python if host == self.local_host else (self.remote_python or self.python)
+
     def gather_argv(self, host: str) -> list[str]:
-        argv = [self.python, "-m", "mpirun_kit.cli.main", "doctor", "--gather-only", "--as-host", host,
+        argv = [self.python_on(host), "-m", "mpirun_kit.cli.main", "doctor", "--gather-only", "--as-host", host,
                 "--hosts", ",".join(self.hosts), "--ssh-dir", self.ssh_dir, "--ssh-port", str(self.ssh_port)]
         for m in self.mounts:
             argv += ["--mount", m]
@@ -91,7 +96,7 @@ class DoctorRequest:
         for i, host in enumerate(self.hosts):
             for j in range(self.ranks_per_host):
                 rank = i * self.ranks_per_host + j
-                argv = ar.worker_argv(self.python, rank=rank, world_size=self.world_size, local_rank=j,
+                argv = ar.worker_argv(self.python_on(host), rank=rank, world_size=self.world_size, local_rank=j,
                                       master=self.hosts[0], port=self.allreduce_port, nbytes=self.allreduce_bytes,
                                       iters=self.allreduce_iters, timeout_s=self.timeout_s)
                 out.append((host, rank, self.on_host(host, argv)))

@@ -96,8 +96,12 @@ def test_request_commands_are_the_dry_run():
         "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.doctor.allreduce --rank 1 "
         "--world-size 2 --local-rank 0 --master algo-1 --port 29499 --bytes 1024 --iters 5 --timeout 30'",
     ]
-    proc = doctor("--hosts", "vm,algo-2", "--dry-run")
-    assert proc.returncode == 0 and proc.stdout.startswith("# vm: gather facts in-process\nssh ")
+    proc = doctor("--hosts", "vm,algo-2", "--dry-run", "--remote-python", "/opt/conda/bin/python")
+    assert proc.returncode == 0
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "# vm: gather facts in-process"
+    assert lines[1].startswith("ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/opt/conda/bin/python -m ")
+    assert lines[2].startswith(f"{PY} -m mpirun_kit.doctor.allreduce --rank 0 ")
 
 
 def test_request_rejects_no_hosts():
