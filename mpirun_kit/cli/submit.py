@@ -64,7 +64,14 @@ def _submit(args) -> int:
         return 0
     if compiled.job.target.type == "sagemaker":
         return target.run(dry, wait=args.wait)
-    return target.run(dry)
+    code = target.run(dry)
+    if compiled.job.target.type == "sim" and not compiled.job.target.sim.root:
+        # A temporary cluster root: keep it (per-host logs) only when the job failed.
+        if code == 0:
+            shutil.rmtree(dry.request["root"], ignore_errors=True)
+        else:
+            print(f"mpirun_kit: per-host logs kept in {dry.request['root']}", file=sys.stderr)
+    return code
 
 
 def register(subparsers) -> None:
