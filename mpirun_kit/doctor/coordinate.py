@@ -196,8 +196,11 @@ def gather_all(req: DoctorRequest, gather_local: Callable[[], HostFacts], *, clo
         elif code != 0:
             unreachable[host] = f"exit {code}: {_tail(err)}"
         else:
+            # The facts are one JSON line, printed last; a login banner or rc-file chatter
+            # before it must not make a healthy host look broken.
+            lines = [l for l in out.splitlines() if l.strip()]
             try:
-                facts[host] = HostFacts.from_json(out, f"facts from {host}")
+                facts[host] = HostFacts.from_json(lines[-1] if lines else "", f"facts from {host}")
                 windows[host] = (sent, received)
             except SpecError as exc:
                 unreachable[host] = str(exc)
