@@ -123,3 +123,24 @@ def test_hosts_and_paths_from_a_job_spec(tmp_path):
     both = doctor(str(spec), "--hosts", "a")
     assert both.returncode == 64
     assert f"doctor: got both --hosts and {spec}; the job spec names the hosts" in both.stderr
+
+
+def test_gather_all_reads_each_hosts_last_line_and_names_failures():
+    """The ssh step is replaced by a real shell printing what a remote host would (no hosts to ssh to here)."""
+    from mpirun_kit.doctor.coordinate import gather_all
+    from mpirun_kit.doctor.facts import HostFacts
+
+    remote = HostFacts(host="algo-2", time=5.0, nvml="absent: no driver")
+    req = DoctorRequest(hosts=("algo-1", "algo-2", "algo-3"), local_host="algo-1", python="py")
+
+    def start(argv):
+        host = argv[argv.index("--") - 1]
+        script = (f"echo 'Welcome to algo-2'; echo '{remote.to_json()}'" if host == "algo-2"
+                  else "echo 'ssh: connect to host algo-3 port 22: Connection refused' >&2; exit 255")
+        return subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    local = HostFacts(host="algo-1", time=1.0, nvml="ok")
+    facts, unreachable, windows = gather_all(req, lambda: local, start=start)
+    assert facts == {"algo-1": local, "algo-2": remote}
+    assert unreachable == {"algo-3": "exit 255: ssh: connect to host algo-3 port 22: Connection refused"}
+    assert set(windows) == {"algo-2"} and windows["algo-2"][0] <= windows["algo-2"][1]
