@@ -19,7 +19,8 @@ PY = sys.executable
 def doctor(*args: str, env_extra: dict | None = None, home=None) -> subprocess.CompletedProcess:
     env = {"PATH": os.environ["PATH"], "HOME": str(home or "/nonexistent")}
     env.update(env_extra or {})
-    return subprocess.run([PY, "-m", "mpirun_kit.cli.main", "doctor", "--as-host", "vm", *args],
+    # "localhost": a name /etc/hosts answers on any machine (an unknown one would go to DNS).
+    return subprocess.run([PY, "-m", "mpirun_kit.cli.main", "doctor", "--as-host", "localhost", *args],
                           capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -32,7 +33,7 @@ def test_healthy_cpu_host_json(tmp_path):
     assert rows["gpus"]["status"] == "absent" and rows["efa"]["status"] == "absent"
     assert rows["stale-env"]["status"] == "ok"
     assert rows["disk"]["status"] == "ok"
-    assert rep["facts"][0]["host"] == "vm"
+    assert rep["facts"][0]["host"] == "localhost"
 
 
 def test_stale_nccl_proto_fails_with_exit_1():
@@ -40,7 +41,7 @@ def test_stale_nccl_proto_fails_with_exit_1():
     assert proc.returncode == 1
     assert "stale-env     FAIL    NCCL_PROTO=simple is stale (warning)" in proc.stdout
     assert "fix: unset NCCL_PROTO (or pass --allow-stale NCCL_PROTO if it is on purpose)" in proc.stdout
-    assert "mpirun_kit: error: doctor: 1 check(s) failed: vm/stale-env: NCCL_PROTO=simple" in proc.stderr
+    assert "mpirun_kit: error: doctor: 1 check(s) failed: localhost/stale-env: NCCL_PROTO=simple" in proc.stderr
     allowed = doctor("--no-allreduce", "--allow-stale", "NCCL_PROTO", env_extra={"NCCL_PROTO": "simple"})
     assert allowed.returncode == 0, allowed.stderr
 
@@ -78,7 +79,7 @@ def test_bad_input_exits_64(args, message):
 
 def test_unreachable_host_exits_69():
     # Nothing listens on 127.0.0.1:1: ssh fails at once, the host is reported unreachable.
-    proc = doctor("--hosts", "vm,127.0.0.1", "--ssh-port", "1", "--timeout", "60")
+    proc = doctor("--hosts", "localhost,127.0.0.1", "--ssh-port", "1", "--timeout", "60")
     assert proc.returncode == 69
     assert "reach         FAIL    could not gather facts: exit 255" in proc.stdout
     assert "doctor: could not gather facts from 127.0.0.1 (exit 255" in proc.stderr
@@ -96,10 +97,10 @@ def test_request_commands_are_the_dry_run():
         "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.doctor.allreduce --rank 1 "
         "--world-size 2 --local-rank 0 --master algo-1 --port 29499 --bytes 1024 --iters 5 --timeout 30'",
     ]
-    proc = doctor("--hosts", "vm,algo-2", "--dry-run", "--remote-python", "/opt/conda/bin/python")
+    proc = doctor("--hosts", "localhost,algo-2", "--dry-run", "--remote-python", "/opt/conda/bin/python")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
-    assert lines[0] == "# vm: gather facts in-process"
+    assert lines[0] == "# localhost: gather facts in-process"
     assert lines[1].startswith("ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/opt/conda/bin/python -m ")
     assert lines[2].startswith(f"{PY} -m mpirun_kit.doctor.allreduce --rank 0 ")
 
