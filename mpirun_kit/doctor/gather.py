@@ -115,6 +115,8 @@ def _gpu_facts(sys_root: Path, nvml) -> tuple[str, tuple[GpuFact, ...]]:
     except (nvml.NVMLError, OSError) as exc:
         return f"absent: NVML could not be loaded ({exc})", ()
     try:
+        # read_gpus pairs its own nvmlInit/nvmlShutdown; NVML counts references, so the
+        # handles below stay valid until our own nvmlShutdown.
         base = read_gpus(sys_root, nvml)
         gpus = []
         for g in base:
