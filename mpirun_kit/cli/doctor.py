@@ -48,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ssh-port", type=int, default=22, help="sshd port on every host (default 22)")
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds for gathering from all hosts, and again for the allreduce (default 120)")
+    p.add_argument("--max-parallel", type=int, default=32,
+                   help="hosts gathered at once over ssh (default 32; 1 = one after another)")
     p.add_argument("--no-allreduce", dest="allreduce", action="store_false", help="skip the allreduce smoke test")
     p.add_argument("--ranks-per-host", type=int, default=1,
                    help="allreduce ranks per host (default 1; 2 tests the local path on one host)")
@@ -117,6 +119,7 @@ def run(args) -> int:
         expect=Expectations(hosts=hosts, min_free_bytes=int(args.min_free_gb * GIB), max_skew_s=args.max_skew_s,
                             allow_stale=tuple(args.allow_stale)),
         mounts=mounts, ssh_dir=ssh_dir, ssh_port=args.ssh_port, timeout_s=args.timeout,
+        max_parallel=args.max_parallel,
         allreduce=args.allreduce, ranks_per_host=args.ranks_per_host,
         allreduce_bytes=int(args.allreduce_mb * 2 ** 20), allreduce_port=args.allreduce_port)
     if args.dry_run:

@@ -49,6 +49,8 @@ class DoctorRequest:
     ssh_connect_timeout_s: int = 5
     #: seconds for gathering facts from all hosts, and separately for the allreduce.
     timeout_s: float = 120.0
+    #: hosts gathered at once (ssh sessions in flight); 1 = one host after another.
+    max_parallel: int = 32
     allreduce: bool = True
     ranks_per_host: int = 1
     allreduce_bytes: int = 8 << 20
@@ -63,6 +65,8 @@ class DoctorRequest:
             raise SpecError(f"doctor: host(s) {dup} listed twice in --hosts; name each host once")
         if self.ranks_per_host < 1:
             raise SpecError(f"doctor: --ranks-per-host {self.ranks_per_host}: expected 1 or more")
+        if self.max_parallel < 1:
+            raise SpecError(f"doctor: --max-parallel {self.max_parallel}: expected 1 or more")
 
     @property
     def world_size(self) -> int:
@@ -205,7 +209,7 @@ def gather_all(req: DoctorRequest, gather_local: Callable[[], HostFacts], *, clo
             except SpecError as exc:
                 unreachable[host] = str(exc)
 
-    with ThreadPoolExecutor(max_workers=min(32, max(len(remote), 1))) as pool:
+    with ThreadPoolExecutor(max_workers=min(req.max_parallel, max(len(remote), 1))) as pool:
         futures = [pool.submit(one, h) for h in remote]
         if req.local_host in req.hosts:
             # No timing window: the coordinator's own clock is the reference, not a peer.

@@ -70,6 +70,7 @@ def test_two_local_ranks_run_the_allreduce():
     (("--hosts", ","), "--hosts ',': expected host names separated by commas"),
     (("--hosts", "a,a"), "doctor: host(s) ['a'] listed twice in --hosts; name each host once"),
     (("--ranks-per-host", "0"), "doctor: --ranks-per-host 0: expected 1 or more"),
+    (("--max-parallel", "0"), "doctor: --max-parallel 0: expected 1 or more"),
 ])
 def test_bad_input_exits_64(args, message):
     proc = doctor(*args)
