@@ -133,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
             s2.close()
     if sig:
         # Die the same way, so mpirun reports the real signal too.
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # these two cannot (and need not) be reset
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                return 128 + sig
         os.kill(os.getpid(), sig)
         return 128 + sig
     return status

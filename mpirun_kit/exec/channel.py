@@ -59,6 +59,18 @@ class _LineReader:
         return msg if isinstance(msg, dict) else {"type": "garbage"}
 
 
+def _shut(sock: socket.socket) -> None:
+    """Shut down, then close: close() alone neither wakes a thread blocked in recv nor sends FIN."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
 class _Peer:
     def __init__(self, sock: socket.socket):
         self.sock = sock
@@ -85,7 +97,8 @@ class ResultServer:
                  on_rank_event: Callable[[dict], None] | None = None):
         self.bind, self.port, self.heartbeat_s, self.clock = bind, port, heartbeat_s, clock
         self.on_rank_event = on_rank_event
-        self._lock = threading.Lock()
+        # Re-entrant: wait_* predicates may call the query methods while holding it.
+        self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._peers: list[_Peer] = []
         self._rank_events: list[dict] = []
@@ -119,12 +132,7 @@ class ResultServer:
         with self._lock:
             peers = list(self._peers)
         for p in peers:
-            with p.lock:
-                p.alive = False
-                try:
-                    p.sock.close()
-                except OSError:
-                    pass
+            _shut(p.sock)
 
     def __enter__(self) -> "ResultServer":
         return self.start()
@@ -162,10 +170,7 @@ class ResultServer:
             with self._lock:
                 if peer in self._peers:
                     self._peers.remove(peer)
-            try:
-                peer.sock.close()
-            except OSError:
-                pass
+            _shut(peer.sock)
 
     def _handle(self, peer: _Peer, msg: dict) -> None:
         kind = msg.get("type")

@@ -1,0 +1,76 @@
+"""run_launcher with real processes (a Python stand-in for mpirun): output retagging, SIGTERM forwarding,
+grace-period kill of the process group, job deadline."""
+import io
+import re
+import sys
+
+import pytest
+
+from mpirun_kit.exec.process import retag, run_launcher
+from mpirun_kit.plan.mpi import FLAVOURS
+
+pytestmark = pytest.mark.timeout(60)
+TAG = FLAVOURS["openmpi4"].tag_regex
+
+
+def run(code, cancelled=lambda: None, grace=5.0, job=None):
+    out, err = io.BytesIO(), io.BytesIO()
+    res = run_launcher([sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, rank_hosts={0: "algo-1", 3: "algo-2"},
+                       tag_regex=TAG, cancelled=cancelled, grace_s=grace, job_timeout_s=job, stdout=out, stderr=err)
+    return res, out.getvalue().decode(), err.getvalue().decode()
+
+
+def test_retag():
+    r = re.compile(TAG)
+    assert retag("[1,3]<stdout>:loss 0.5", r, {3: "algo-2"}) == "[3 algo-2] loss 0.5"
+    assert retag("[1,7]<stderr>: boom", r, {}) == "[7 ?] boom"
+    assert retag("plain mpirun message", r, {}) == "plain mpirun message"
+    m = re.compile(FLAVOURS["mpich"].tag_regex)
+    assert retag("[2] hello", m, {2: "h"}) == "[2 h] hello"
+
+
+def test_streams_and_exit_code():
+    res, out, err = run("import sys; print('[1,0]<stdout>:hi'); print('[1,3]<stderr>:bad', file=sys.stderr);"
+                        "print('-----'); sys.exit(5)")
+    assert (res.returncode, res.signal, res.timed_out, res.interrupted_by) == (5, None, False, None)
+    assert out == "[0 algo-1] hi\n-----\n"
+    assert err == "[3 algo-2] bad\n"
+    # rulers are not worth failure-text space
+    assert res.tail == ("[0 algo-1] hi", "[3 algo-2] bad") or set(res.tail) == {"[0 algo-1] hi", "[3 algo-2] bad"}
+
+
+def test_sigterm_forwarded_then_exit(tmp_path):
+    ready = tmp_path / "ready"
+    code = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: (print('got TERM', flush=True), sys.exit(143)))\n"
+            f"open({str(ready)!r}, 'w').close()\n"
+            "time.sleep(30)\n")
+    res, out, _ = run(code, lambda: "SIGTERM" if ready.exists() else None)
+    assert (res.returncode, res.interrupted_by) == (143, "SIGTERM")
+    assert "got TERM" in out
+
+
+def test_grace_then_group_kill(tmp_path):
+    ready = tmp_path / "ready"
+    code = ("import signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            f"open({str(ready)!r}, 'w').close()\n"
+            "time.sleep(30)\n")
+    # SIGTERM only once the stand-in ignores it, so only the group SIGKILL can end it.
+    res, _, _ = run(code, lambda: "SIGTERM" if ready.exists() else None, grace=0.3)
+    assert (res.returncode, res.signal, res.interrupted_by) == (None, "SIGKILL", "SIGTERM")
+
+
+def test_job_deadline():
+    res, _, _ = run("import time; time.sleep(30)", job=0.3)
+    assert res.timed_out and res.signal == "SIGTERM"
+
+
+def test_missing_launcher():
+    from mpirun_kit.errors import LaunchError
+
+    with pytest.raises(LaunchError) as e:
+        run_launcher(["/nonexistent/mpirun", "-np", "1"], {}, rank_hosts={}, tag_regex=TAG, cancelled=lambda: None,
+                     grace_s=1.0)
+    assert str(e.value) == ("cannot start '/nonexistent/mpirun': No such file or directory; install the MPI launcher "
+                            "or fix PATH (argv: /nonexistent/mpirun -np 1 ...)")

@@ -1,0 +1,91 @@
+"""The per-rank wrapper under a real mpirun (Open MPI here): reports, exit codes, signal re-raise, forwarding."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpirun_kit.exec.channel import ResultServer
+from mpirun_kit.exec.result import RankFailure
+from mpirun_kit.rank import apply_pinning, child_env, rank_identity
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.mpi]
+BIN = Path(__file__).resolve().parents[1] / "bin"
+PY = sys.executable
+
+
+def mpirun(server, n, program, **kw):
+    if shutil.which("mpirun") is None:
+        pytest.skip("no mpirun")
+    env = {**os.environ, "MPIRUN_KIT_RESULT_ADDR": f"127.0.0.1:{server.port}", "MPIRUN_KIT_HOSTS": f"hostx:{n}"}
+    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "MPIRUN_KIT_RESULT_ADDR",
+            "-x", "MPIRUN_KIT_HOSTS", PY, "-m", "mpirun_kit.rank", "--", *program]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90, **kw)
+
+
+@pytest.fixture
+def server():
+    s = ResultServer("127.0.0.1", 0).start()
+    yield s
+    s.close()
+
+
+def test_identity_and_env():
+    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+           "MPIRUN_KIT_HOSTS": "algo-1:2,algo-2:2", "SM_HOSTS": "[]", "SM_CURRENT_HOST": "algo-1"}
+    assert rank_identity(env) == (3, "algo-2", 1, 4)
+    out = child_env(env)
+    assert (out["RANK"], out["LOCAL_RANK"], out["WORLD_SIZE"], out["LOCAL_WORLD_SIZE"], out["SM_CURRENT_HOST"]) == \
+        ("3", "1", "4", "2", "algo-2")
+    assert child_env({**env, "RANK": "9"})["RANK"] == "9"  # the user's value wins
+
+
+def test_pinning_hook_present_and_harmless_without_gpus():
+    env, what = apply_pinning({"OMPI_COMM_WORLD_LOCAL_RANK": "0", "MPIRUN_KIT_PINNING": "none"})
+    assert what in ("applied", "absent")
+
+
+def test_success_reports_start_and_exit(server):
+    res = mpirun(server, 2, [PY, "-c", "print('ok')"])
+    assert res.returncode == 0, res.stderr
+    assert server.wait_rank_events(lambda evs: len(evs) == 4, 10)
+    evs = server.rank_events()
+    assert sorted((e["event"], e["rank"], e["host"]) for e in evs) == [
+        ("exit", 0, "hostx"), ("exit", 1, "hostx"), ("start", 0, "hostx"), ("start", 1, "hostx")]
+    assert server.rank_failures() == ()
+
+
+def test_exit_code_passes_through(server):
+    res = mpirun(server, 2, [PY, str(BIN / "exit_with.py"), "3", "1"])
+    assert res.returncode == 3
+    assert server.wait_rank_events(lambda evs: any(e.get("exit_code") == 3 for e in evs), 10)
+    root = min(server.rank_failures(), key=lambda f: f.first_seen)
+    assert (root.rank, root.host, root.exit_code, root.signal) == (1, "hostx", 3, None)
+
+
+def test_signal_reported_by_name_and_reraised(server):
+    res = mpirun(server, 2, [PY, str(BIN / "kill_self.py"), "SIGKILL", "0"])
+    assert res.returncode != 0
+    assert server.wait_rank_events(lambda evs: any(e.get("signal") == "SIGKILL" for e in evs), 10)
+    root = min(server.rank_failures(), key=lambda f: f.first_seen)
+    assert (root.rank, root.signal, root.exit_code) == (0, "SIGKILL", None)
+    # the wrapper died the same way, so mpirun's own message names signal 9 too
+    assert "signal 9" in res.stdout + res.stderr
+
+
+def test_wrapper_forwards_sigterm_and_reraises(tmp_path):
+    p = subprocess.Popen([PY, "-m", "mpirun_kit.rank", "--", PY, str(BIN / "sleep_forever.py"), str(tmp_path)],
+                         env={**os.environ, "RANK": "0"}, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "rank 0 ready"
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 143  # the child exited 143 after handling SIGTERM
+    assert (tmp_path / "sigterm.0").read_text() == "rank 0 got SIGTERM\n"
+
+
+def test_usage():
+    res = subprocess.run([PY, "-m", "mpirun_kit.rank"], capture_output=True, text=True)
+    assert (res.returncode, res.stderr.strip()) == (2, "usage: python -m mpirun_kit.rank -- PROGRAM [ARGS...]")
