@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from .. import __version__
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.WARNING - 10 * min(args.verbose, 2) if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose >= 2 else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -67,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mpirun_kit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `mpirun_kit ... | head`: the reader left; not an error of ours.  Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
