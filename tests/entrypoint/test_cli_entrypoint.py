@@ -1,0 +1,84 @@
+"""`mpirun_kit entrypoint` as a real process: dry-run output, bad-input messages and their exit codes."""
+import json
+
+import pytest
+
+from mpirun_kit.model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
+
+from entrypoint_helpers import cli, write_config
+
+pytestmark = pytest.mark.timeout(120)
+
+RC = {"current_host": "algo-2", "hosts": ["algo-1", "algo-2", "algo-3"], "network_interface_name": "lo"}
+SPEC = LaunchSpec(program=("python", "train.py"), processes_per_host=2, env=(("WANDB_API_KEY", "k3y"),),
+                  mpi_flavour="openmpi4")
+
+
+def test_dry_run_text(tmp_path):
+    write_config(tmp_path, RC, {LAUNCH_SPEC_HYPERPARAMETER: SPEC.to_json()})
+    res = cli(["entrypoint", "--opt-ml", str(tmp_path), "--dry-run"])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("this host  algo-2 (role worker)\nlaunch plan\n")
+    assert "  master     algo-1 (result channel port 29411, ssh port 22)\n" in res.stdout
+    assert "    algo-3               slots=2  ranks 4-5\n" in res.stdout
+    assert "WANDB_API_KEY=***" in res.stdout and "k3y" not in res.stdout
+    assert "--mca btl_tcp_if_include lo" in res.stdout
+    assert res.stdout.rstrip().endswith("-m mpirun_kit.rank -- python train.py")
+
+
+def test_dry_run_json_and_flag_overrides(tmp_path):
+    write_config(tmp_path, RC, {LAUNCH_SPEC_HYPERPARAMETER: SPEC.to_json()})
+    res = cli(["entrypoint", "--opt-ml", str(tmp_path), "--dry-run", "--json", "-n", "1", "--result-port", "4000",
+               "--", "python", "other.py"])
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert (d["role"], d["current_host"], d["master"], d["result_port"]) == ("worker", "algo-2", "algo-1", 4000)
+    assert d["program"] == ["python", "other.py"]
+    assert [h["slots"] for h in d["hosts"]] == [1, 1, 1]
+    assert d["env"]["WANDB_API_KEY"] == "***"
+
+
+@pytest.mark.parametrize("rc, expected", [
+    ('{"current_host": "algo-1", "hosts": [', "malformed JSON at line 1 column"),
+    (json.dumps({"current_host": "algo-7", "hosts": ["algo-1", "algo-2"]}),
+     "field 'current_host' is 'algo-7', which is not in field 'hosts' ['algo-1', 'algo-2']"),
+    (json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "nosuch9"}),
+     "field 'network_interface_name' names network interface 'nosuch9', which this host does not have"),
+])
+def test_bad_resourceconfig_exit_64(tmp_path, rc, expected):
+    cfg = write_config(tmp_path, raw_rc=rc, hyperparameters={LAUNCH_SPEC_HYPERPARAMETER: SPEC.to_json()})
+    res = cli(["entrypoint", "--opt-ml", str(tmp_path)])
+    assert res.returncode == 64
+    assert f"mpirun_kit: error: {cfg / 'resourceconfig.json'}: " in res.stderr
+    assert expected in res.stderr
+
+
+def test_no_program(tmp_path):
+    write_config(tmp_path, RC, {"lr": "0.1"})
+    res = cli(["entrypoint", "--opt-ml", str(tmp_path), "--dry-run"])
+    assert res.returncode == 64
+    assert (f"mpirun_kit: error: no program to run: {tmp_path}/input/config/hyperparameters.json has no "
+            "'mpirun_kit_launch' key and no --spec or '-- PROGRAM ARGS' was given; pass one of them") in res.stderr
+
+
+def test_bad_spec_file(tmp_path):
+    (tmp_path / "spec.json").write_text("{nope")
+    res = cli(["entrypoint", "--opt-ml", str(tmp_path), "--spec", str(tmp_path / "spec.json"), "--dry-run"])
+    assert res.returncode == 64
+    assert f"mpirun_kit: error: {tmp_path / 'spec.json'}: not valid JSON" in res.stderr
+    res = cli(["entrypoint", "--opt-ml", str(tmp_path), "--spec", str(tmp_path / "missing.json"), "--dry-run"])
+    assert res.returncode == 64
+    assert f"{tmp_path / 'missing.json'}: cannot read launch spec (No such file or directory)" in res.stderr
+
+
+def test_launch_dry_run_hosts(tmp_path):
+    res = cli(["launch", "--hosts", "localhost:2", "--dry-run", "--", "python", "x.py"])
+    assert res.returncode == 0, res.stderr
+    assert "this host  localhost (role master)" in res.stdout and "-H localhost:2" in res.stdout
+
+
+def test_help_documents_exit_codes():
+    res = cli(["entrypoint", "--help"])
+    assert res.returncode == 0
+    flat = " ".join(res.stdout.split())
+    assert "75 worker lost its master" in flat and "--no-sshd" in flat and "--opt-ml DIR" in flat

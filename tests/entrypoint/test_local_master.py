@@ -1,0 +1,86 @@
+"""The master role end to end on this machine alone: real mpirun, real ranks, real signals.
+
+Multi-host behaviour is covered on the simulated cluster (test_sim_*.py).
+"""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from mpirun_kit.model import LaunchSpec, Timeouts
+
+from entrypoint_helpers import BIN, CLI, PY, cli, free_port, write_spec
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.mpi]
+
+
+def launch_args(tmp_path, program, n=2, **spec_kw):
+    spec = LaunchSpec(program=tuple(program), processes_per_host=n, result_port=free_port(), **spec_kw)
+    return ["launch", "--hosts", f"localhost:{n}", "--opt-ml", str(tmp_path / "opt_ml"),
+            "--spec", str(write_spec(tmp_path / "spec.json", spec))]
+
+
+def test_success_prefixes_output(tmp_path):
+    res = cli(launch_args(tmp_path, [PY, str(BIN / "allreduce.py")], n=3) + ["--json"])
+    assert res.returncode == 0, res.stderr
+    assert "[0 localhost] ALLREDUCE sum=6 expected=6 size=3" in res.stdout
+    assert json.loads(res.stdout.strip().splitlines()[-1]) == {"host": "localhost", "role": "master",
+                                                                "exit_code": 0, "summary": ""}
+    assert not (tmp_path / "opt_ml" / "output" / "failure").exists()
+
+
+def test_rank_exit_code_and_failure_file(tmp_path):
+    res = cli(launch_args(tmp_path, [PY, str(BIN / "exit_with.py"), "3", "1"]))
+    assert res.returncode == 3, res.stderr
+    failure = (tmp_path / "opt_ml" / "output" / "failure").read_text()
+    assert failure.startswith("root cause: rank 1 on localhost exited with code 3 (first seen ")
+    assert len(failure) <= 1025
+
+
+def test_rank_signal_by_name(tmp_path):
+    res = cli(launch_args(tmp_path, [PY, str(BIN / "kill_self.py"), "SIGKILL", "1", "0.2"]))
+    assert res.returncode == 137, res.stderr
+    failure = (tmp_path / "opt_ml" / "output" / "failure").read_text()
+    assert failure.startswith("root cause: rank 1 on localhost was killed by SIGKILL")
+
+
+def test_sigterm_reaches_ranks(tmp_path):
+    marks = tmp_path / "marks"
+    args = launch_args(tmp_path, [PY, str(BIN / "sleep_forever.py"), str(marks)],
+                       timeouts=Timeouts(grace_s=20.0))
+    p = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready = set()
+    for line in p.stdout:
+        if "ready" in line:
+            ready.add(line.split()[0])
+        if len(ready) == 2:
+            break
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert sorted(x.name for x in marks.iterdir()) == ["sigterm.0", "sigterm.1"]
+    assert (tmp_path / "opt_ml" / "output" / "failure").read_text().startswith(
+        "the job was stopped by SIGTERM sent to the master entrypoint")
+
+
+def test_job_deadline_124(tmp_path):
+    res = cli(launch_args(tmp_path, [PY, str(BIN / "sleep_forever.py")], timeouts=Timeouts(job_s=2.0, grace_s=2.0)))
+    assert res.returncode == 124, res.stderr
+    assert (tmp_path / "opt_ml" / "output" / "failure").read_text().startswith(
+        "the job ran past its deadline of 2 s and was stopped")
+
+
+def test_result_port_taken(tmp_path):
+    import socket
+
+    args = launch_args(tmp_path, [PY, "-c", "pass"])
+    port = json.loads((tmp_path / "spec.json").read_text())["result_port"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        res = cli(args)
+    assert res.returncode == 70
+    assert f"cannot open the result channel on 127.0.0.1:{port} (Address already in use)" in res.stderr
