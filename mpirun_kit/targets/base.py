@@ -7,7 +7,6 @@ which the CLI passes through as its own (errors.py table).
 from __future__ import annotations
 
 import json
-import signal
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
@@ -46,16 +45,6 @@ class DryRun:
 def exit_code_of(returncode: int) -> int:
     """Popen returncode -> shell-style exit code (-N for signal N -> 128+N)."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def signal_name(returncode: int) -> str | None:
-    if returncode >= 0 and returncode <= 128:
-        return None
-    num = -returncode if returncode < 0 else returncode - 128
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return None
 
 
 @dataclass

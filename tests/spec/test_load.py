@@ -207,3 +207,19 @@ def test_message_header_lists_count():
 def test_published_schema_file_is_current():
     assert S.SCHEMA_PATH.read_text() == S.schema_text(), \
         "run `python -m mpirun_kit.spec.schema` to republish job.schema.json"
+
+
+def test_more_contradictions():
+    assert errors(HEAD + PROG + "data:\n  d: {mode: ro}\n") == [
+        "job.yaml:7: data.d: set exactly one of s3, efs, fsx, local; got none"]
+    assert errors(SM + "data:\n  d: {s3: 's3://bucket/x', mode: rw}\n") == [
+        "job.yaml:12: data.d.mode: S3 channels are read-only (File mode); use mode: ro or an EFS/FSx channel"]
+    assert errors(HEAD + PROG + "target:\n  type: ssh\n  ssh: {hosts: [a]}\nretries: 2\n") == [
+        "job.yaml:9: retries: retries are supported by targets local, sim and sagemaker; set 0 for ssh"]
+    assert errors(HEAD + PROG, target="aws") == ["job.yaml: --target: expected one of local, sim, ssh, sagemaker; got 'aws'"]
+
+
+def test_control_characters():
+    assert errors("name: \x07\n") == [
+        "job.yaml: not valid YAML: unacceptable character #x0007: special characters are not allowed\n"
+        "  in \"<unicode string>\", position 6; remove control characters"]

@@ -87,3 +87,20 @@ def test_sim_plan_rank_map_on_a_recorded_p4d_topology_with_override_and_stale_wa
     assert p.warnings[1].startswith("NCCL_PROTO=simple is stale (warning): NCCL_PROTO=simple was only needed with "
                                     "aws-ofi-nccl <= 1.5.0")
     assert dict(c.launch.env)["NCCL_SOCKET_IFNAME"] == "eth0"
+
+
+def test_compile_checks_ranks_against_this_machines_gpus_and_warns_on_unknown_families():
+    import pytest
+
+    from mpirun_kit.errors import SpecError
+
+    text = "apiVersion: mpirun_kit/v1\nkind: Job\nname: t\nprogram: {command: [a]}\nresources: {processes_per_host: 2}\n"
+    with pytest.raises(SpecError, match=r"t.yaml: resources.processes_per_host is 2 but the hosts have 1 GPU\(s\); "
+                                        r"expected at most one rank per GPU, or set pinning: none"):
+        compile_job(load_job_text(text, "t.yaml"), local_gpus=1)
+    ssh = ("apiVersion: mpirun_kit/v1\nkind: Job\nname: t\nprogram: {command: [a]}\n"
+           "target: {type: ssh, ssh: {hosts: [a]}}\nresources: {instance_type: x9.large}\n")
+    assert compile_job(load_job_text(ssh, "t.yaml")).warnings == (
+        "instance type x9.large is not in the GPU table; processes_per_host defaults to 1",
+        "tuning: no NCCL/EFA preset for x9.large; set tuning.profile to one of ['p3dn', 'p4d', 'p5', 'g5', 'p3', "
+        "'cpu'] or 'none'")

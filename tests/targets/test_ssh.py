@@ -110,3 +110,13 @@ def test_ctrl_c_stops_every_host(tmp_path):
         for host in ("algo-1", "algo-2"):
             left = sim.run(host, ["ps", "-e", "-o", "comm="]).stdout.split()
             assert "sleep" not in left and "orted" not in left, (host, left)
+
+
+def test_preflight_names_hosts_without_mpirun_kit(tmp_path):
+    with SimCluster(1, tmp_path / "c", "tsshpy") as sim:
+        job = spec(tmp_path, ["algo-1"], "true")
+        job.write_text(job.read_text().replace(f"python: {sys.executable}", "python: /nonexistent/python"))
+        r = sim.run("algo-1", [EXE, "submit", str(job)], timeout=120)
+    assert r.returncode == 69, r.stdout + r.stderr
+    assert "mpirun_kit is not importable with '/nonexistent/python' on 1 host(s) (algo-1: exit 127:" in r.stderr
+    assert "or set target.ssh.python" in r.stderr
