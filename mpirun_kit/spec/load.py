@@ -62,9 +62,33 @@ class JobSpecError(SpecError):
 Path_ = tuple  # a key path: tuple of str keys and int indexes
 
 
-def _positions(node: yaml.Node, path: Path_, out: dict, findings: list) -> None:
-    """Record the 1-based line of every key/item; flag duplicate keys (YAML keeps the last silently)."""
-    out.setdefault(path, node.start_mark.line + 1)
+#: deeper than any spec needs; bounds recursion on hostile input.
+MAX_DEPTH = 32
+
+
+class _Unwalkable(Exception):
+    """A node graph that is not a tree of reasonable depth (recursive alias, absurd nesting)."""
+
+    def __init__(self, finding: Finding):
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def _positions(node: yaml.Node, path: Path_, out: dict, findings: list, active: frozenset = frozenset()) -> None:
+    """Record the 1-based line of every key/item; flag duplicate keys (YAML keeps the last silently).
+
+    Raises:
+        _Unwalkable: an anchor used inside itself (the value would be infinite) or nesting past MAX_DEPTH.
+    """
+    line = node.start_mark.line + 1
+    if id(node) in active:
+        raise _Unwalkable(Finding(line, render_path(path), "an anchor is used inside itself (a recursive alias); "
+                                                           "a spec must be a plain tree"))
+    if len(path) > MAX_DEPTH:
+        raise _Unwalkable(Finding(line, render_path(path[:3]) + "...",
+                                  f"nested more than {MAX_DEPTH} levels deep; no spec key goes that deep"))
+    active = active | {id(node)}
+    out.setdefault(path, line)
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
         for knode, vnode in node.value:
@@ -75,10 +99,10 @@ def _positions(node: yaml.Node, path: Path_, out: dict, findings: list) -> None:
             if key is not None:
                 seen.setdefault(key, knode.start_mark.line + 1)
                 out[path + (key,)] = knode.start_mark.line + 1
-                _positions(vnode, path + (key,), out, findings)
+                _positions(vnode, path + (key,), out, findings, active)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _positions(item, path + (i,), out, findings)
+            _positions(item, path + (i,), out, findings, active)
 
 
 def render_path(path: Path_) -> str:
@@ -115,7 +139,10 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict]:
         loader.dispose()
     pos: dict = {}
     if node is not None:
-        _positions(node, (), pos, findings)
+        try:
+            _positions(node, (), pos, findings)
+        except _Unwalkable as exc:
+            raise JobSpecError(source, [exc.finding]) from None
     if findings:
         raise JobSpecError(source, findings)
     return value, pos
@@ -241,7 +268,8 @@ def _schema_findings(value: dict, pos: dict) -> list[Finding]:
                                     f"expected at least {err.validator_value} item(s); got an empty list"))
             continue
         findings.append(Finding(_line(pos, path), where, f"expected {_expected(err.schema)}; got {_kind(err.instance)}"))
-    return findings
+    # One "required" error per missing key, each carrying the whole list: keep each finding once.
+    return list(dict.fromkeys(findings))
 
 
 # --- building the JobSpec ----------------------------------------------------------------

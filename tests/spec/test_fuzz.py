@@ -34,7 +34,8 @@ trees = st.recursive(scalars, lambda kids: st.one_of(
 
 TOKENS = ["a", "name", "program", ":", ": ", "- ", "\n", "\n  ", "\n    ", "[", "]", "{", "}", ",", "'", '"',
           "&x ", "*x", "!!binary ", "!!python/object ", "? ", "|", ">", "#", "2024-13-45", "1e309", "~", "%YAML 1.1\n",
-          "---\n", "...\n", "\t", "\\", "apiVersion: mpirun_kit/v1\n", "kind: Job\n", "${stack:x.Y}", "@", "`"]
+          "---\n", "...\n", "\t", "\\", "apiVersion: mpirun_kit/v1\n", "kind: Job\n", "${stack:x.Y}", "@", "`",
+          "&r [*r]", "&m {k: *m}", "[" * 40, "<<: ", "!!set ", "!!omap ", "? [a]: b\n"]
 
 
 def check(text: str) -> None:

@@ -223,3 +223,13 @@ def test_control_characters():
     assert errors("name: \x07\n") == [
         "job.yaml: not valid YAML: unacceptable character #x0007: special characters are not allowed\n"
         "  in \"<unicode string>\", position 6; remove control characters"]
+
+
+def test_hostile_yaml_graphs():
+    assert errors(HEAD + "program: &p {module: m, args: *p}\n") == [
+        "job.yaml:4: program.args: an anchor is used inside itself (a recursive alias); a spec must be a plain tree"]
+    assert errors("a: " + "[" * 40 + "]" * 40 + "\n") == [
+        "job.yaml:1: a[0][0]...: nested more than 32 levels deep; no spec key goes that deep"]
+    assert errors("x: &a {b: 1}\ny: *a\n")[:4] == [
+        "job.yaml:1: missing required key 'apiVersion'", "job.yaml:1: missing required key 'kind'",
+        "job.yaml:1: missing required key 'name'", "job.yaml:1: missing required key 'program'"]
