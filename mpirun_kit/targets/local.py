@@ -13,11 +13,14 @@ import signal
 import subprocess
 from pathlib import Path
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..spec.compile import CompiledJob
 from .base import DryRun, Progress, exit_code_of, retrying
 
 SPEC_FILE = "launch-spec.json"
+#: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
+OVERHEAD_S = 120.0
+DEFAULT_JOB_S = 7 * 24 * 3600.0
 
 
 def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: int) -> DryRun:
@@ -38,7 +41,10 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
     return DryRun(
         target="local", job=compiled.job.name,
         request={"argv": argv, "cwd": compiled.launch.working_dir, "retries": compiled.job.retries,
-                 "ranks": slots},
+                 "ranks": slots,
+                 # The launcher enforces timeouts.job_s itself; this bounds the launcher, should it hang.
+                 "deadline_s": (compiled.launch.timeouts.job_s or DEFAULT_JOB_S) + OVERHEAD_S,
+                 "grace_s": compiled.launch.timeouts.grace_s},
         files=((str(spec_path), spec.to_json() + "\n"),),
         notes=("the failure report (root cause first) is written to " + str(Path(run_dir) / "output" / "failure"),))
 
@@ -53,9 +59,11 @@ def write_files(dry: DryRun) -> None:
         os.replace(tmp, p)
 
 
-def run_argv(argv: list[str], cwd: str | None = None) -> int:
-    """Run one launcher process, forwarding SIGTERM/SIGINT to it; return its exit code."""
+def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | None = None, grace_s: float = 10.0,
+             clock: Clock = SYSTEM_CLOCK) -> int:
+    """Run one launcher process, forwarding SIGTERM/SIGINT to it; return its exit code (124 past the deadline)."""
     proc = subprocess.Popen(argv, cwd=cwd)
+    deadline = Deadline(clock, deadline_s)
     forwarded = {}
 
     def forward(signum, frame):
@@ -68,7 +76,17 @@ def run_argv(argv: list[str], cwd: str | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         forwarded[sig] = signal.signal(sig, forward)
     try:
-        return exit_code_of(proc.wait())
+        while proc.poll() is None:
+            if deadline.expired():
+                proc.terminate()
+                try:
+                    proc.wait(timeout=grace_s + 10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                return 124
+            clock.sleep(min(0.2, deadline.remaining()))
+        return exit_code_of(proc.returncode)
     finally:
         for sig, old in forwarded.items():
             signal.signal(sig, old)
@@ -79,5 +97,7 @@ def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:
     write_files(dry)
     progress = Progress(clock=clock)
     progress.done(f"local: {dry.request['ranks']} rank(s) on this machine")
-    return retrying(lambda attempt: run_argv(dry.request["argv"], dry.request["cwd"]),
-                    dry.request["retries"], progress)
+    req = dry.request
+    return retrying(lambda attempt: run_argv(req["argv"], req["cwd"], deadline_s=req["deadline_s"],
+                                             grace_s=req["grace_s"], clock=clock),
+                    req["retries"], progress)

@@ -63,3 +63,10 @@ def test_dry_run_prints_the_argv_and_spec_and_runs_nothing(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["request"]["argv"][3:7] == ["launch", "--hosts", "localhost:2", "--spec"]
     assert not (tmp_path / "out").exists()
+
+
+def test_launcher_past_the_deadline_is_stopped_with_124(tmp_path):
+    """run_argv bounds the launcher process itself (a real sleeping process, a 0.5 s deadline)."""
+    from mpirun_kit.targets.local import run_argv
+
+    assert run_argv(["sleep", "30"], deadline_s=0.5, grace_s=1) == 124
