@@ -27,8 +27,7 @@ import time
 from .errors import MpirunKitError
 from .exec.channel import send_rank_event
 from .exec.result import signal_name
-from .plan.launch_plan import HOSTS_VAR, RESULT_ADDR_VAR
-from .plan.ranks import host_of_rank
+from .plan.ranks import HOSTS_VAR, PINNING_VAR, RESULT_ADDR_VAR, host_of_rank
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
@@ -69,8 +68,17 @@ def child_env(env: dict) -> dict:
     return out
 
 
-def apply_pinning(env: dict) -> tuple[dict, str]:
-    """Run the pinning hook when its module exists; returns (env, what happened)."""
+def apply_pinning(env: dict, dev: str = "/dev") -> tuple[dict, str]:
+    """Run the pinning hook when its module exists; returns (env, what happened).
+
+    Pinning places ranks on GPUs; with pinning off, or no NVIDIA driver on this host
+    (no ``/dev/nvidiactl``), it would return nothing, so the module is not even
+    imported: that saves ~0.1 s per rank on the launch path of CPU hosts.
+    """
+    if env.get(PINNING_VAR) == "none":
+        return env, "off"
+    if not os.path.exists(os.path.join(dev, "nvidiactl")):
+        return env, "no GPU driver"
     try:
         mod = importlib.import_module("mpirun_kit.pinning")
     except ModuleNotFoundError as exc:

@@ -15,18 +15,14 @@ the rank's.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import socket
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import MasterLostError
 from .result import JobResult, RankFailure, rank_failure_from_report
-
-log = logging.getLogger(__name__)
 
 _MAX_LINE = 1 << 20
 
@@ -186,7 +182,6 @@ class ResultServer:
                 self._hellos.add(peer.host)
                 result = self._result
                 self._changed.notify_all()
-            log.debug("worker %s connected", peer.host)
             # A worker that arrives after the result gets it straight away.
             peer.send({"type": "result", **result} if result else {"type": "heartbeat"})
         elif kind == "ack":
@@ -244,6 +239,8 @@ class ResultServer:
         peers = self._worker_peers()
         if not peers:
             return 0
+        from concurrent.futures import ThreadPoolExecutor  # master only; ranks import this module too
+
         with ThreadPoolExecutor(max_workers=min(32, len(peers))) as pool:
             sent = list(pool.map(lambda p: p.send({"type": "result", **payload}), peers))
         return sum(sent)

@@ -5,7 +5,15 @@
 ``launch_plan`` ties them into ``build_launch_plan`` and ``render``.  Other
 modules of this package (presets, gpu) are imported directly by their users.
 """
-from .launch_plan import LaunchPlan, build_launch_plan, render, to_json
-from .ranks import RankSlot, assign_ranks
+import importlib
 
-__all__ = ["LaunchPlan", "build_launch_plan", "render", "to_json", "RankSlot", "assign_ranks"]
+_EXPORTS = {"LaunchPlan": "launch_plan", "build_launch_plan": "launch_plan", "render": "launch_plan",
+            "to_json": "launch_plan", "RankSlot": "ranks", "assign_ranks": "ranks"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    # Lazy re-exports: every rank imports plan.ranks at start, and must not pay for the rest.
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,13 +19,8 @@ from ..model import LaunchSpec, Timeouts
 from .env import redact, redact_arg, resolve_env
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
-from .ranks import RankSlot, assign_ranks, encode_host_slots
+from .ranks import HOSTS_VAR, PINNING_VAR, RESULT_ADDR_VAR, RankSlot, assign_ranks, encode_host_slots
 
-#: env vars the plan sets for the rank wrapper (mpirun_kit/rank.py reads them).
-RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
-HOSTS_VAR = "MPIRUN_KIT_HOSTS"
-#: read by mpirun_kit.pinning in each rank ("auto" | "none").
-PINNING_VAR = "MPIRUN_KIT_PINNING"
 RANK_MODULE = "mpirun_kit.rank"
 
 

@@ -11,6 +11,13 @@ from typing import Iterable
 
 from ..errors import SpecError
 
+#: env vars the plan sets for the rank wrapper (mpirun_kit/rank.py reads them); defined
+#: here, in the lightest plan module, because every rank imports them at start.
+RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
+HOSTS_VAR = "MPIRUN_KIT_HOSTS"
+#: read by mpirun_kit.pinning in each rank ("auto" | "none").
+PINNING_VAR = "MPIRUN_KIT_PINNING"
+
 
 @dataclass(frozen=True)
 class RankSlot:

@@ -44,9 +44,13 @@ def test_identity_and_env():
     assert child_env({**env, "RANK": "9"})["RANK"] == "9"  # the user's value wins
 
 
-def test_pinning_hook_present_and_harmless_without_gpus():
-    env, what = apply_pinning({"OMPI_COMM_WORLD_LOCAL_RANK": "0", "MPIRUN_KIT_PINNING": "none"})
-    assert what in ("applied", "absent")
+def test_pinning_hook(tmp_path):
+    env = {"MPIRUN_KIT_PINNING": "auto"}
+    assert apply_pinning({"MPIRUN_KIT_PINNING": "none"}, dev=str(tmp_path)) == ({"MPIRUN_KIT_PINNING": "none"}, "off")
+    assert apply_pinning(env, dev=str(tmp_path)) == (env, "no GPU driver")
+    (tmp_path / "nvidiactl").touch()
+    # With a driver the hook runs; outside a launcher (no local rank) it adds nothing.
+    assert apply_pinning(env, dev=str(tmp_path)) == (env, "applied")
 
 
 def test_success_reports_start_and_exit(server):
