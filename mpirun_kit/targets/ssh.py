@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..cluster import elect_master
 from ..errors import ClusterError, SSHUnreachableError
 from ..spec.compile import CompiledJob
 from .base import DryRun, Progress
@@ -262,14 +263,14 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
         lock = threading.Lock()
         sessions: list[_Session] = []
         threads = []
-        first = req["hosts"][0]["name"]
+        # The elected master's lines already carry "[rank host]" (mpirun's ranks); others get their host.
+        first = elect_master([h["name"] for h in req["hosts"]])
         for h in req["hosts"]:
             chan = clients[h["name"]].get_transport().open_session()
             chan.set_combine_stderr(True)
             chan.exec_command(req["commands"][h["name"]])
             s = _Session(h["name"], chan)
             sessions.append(s)
-            # The master's lines already carry "[rank host]"; worker entrypoint lines get their host.
             th = threading.Thread(target=_pump, args=(s, "" if h["name"] == first else f"[{h['name']} entrypoint] ",
                                                       out, lock), daemon=True)
             th.start()
