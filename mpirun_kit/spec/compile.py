@@ -203,6 +203,12 @@ def compile_job(job: S.JobSpec, *, python: str = "python3", resolver: StackResol
         why = f"profile {job.tuning.profile!r} set in the spec"
     env = {k: expand_macros(v, job) for k, v in job.env}
     tuning = presets.merge(knobs, env, preset=preset.name if preset else None, why=why)
+    if job.target.type == "sagemaker":
+        from ..plan.env import is_secret
+
+        for name in sorted(n for n in env if is_secret(n)):
+            warnings.append(f"env {name}: SageMaker shows hyperparameters and environment in its console and API; "
+                            "fetch secrets at run time (Secrets Manager via the instance role) instead")
     warnings.extend(c.render() for c in tuning.conflicts)
     warnings.extend(s.render() for s in tuning.stale)
     launch = LaunchSpec(

@@ -29,17 +29,43 @@ class DryRun:
     notes: tuple[str, ...] = ()
 
     def render(self) -> str:
-        lines = [f"target {self.target}: job {self.job}", json.dumps(self.request, indent=2, sort_keys=True, default=str)]
+        """The request for people: exactly what runs, except secret-looking values shown as ``***``."""
+        lines = [f"target {self.target}: job {self.job}",
+                 json.dumps(redact_value(self.request), indent=2, sort_keys=True, default=str)]
         for path, text in self.files:
             lines.append(f"--- file {path}")
-            lines.append(text.rstrip("\n"))
+            lines.append(redact_value(text).rstrip("\n"))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> str:
-        return json.dumps({"target": self.target, "job": self.job, "request": self.request,
-                           "files": dict(self.files), "notes": list(self.notes)}, indent=2, sort_keys=True,
-                          default=str)
+        return json.dumps({"target": self.target, "job": self.job, "request": redact_value(self.request),
+                           "files": {p: redact_value(t) for p, t in self.files}, "notes": list(self.notes)},
+                          indent=2, sort_keys=True, default=str)
+
+
+def redact_value(value: Any) -> Any:
+    """A copy of a request with values of secret-looking names replaced by ``***``.
+
+    Handles the shapes requests carry: ``{NAME: value}`` maps (SageMaker Environment),
+    ``[NAME, value]`` pairs (LaunchSpec.env) and strings holding JSON (the serialized
+    LaunchSpec in HyperParameters, the spec file).
+    """
+    from ..plan.env import REDACTED, is_secret
+
+    if isinstance(value, dict):
+        return {k: (REDACTED if isinstance(v, str) and is_secret(str(k)) else redact_value(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        if len(value) == 2 and all(isinstance(x, str) for x in value) and is_secret(value[0]):
+            return [value[0], REDACTED]
+        return [redact_value(v) for v in value]
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        return json.dumps(redact_value(parsed), sort_keys=True) + ("\n" if value.endswith("\n") else "")
+    return value
 
 
 def exit_code_of(returncode: int) -> int:

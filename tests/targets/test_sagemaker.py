@@ -260,3 +260,18 @@ def test_create_refused_message():
     with stub, pytest.raises(ClusterError, match=r"CreateTrainingJob n was refused: .*quota for ml.p4d.24xlarge is 0.*"
                                                  r"check the role, image, instance quota and region"):
         T.run(T.dryrun(compiled(), job_name="n"), clients=lambda r: (client, None), out=io.StringIO())
+
+
+def test_dry_run_output_redacts_secrets_but_the_request_keeps_them():
+    c = compiled(SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, WANDB_API_KEY: hunter2}"))
+    dry = T.dryrun(c, job_name="n")
+    assert dry.request["CreateTrainingJob"]["Environment"]["WANDB_API_KEY"] == "hunter2"
+    for text in (dry.render(), dry.to_json()):
+        assert "hunter2" not in text
+        assert "WANDB_API_KEY" in text and "***" in text
+
+
+def test_secret_env_on_sagemaker_is_warned_about():
+    c = compiled(SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, WANDB_API_KEY: hunter2}"))
+    assert c.warnings == ("env WANDB_API_KEY: SageMaker shows hyperparameters and environment in its console and "
+                          "API; fetch secrets at run time (Secrets Manager via the instance role) instead",)
