@@ -2,8 +2,61 @@
 
 Metadata lives in setup.cfg.  Build with ``pip install --no-build-isolation -e .``
 so the extension compiles against the torch already installed (build isolation
-would fetch a different torch into a throwaway environment).
+would fetch a different torch into a throwaway environment).  Rebuild the
+extension alone, in place, with ``python setup.py build_ext --inplace``.
+
+The extension ``mpirun_kit/maskrcnn/_C*.so`` holds the detection ops
+(mpirun_kit/maskrcnn/csrc/).  The CPU kernels always build.  The CUDA kernels
+build when torch.cuda is available at build time and nvcc exists; ``FORCE_CUDA=1``
+builds them without a visible GPU (a ``docker build`` of the GPU image), which
+still needs CUDA torch and nvcc.  Targets: sm_80 (A100) and sm_90 (H100), plus
+compute_90 PTX for newer GPUs.
 """
+import glob
+import os
+
 from setuptools import setup
 
-setup()
+CSRC = os.path.join("mpirun_kit", "maskrcnn", "csrc", "ops")
+CUDA_ARCH_FLAGS = [
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90,code=sm_90",
+    "-gencode=arch=compute_90,code=compute_90",
+]
+
+
+def _sources(*patterns):
+    return sorted(p for pattern in patterns for p in glob.glob(os.path.join(CSRC, pattern)))
+
+
+def _want_cuda(torch, cuda_home):
+    # The build boundary is the one place allowed to look at the environment.
+    forced = os.environ.get("FORCE_CUDA", "0") == "1"
+    return (torch.cuda.is_available() or forced) and torch.version.cuda is not None and cuda_home is not None
+
+
+def _extensions():
+    try:
+        import torch
+        from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+    except ImportError:
+        # Metadata-only invocations (e.g. pip computing requirements) before torch exists.
+        return [], {}
+    sources = _sources("*.cpp", "cpu/*.cpp", "autograd/*.cpp")
+    cxx = ["-O3", "-fopenmp"]
+    kwargs = {"extra_link_args": ["-fopenmp"]}
+    if _want_cuda(torch, CUDA_HOME):
+        ext = CUDAExtension(
+            "mpirun_kit.maskrcnn._C",
+            sources + _sources("cuda/*.cu"),
+            define_macros=[("MPIRUN_KIT_WITH_CUDA", "1")],
+            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "--expt-relaxed-constexpr", *CUDA_ARCH_FLAGS]},
+            **kwargs,
+        )
+    else:
+        ext = CppExtension("mpirun_kit.maskrcnn._C", sources, extra_compile_args={"cxx": cxx}, **kwargs)
+    return [ext], {"build_ext": BuildExtension}
+
+
+ext_modules, cmdclass = _extensions()
+setup(ext_modules=ext_modules, cmdclass=cmdclass)

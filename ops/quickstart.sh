@@ -63,7 +63,8 @@ fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   pip=("$venv/bin/python" -m pip install -q "${pip_extra[@]}")
   log "installing $TORCH_SPEC"
-  "${pip[@]}" "setuptools>=64" wheel "$TORCH_SPEC"
+  # ninja: BuildExtension compiles the C++ op extension in parallel (MAX_JOBS) and incrementally with it
+  "${pip[@]}" "setuptools>=64" wheel ninja "$TORCH_SPEC"
   log "installing mpirun_kit and its test dependencies (compiles the C++ op extension)"
   # No build isolation: the extension must compile against the torch installed above.
   "${pip[@]}" --no-build-isolation -e ".[test]"

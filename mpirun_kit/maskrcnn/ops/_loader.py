@@ -46,6 +46,22 @@ def default_library_path() -> Path | None:
     return None
 
 
+def describe_error(err: BaseException | None) -> str:
+    """``Type: message`` of an error and of each error it was raised from.
+
+    torch.ops.load_library re-raises the dlopen failure as a generic "Could not
+    load this library" OSError; the real reason (undefined symbol, invalid ELF
+    header) is only in the chained cause, so the chain is spelled out.
+    """
+    parts = []
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        parts.append(f"{type(err).__name__}: {err}")
+        err = err.__cause__ or err.__context__
+    return " (caused by ".join(parts) + ")" * (len(parts) - 1)
+
+
 class ExtensionLoader:
     """Loads one op library at most once and remembers the outcome.
 
@@ -97,7 +113,7 @@ class ExtensionLoader:
         err = self.load()
         return (
             f"mpirun_kit detection ops: could not load the compiled extension {str(self.path) if self.path else '(not built)'}: "
-            f"{type(err).__name__}: {err}; falling back to the pure-PyTorch references (correct but slow); {REBUILD_HINT}"
+            f"{describe_error(err)}; falling back to the pure-PyTorch references (correct but slow); {REBUILD_HINT}"
         )
 
     def warn_fallback(self, stacklevel: int = 3) -> None:
@@ -135,11 +151,13 @@ def using(loader: ExtensionLoader) -> Iterator[ExtensionLoader]:
     prev = active()
     with _active_lock:
         _active = loader
+        _decided.clear()
     try:
         yield loader
     finally:
         with _active_lock:
             _active = prev
+            _decided.clear()
 
 
 _DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
@@ -150,10 +168,22 @@ def use_compiled(op: str, device: "torch.device") -> bool:  # noqa: F821 - torch
 
     False (after the one-time warning) when the library did not load, or when it
     was built without kernels for that device (a CPU-only build given CUDA tensors).
+    The answer is cached per (op, device type) in a plain dict, so that after the
+    first eager call torch.compile traces the wrappers without meeting a lock.
     """
+    key = (op, device.type)
+    hit = _decided.get(key)
+    if hit is not None:
+        return hit
+    decision = _decide(op, device)
+    _decided[key] = decision
+    return decision
+
+
+def _decide(op: str, device: "torch.device") -> bool:  # noqa: F821
     loader = active()
     if not loader.available:
-        loader.warn_fallback(stacklevel=4)
+        loader.warn_fallback(stacklevel=5)
         return False
     key = _DISPATCH_KEYS.get(device.type)
     if key is None:
@@ -164,6 +194,10 @@ def use_compiled(op: str, device: "torch.device") -> bool:  # noqa: F821 - torch
         return True
     _warn_no_device_kernels(device.type)
     return False
+
+
+#: (op, device type) -> use the compiled op; cleared whenever the active loader changes.
+_decided: dict[tuple[str, str], bool] = {}
 
 
 _no_device_warned: set[str] = set()

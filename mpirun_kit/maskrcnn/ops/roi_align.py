@@ -60,7 +60,7 @@ def roi_align(
     """
     oh, ow = check_output_size(output_size)
     check_roi_align_inputs(input, rois, sampling_ratio)
-    if rois.device.type == "cpu" and rois.shape[0] > 0:
+    if rois.device.type == "cpu" and rois.shape[0] > 0 and not torch.compiler.is_compiling():
         # A bad batch index would read out of bounds; on CPU checking costs no sync.
         lo, hi = float(rois[:, 0].min()), float(rois[:, 0].max())
         if lo < 0 or hi >= input.shape[0] or lo != math.floor(lo) or hi != math.floor(hi):

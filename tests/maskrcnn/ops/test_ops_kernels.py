@@ -1,0 +1,201 @@
+"""Compiled CPU kernels (torch.ops.mpirun_kit.*) against the pure-PyTorch references.
+
+Fresh random inputs every run (seed printed by the ``gen`` fixture), plus the
+edge cases the kernels must agree on: empty inputs, one box, all-identical
+boxes, boxes outside the map, zero-area RoIs, ``aligned`` both ways,
+adaptive and fixed sampling, float32 and float64, NCHW and channels-last.
+The kernels and the references compute IoU in the same order of operations, so
+NMS results must be identical, not just close.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mpirun_kit.maskrcnn import ops
+from mpirun_kit.maskrcnn.ops import reference
+
+from conftest import rand_boxes, rand_rois
+
+pytestmark = pytest.mark.usefixtures("compiled")
+
+DTYPES = [torch.float32, torch.float64]
+NMS = torch.ops.mpirun_kit
+
+
+def tol(dtype):
+    return {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-10, "atol": 1e-10}
+
+
+# ------------------------------------------------------------------- nms
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [0, 1, 7, 600])
+@pytest.mark.parametrize("thr", [0.3, 0.7])
+def test_nms_matches_reference(gen, dtype, n, thr):
+    boxes = rand_boxes(gen, n, size=200.0, dtype=dtype)
+    scores = torch.rand(n, generator=gen, dtype=torch.float64).to(dtype)
+    got = NMS.nms(boxes, scores, thr)
+    assert got.dtype == torch.int64
+    assert torch.equal(got, reference.nms(boxes, scores, thr))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nms_identical_boxes_and_ties(gen, dtype):
+    boxes = rand_boxes(gen, 1, dtype=dtype).repeat(20, 1)
+    scores = torch.ones(20, dtype=dtype)
+    assert NMS.nms(boxes, scores, 0.5).tolist() == [0]  # ties: the lowest index wins
+    # zero-area identical boxes: IoU is 0/0 = NaN, which never suppresses
+    flat = torch.tensor([[5.0, 5.0, 5.0, 9.0]], dtype=dtype).repeat(4, 1)
+    assert NMS.nms(flat, torch.arange(4, dtype=dtype), 0.5).tolist() == [3, 2, 1, 0]
+    assert torch.equal(NMS.nms(flat, torch.arange(4, dtype=dtype), 0.5), reference.nms(flat, torch.arange(4, dtype=dtype), 0.5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [0, 1, 900])
+def test_batched_nms_matches_reference(gen, dtype, n):
+    boxes = rand_boxes(gen, n, size=150.0, dtype=dtype)
+    scores = torch.rand(n, generator=gen, dtype=torch.float64).to(dtype)
+    idxs = torch.randint(-2, 5, (n,), generator=gen)
+    got = NMS.batched_nms(boxes, scores, idxs, 0.5)
+    assert torch.equal(got, reference.batched_nms(boxes, scores, idxs, 0.5))
+    # the public wrapper takes any integer dtype for idxs
+    assert torch.equal(ops.batched_nms(boxes, scores, idxs.to(torch.int32), 0.5), got)
+
+
+# ----------------------------------------------------------- box ops
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_box_iou_matches_reference(gen, dtype):
+    a = rand_boxes(gen, 37, dtype=dtype)
+    b = rand_boxes(gen, 23, dtype=dtype)
+    b[0] = torch.tensor([3.0, 3.0, 3.0, 3.0])  # zero area
+    a[0] = torch.tensor([3.0, 3.0, 3.0, 3.0])  # zero area with zero area: NaN
+    torch.testing.assert_close(NMS.box_iou(a, b), reference.box_iou(a, b), equal_nan=True, **tol(dtype))
+    assert NMS.box_iou(a[:0], b).shape == (0, 23)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_encode_decode_match_reference(gen, dtype):
+    props = rand_boxes(gen, 64, dtype=dtype)
+    gt = rand_boxes(gen, 64, dtype=dtype)
+    w = [10.0, 10.0, 5.0, 5.0]
+    torch.testing.assert_close(NMS.encode_boxes(gt, props, w), reference.encode_boxes(gt, props, w), **tol(dtype))
+    deltas = torch.randn(64, 12, generator=gen, dtype=torch.float64).to(dtype) * 3  # 3 classes; some dw hit the clip
+    got = NMS.decode_boxes(deltas, props, w, reference.DEFAULT_CLIP)
+    torch.testing.assert_close(got, reference.decode_boxes(deltas, props, w), **tol(dtype))
+    assert NMS.decode_boxes(deltas[:0], props[:0], w, 1.0).shape == (0, 12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_generate_anchors_matches_reference(dtype):
+    sizes = ((32, 40), (64,), (128,))
+    got = ops.generate_anchors([(5, 7), (3, 4), (0, 2)], [4, 8, 16], sizes, (0.5, 1.0, 2.0), "cpu", dtype)
+    for lvl, ((h, w), s) in enumerate(zip([(5, 7), (3, 4), (0, 2)], [4, 8, 16])):
+        want = reference.grid_anchors(reference.cell_anchors(sizes[lvl], (0.5, 1.0, 2.0), dtype), h, w, s)
+        assert torch.equal(got[lvl], want)
+    assert got[0].shape == (5 * 7 * 6, 4) and got[2].shape == (0, 4)
+
+
+# ----------------------------------------------------------- roi_align
+def _roi_inputs(gen, dtype, channels_last, n=2, c=5, h=12, w=15):
+    inp = torch.randn(n, c, h, w, generator=gen, dtype=torch.float64).to(dtype)
+    if channels_last:
+        inp = inp.contiguous(memory_format=torch.channels_last)
+    rois = rand_rois(gen, 9, n, 14.0, dtype)
+    rois[0, 1:] = torch.tensor([4.0, 4.0, 4.0, 4.0])  # zero area
+    rois[1, 1:] = torch.tensor([-40.0, -40.0, -30.0, -30.0])  # wholly outside the map
+    rois[2, 1:] = torch.tensor([-3.0, 2.0, 30.0, 40.0])  # larger than the map
+    return inp, rois
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_roi_align_forward_backward_match_reference(gen, dtype, aligned, sampling_ratio, channels_last):
+    inp, rois = _roi_inputs(gen, dtype, channels_last)
+    x1 = inp.detach().clone().requires_grad_(True)
+    x2 = inp.detach().clone().requires_grad_(True)
+    got = ops.roi_align(x1, rois, (3, 4), 0.9, sampling_ratio, aligned)
+    want = reference.roi_align(x2, rois, (3, 4), 0.9, sampling_ratio, aligned)
+    torch.testing.assert_close(got, want, **tol(dtype))
+    assert got.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    upstream = torch.randn(got.shape, generator=gen, dtype=torch.float64).to(dtype)
+    if channels_last:
+        upstream = upstream.contiguous(memory_format=torch.channels_last)  # the backward kernel's NHWC path
+    got.backward(upstream)
+    want.backward(upstream)
+    torch.testing.assert_close(x1.grad, x2.grad, **tol(dtype))
+    if channels_last:
+        # and the NCHW backward path for a channels-last input
+        (g_nchw,) = torch.autograd.grad(ops.roi_align(x1, rois, (3, 4), 0.9, sampling_ratio, aligned), x1, upstream.contiguous())
+        torch.testing.assert_close(g_nchw, x2.grad, **tol(dtype))
+
+
+def test_roi_align_one_and_no_rois(gen):
+    inp = torch.randn(1, 3, 6, 6, generator=gen)
+    one = torch.tensor([[0, 1.0, 1.0, 4.0, 5.0]])
+    torch.testing.assert_close(ops.roi_align(inp, one, 2, 1.0, 0, True), reference.roi_align(inp, one, (2, 2), 1.0, 0, True))
+    empty = ops.roi_align(inp.requires_grad_(True), one[:0], 2, 1.0, 0, True)
+    assert empty.shape == (0, 3, 2, 2)
+    empty.sum().backward()
+    assert torch.count_nonzero(inp.grad) == 0
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_roi_align_gradcheck(gen, aligned):
+    inp = torch.randn(1, 2, 6, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    rois = rand_rois(gen, 3, 1, 6.0, torch.float64)
+    assert torch.autograd.gradcheck(lambda x: ops.roi_align(x, rois, (2, 3), 1.0, 2, aligned), (inp,))
+
+
+def test_roi_align_double_backward_is_refused(gen):
+    inp = torch.randn(1, 2, 6, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    rois = torch.tensor([[0, 1.0, 1.0, 4.0, 4.0]], dtype=torch.float64)
+    out = ops.roi_align(inp, rois, 2, 1.0, 2, True)
+    # roi_align is linear in input, so a second derivative only exists with respect to grad_output
+    v = torch.randn(out.shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(out, inp, grad_outputs=v, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward of mpirun_kit::roi_align is not supported"):
+        g.sum().backward()
+
+
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_multiscale_roi_align_matches_reference(gen, sampling_ratio):
+    feats = [torch.randn(2, 4, 64 // 2**i, 80 // 2**i, generator=gen) for i in range(4)]
+    rois = rand_rois(gen, 40, 2, 300.0)
+    got = ops.multiscale_roi_align(feats, rois, 7, sampling_ratio, [4, 8, 16, 32])
+    want = reference.multiscale_roi_align(feats, rois, (7, 7), sampling_ratio, [4, 8, 16, 32])
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(ops.MultiScaleRoIAlign(7, sampling_ratio)(feats, rois), got)
+
+
+# ----------------------------------------------------------- proposals
+def _proposal_inputs(gen, dtype, b=2):
+    sizes = [(16, 20), (8, 10), (4, 5)]
+    anchors = ops.generate_anchors(sizes, [4, 8, 16], ((32,), (64,), (128,)), (0.5, 1.0, 2.0), "cpu", dtype)
+    levels = torch.cat([torch.full((len(a),), i) for i, a in enumerate(anchors)])
+    anchors = torch.cat(anchors)
+    obj = torch.randn(b, anchors.shape[0], generator=gen, dtype=torch.float64).to(dtype)
+    deltas = (torch.randn(b, anchors.shape[0], 4, generator=gen, dtype=torch.float64) * 0.3).to(dtype)
+    return anchors, obj, deltas, levels
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("per_level", [False, True])
+def test_generate_proposals_matches_reference(gen, dtype, per_level):
+    anchors, obj, deltas, levels = _proposal_inputs(gen, dtype)
+    lv = levels if per_level else None
+    image_sizes = [(64, 80), (50, 61)]
+    got_b, got_s = ops.generate_proposals(anchors, obj, deltas, image_sizes, 300, 100, 0.7, 2.0, levels=lv)
+    want_b, want_s = reference.generate_proposals(anchors, obj, deltas, image_sizes, 300, 100, 0.7, 2.0, lv)
+    assert len(got_b) == 2
+    for gb, gs, wb, ws in zip(got_b, got_s, want_b, want_s):
+        assert gb.shape[0] <= 100
+        torch.testing.assert_close(gs, ws, **tol(dtype))
+        torch.testing.assert_close(gb, wb, **tol(dtype))
+
+
+def test_generate_proposals_min_size_can_drop_everything(gen):
+    anchors, obj, deltas, _ = _proposal_inputs(gen, torch.float32, b=1)
+    boxes, scores = ops.generate_proposals(anchors, obj, deltas, [(64, 80)], 50, 10, 0.7, 1e6)
+    assert boxes[0].shape == (0, 4) and scores[0].shape == (0,)
