@@ -12,6 +12,7 @@ recorded tree.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -99,7 +100,7 @@ def read_topology(sys_root: Path = Path("/sys"), nvml=None) -> Topology:
 class EfaInfo:
     """EFA facts of one host."""
 
-    #: device names under /sys/class/infiniband whose name looks like EFA (rdmap*, efa*).
+    #: RDMA devices under /sys/class/infiniband bound to the ``efa`` kernel driver.
     devices: tuple[str, ...]
     #: True/False when ``fi_info -p efa`` ran, None when it is not installed.
     fi_info_ok: bool | None
@@ -107,6 +108,13 @@ class EfaInfo:
     @property
     def present(self) -> bool:
         return bool(self.devices) or bool(self.fi_info_ok)
+
+
+def _driver_name(dev: Path) -> str | None:
+    try:
+        return os.path.basename(os.readlink(dev / "device" / "driver"))
+    except OSError:
+        return None
 
 
 def detect_efa(sys_root: Path = Path("/sys"),
@@ -119,7 +127,9 @@ def detect_efa(sys_root: Path = Path("/sys"),
             default runs it with a 10 s timeout.
     """
     ib = sys_root / "class/infiniband"
-    devices = tuple(sorted(p.name for p in ib.glob("*"))) if ib.is_dir() else ()
+    # A host may also carry InfiniBand HCAs (mlx5_*): only devices whose driver is
+    # ``efa`` count, judged by the driver symlink rather than the device name.
+    devices = tuple(sorted(p.name for p in ib.glob("*") if _driver_name(p) == "efa")) if ib.is_dir() else ()
     fi_ok: bool | None = None
     if run is None and shutil.which("fi_info"):
         def run(argv: list[str]) -> int:

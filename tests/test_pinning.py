@@ -128,8 +128,17 @@ def test_sysfs_layout_and_nvml_read_from_a_fake_tree(tmp_path):
     assert read_gpus(tmp_path, FakeNvml()) == (Gpu(0, "NVIDIA A100-SXM4-40GB", "00000000:A0:1C.0", 1),)
 
 
+def _rdma_device(root, name, driver):
+    _write(root / f"class/infiniband/{name}/ports/1/state", "4: ACTIVE\n")
+    (root / f"bus/pci/drivers/{driver}").mkdir(parents=True, exist_ok=True)
+    (root / f"class/infiniband/{name}/device").mkdir(parents=True, exist_ok=True)
+    (root / f"class/infiniband/{name}/device/driver").symlink_to(root / f"bus/pci/drivers/{driver}")
+
+
 def test_detect_efa(tmp_path):
-    _write(tmp_path / "class/infiniband/rdmap16s27/ports/1/state", "4: ACTIVE\n")
+    _rdma_device(tmp_path, "rdmap16s27", "efa")
+    # An InfiniBand HCA on the same host is not EFA.
+    _rdma_device(tmp_path, "mlx5_0", "mlx5_core")
     info = detect_efa(tmp_path, run=lambda argv: 0 if argv == ["fi_info", "-p", "efa"] else 1)
     assert (info.devices, info.fi_info_ok, info.present) == (("rdmap16s27",), True, True)
     none = detect_efa(tmp_path / "empty", run=lambda argv: 1)
