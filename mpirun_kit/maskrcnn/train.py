@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default="auto", metavar="auto|PATH|none",
                    help="auto: continue from <output-dir>/last_checkpoint if present (default); PATH: that file; none: start fresh")
     p.add_argument("--eval-only", action="store_true", help="evaluate the resumed checkpoint and exit")
+    p.add_argument("--stop-after-steps", type=int, default=0, metavar="N",
+                   help="train at most N steps in this run, checkpoint and exit 0 without evaluating "
+                        "(time-sliced jobs; the LR schedule still follows solver.max_iter)")
     return p
 
 
@@ -135,6 +138,7 @@ class Trainer:
             log.info("config: %s", note)
         self.cfg: Config = cfg
         self.stop_requested = False
+        self.paused = False
         self.skipped = 0
         self.step = 0
         self.epoch = 0
@@ -382,8 +386,14 @@ class Trainer:
                 self._emit(rec)
             progress.update(self.step, solver.max_iter, f"loss={float(loss):.3f}")
             last = self.step == solver.max_iter
-            if stop or last or self.step % solver.checkpoint_period == 0:
+            pause = bool(self.args.stop_after_steps) and self.step - step0 >= self.args.stop_after_steps
+            if stop or last or pause or self.step % solver.checkpoint_period == 0:
                 self._save()
+            if pause and not last:
+                log.info("--stop-after-steps %d: paused at step %d; continue with --resume auto",
+                         self.args.stop_after_steps, self.step)
+                self.paused = True
+                return 0
             if stop:
                 log.warning("SIGTERM: stopped after step %d with a checkpoint in %s; rerun with --resume auto",
                             self.step, self.args.output_dir)
@@ -418,7 +428,7 @@ class Trainer:
                     rc = self._train()
                 finally:
                     signal.signal(signal.SIGTERM, previous)
-                if rc:
+                if rc or self.paused:
                     return rc
             import torch
 

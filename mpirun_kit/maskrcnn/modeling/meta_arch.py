@@ -59,8 +59,9 @@ class MaskRCNN(nn.Module):
         if self.training:
             targets = [{k: s[k].to(self.device, non_blocking=True) for k in ("boxes", "labels", "masks")}
                        for s in samples]
-            proposals, losses = self.rpn(feats, sizes, [t["boxes"] for t in targets])
-            losses.update(self.roi_heads.forward_train(feats, proposals, targets))
+            seeds = [int(s.get("seed", 0)) for s in samples]
+            proposals, losses = self.rpn(feats, sizes, [t["boxes"] for t in targets], seeds)
+            losses.update(self.roi_heads.forward_train(feats, proposals, targets, seeds))
             return losses
         proposals, _ = self.rpn(feats, sizes)
         dets = self.roi_heads.forward_test(feats, proposals, sizes)

@@ -2,7 +2,8 @@
 
 Training: GT boxes join the proposals, each is matched to a GT (IoU >= 0.5 foreground), 512 are
 sampled per image at 25 % foreground; a two-FC box head (7x7 RoIAlign, sampling ratio 2) gives
-softmax cross-entropy + class-specific L1 box loss, and a four-conv + deconv mask head (14x14
+softmax cross-entropy + class-specific L1 box loss (per image normalised by its sampled RoIs, then
+averaged over images, which keeps DDP and single-process losses equal), and a four-conv + deconv mask head (14x14
 RoIAlign) predicts 28x28 masks on the foreground RoIs against targets cut out of the GT masks
 (which coco.py rasterised from the polygons/RLE) with RoIAlign.  Inference: per-class decode,
 score threshold, per-class NMS, top-k, then masks for the kept boxes.
@@ -16,7 +17,7 @@ from torch.nn import functional as F
 from ..config import RoIHeadsConfig
 from ..ops import batched_nms, box_iou, decode_boxes, encode_boxes, multiscale_roi_align, roi_align
 from .fpn import STRIDES
-from .sampling import match, subsample
+from .sampling import image_generator, match, subsample
 
 POOL_STRIDES = STRIDES[:4]  # RoIs pool from P2..P5
 
@@ -72,14 +73,18 @@ class RoIHeads(nn.Module):
         return self.mask_pred(x).float()
 
     # -------------------------------------------------------------- training
-    def forward_train(self, feats, proposals, targets) -> dict[str, torch.Tensor]:
+    def forward_train(self, feats, proposals, targets, seeds: list[int] | None = None) -> dict[str, torch.Tensor]:
         sampled_boxes, cls_t, reg_t, mask_boxes, mask_labels, mask_t = [], [], [], [], [], []
-        for props, t in zip(proposals, targets):
+        roi_w, mask_w = [], []  # per-RoI loss weights: 1 / (RoIs of its image * images)
+        n_img = len(targets)
+        seeds = seeds or [0] * n_img
+        for i, (props, t) in enumerate(zip(proposals, targets)):
             gt, gl = t["boxes"], t["labels"]
             with torch.no_grad():
                 props = torch.cat([props, gt])
                 idx, labels = match(box_iou(gt, props), self.cfg.fg_iou_thresh, self.cfg.fg_iou_thresh, False)
-                pos, neg = subsample(labels, self.cfg.batch_size_per_image, self.cfg.positive_fraction)
+                pos, neg = subsample(labels, self.cfg.batch_size_per_image, self.cfg.positive_fraction,
+                                     image_generator(seeds[i], 1))
                 sel = torch.cat([pos, neg])
                 boxes = props[sel]
                 cls = torch.cat([gl[idx[pos]], torch.zeros_like(neg)])
@@ -90,15 +95,17 @@ class RoIHeads(nn.Module):
                 mask_boxes.append(props[pos])
                 mask_labels.append(gl[idx[pos]])
                 mask_t.append(self._mask_targets(t["masks"], props[pos], idx[pos]))
+                roi_w.append(torch.full((sel.numel(),), 1.0 / (max(sel.numel(), 1) * n_img), device=props.device))
+                mask_w.append(torch.full((pos.numel(),), 1.0 / (max(pos.numel(), 1) * n_img), device=props.device))
         rois = _rois(sampled_boxes)
         cls_logits, box_deltas = self.box_head(feats, rois)
-        cls_t, reg_t = torch.cat(cls_t), torch.cat(reg_t)
-        loss_cls = F.cross_entropy(cls_logits, cls_t)
+        cls_t, reg_t, roi_w_t = torch.cat(cls_t), torch.cat(reg_t), torch.cat(roi_w)
+        loss_cls = (F.cross_entropy(cls_logits, cls_t, reduction="none") * roi_w_t).sum()
         fg = torch.nonzero(cls_t > 0).flatten()
         if fg.numel():
             k = cls_t[fg] - 1
             pred = box_deltas.view(-1, self.num_classes, 4)[fg, k]
-            loss_box = F.l1_loss(pred, reg_t[fg], reduction="sum") / max(cls_t.numel(), 1)
+            loss_box = (F.l1_loss(pred, reg_t[fg], reduction="none").sum(1) * roi_w_t[fg]).sum()
         else:
             loss_box = box_deltas.sum() * 0
         mask_rois = _rois(mask_boxes)
@@ -106,7 +113,8 @@ class RoIHeads(nn.Module):
         if mask_rois.shape[0]:
             logits = self.mask_head(feats, mask_rois)
             logits = logits[torch.arange(logits.shape[0], device=logits.device), mask_labels_t - 1]
-            loss_mask = F.binary_cross_entropy_with_logits(logits, torch.cat(mask_t))
+            per_roi = F.binary_cross_entropy_with_logits(logits, torch.cat(mask_t), reduction="none").mean((1, 2))
+            loss_mask = (per_roi * torch.cat(mask_w)).sum()
         else:
             # keep every mask-head parameter in the graph (DDP expects a gradient for each)
             loss_mask = sum(p.sum() for p in [*self.mask_convs.parameters(), *self.mask_deconv.parameters(),

@@ -5,7 +5,9 @@ box deltas for each of A anchors (one size per level x the aspect ratios).  Prop
 the ops package's fused ``generate_proposals`` (per-level pre-NMS top-k, decode, clip, NMS per
 level, post-NMS top-k per image).  Training labels anchors by IoU with the GT boxes (>= 0.7 fg,
 < 0.3 bg, each GT's best anchors fg), samples 256 per image at half foreground, and applies
-binary cross-entropy + L1 box loss, both normalised by the number of sampled anchors.
+binary cross-entropy + L1 box loss, each image's sums normalised by its number of sampled anchors
+and averaged over images (so the loss of a batch split across DDP ranks averages to the loss of
+the whole batch).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from torch.nn import functional as F
 from ..config import RPNConfig
 from ..ops import box_iou, encode_boxes, generate_anchors, generate_proposals
 from .fpn import STRIDES
-from .sampling import match, subsample
+from .sampling import image_generator, match, subsample
 
 
 class RPN(nn.Module):
@@ -46,7 +48,7 @@ class RPN(nn.Module):
         return self._anchor_cache[key]
 
     def forward(self, feats: list[torch.Tensor], image_sizes: list[tuple[int, int]],
-                gt_boxes: list[torch.Tensor] | None = None) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+                gt_boxes: list[torch.Tensor] | None = None, seeds: list[int] | None = None) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
         logits, deltas = [], []
         for f in feats:
             t = F.relu(self.conv(f))
@@ -67,23 +69,24 @@ class RPN(nn.Module):
                 self.cfg.nms_thresh, self.cfg.min_size, levels=levels)
         if not training:
             return proposals, {}
-        return proposals, self.losses(anchors, logits_all, deltas_all, gt_boxes)
+        return proposals, self.losses(anchors, logits_all, deltas_all, gt_boxes, seeds or [0] * len(gt_boxes))
 
     def losses(self, anchors: torch.Tensor, logits: torch.Tensor, deltas: torch.Tensor,
-               gt_boxes: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-        cls_losses, box_losses, n_sampled = [], [], 0
+               gt_boxes: list[torch.Tensor], seeds: list[int]) -> dict[str, torch.Tensor]:
+        cls_losses, box_losses = [], []
         for b, gt in enumerate(gt_boxes):
             with torch.no_grad():
                 idx, labels = match(box_iou(gt, anchors), self.cfg.fg_iou_thresh, self.cfg.bg_iou_thresh, True)
-                pos, neg = subsample(labels, self.cfg.batch_size_per_image, self.cfg.positive_fraction)
+                pos, neg = subsample(labels, self.cfg.batch_size_per_image, self.cfg.positive_fraction,
+                                     image_generator(seeds[b], 0))
             sel = torch.cat([pos, neg])
             target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)]).to(logits.dtype)
-            cls_losses.append(F.binary_cross_entropy_with_logits(logits[b, sel], target, reduction="sum"))
+            norm = max(sel.numel(), 1)
+            cls_losses.append(F.binary_cross_entropy_with_logits(logits[b, sel], target, reduction="sum") / norm)
             if pos.numel():
                 with torch.no_grad():
                     reg_target = encode_boxes(gt[idx[pos]], anchors[pos])
-                box_losses.append(F.l1_loss(deltas[b, pos], reg_target, reduction="sum"))
-            n_sampled += sel.numel()
-        norm = max(n_sampled, 1)
+                box_losses.append(F.l1_loss(deltas[b, pos], reg_target, reduction="sum") / norm)
+        n = len(gt_boxes)
         box = torch.stack(box_losses).sum() if box_losses else deltas.sum() * 0
-        return {"loss_rpn_cls": torch.stack(cls_losses).sum() / norm, "loss_rpn_box": box / norm}
+        return {"loss_rpn_cls": torch.stack(cls_losses).sum() / n, "loss_rpn_box": box / n}

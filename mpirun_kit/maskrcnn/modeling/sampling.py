@@ -1,7 +1,9 @@
 """Matching and subsampling shared by the RPN and the RoI heads (pure tensor functions).
 
-Random choices use the global torch RNG on purpose: its state is saved in every checkpoint, so a
-resumed run draws the same samples as an uninterrupted one.
+Random choices draw from a generator seeded per image (the sampler's item seed), so the samples an
+image gets do not depend on which rank sees it or on what ran before: a DDP step equals a
+single-process step on the same global batch, and a resumed run draws what an uninterrupted one
+would.
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ def match(iou: torch.Tensor, fg_thresh: float, bg_thresh: float, allow_low_quali
     return idx, labels
 
 
-def subsample(labels: torch.Tensor, batch_size: int, positive_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+def subsample(labels: torch.Tensor, batch_size: int, positive_fraction: float,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Randomly pick up to ``batch_size`` predictions, at most ``positive_fraction`` foreground.
 
     Returns:
@@ -42,6 +45,11 @@ def subsample(labels: torch.Tensor, batch_size: int, positive_fraction: float) -
     neg = torch.nonzero(labels == 0).flatten()
     num_pos = min(pos.numel(), int(batch_size * positive_fraction))
     num_neg = min(neg.numel(), batch_size - num_pos)
-    pos = pos[torch.randperm(pos.numel())[:num_pos].to(pos.device)]
-    neg = neg[torch.randperm(neg.numel())[:num_neg].to(neg.device)]
+    pos = pos[torch.randperm(pos.numel(), generator=generator)[:num_pos].to(pos.device)]
+    neg = neg[torch.randperm(neg.numel(), generator=generator)[:num_neg].to(neg.device)]
     return pos, neg
+
+
+def image_generator(seed: int, salt: int) -> torch.Generator:
+    """A CPU generator for one image and one consumer (``salt``: 0 = RPN, 1 = RoI heads)."""
+    return torch.Generator().manual_seed(int(seed) * 4 + salt)
