@@ -24,14 +24,39 @@ import subprocess
 import sys
 import time
 
-from .errors import MpirunKitError
-from .exec.channel import send_rank_event
-from .exec.result import signal_name
-from .plan.ranks import HOSTS_VAR, PINNING_VAR, RESULT_ADDR_VAR, host_of_rank
+# Only the stdlib and one stdlib-only module: every rank imports this at start, on the
+# launch's critical path (the rest of the package is imported lazily where needed).
+from .exec.report import send_rank_event
+
+#: env vars the plan (plan/launch_plan.py) sets for this wrapper.
+RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
+HOSTS_VAR = "MPIRUN_KIT_HOSTS"
+#: read by mpirun_kit.pinning in each rank ("auto" | "none").
+PINNING_VAR = "MPIRUN_KIT_PINNING"
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def host_of_rank(encoded: str, rank: int) -> tuple[str, int] | None:
+    """(host, local_rank) of ``rank`` in ``algo-1:2,algo-2:2`` (plan.ranks.encode_host_slots); None if absent."""
+    start = 0
+    for item in encoded.split(","):
+        host, _, n = item.rpartition(":")
+        if not host or not n.isdigit():
+            return None
+        if rank < start + int(n):
+            return host, rank - start
+        start += int(n)
+    return None
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _first_int(env, names, default: int = -1) -> int:
@@ -113,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             send_rank_event(addr, {"event": "exit", "rank": rank, "host": host, "exit_code": code, "signal": None,
                                    "t": time.time()}, sock=sock)
         return code
+
+    from .errors import MpirunKitError
 
     try:
         env, _ = apply_pinning(env)

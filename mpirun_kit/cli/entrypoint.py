@@ -57,8 +57,8 @@ def register(subparsers) -> None:
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--hosts", metavar="H1:N,H2:N", help="hosts with slots, e.g. localhost:2")
     g.add_argument("--hostfile", type=Path, metavar="FILE", help="'host slots=N' per line")
-    q.add_argument("--opt-ml", type=Path, default=Path("/tmp/mpirun_kit"), metavar="DIR",
-                   help="where output/failure is written (default /tmp/mpirun_kit)")
+    q.add_argument("--opt-ml", type=Path, default=Path("/tmp/mpirun-kit-launch"), metavar="DIR",
+                   help="where output/failure is written (default /tmp/mpirun-kit-launch)")
     _common(q)
     q.set_defaults(func=_entrypoint, launch=True, role="master", no_sshd=True, sshd_config=None, current_host=None)
 

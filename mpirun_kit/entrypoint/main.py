@@ -91,7 +91,9 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
                    out: TextIO | None = None) -> int:
     """Run this host's part of the job; return its exit code (the job's, on every host)."""
     out = out or sys.stdout
+    log.info("entrypoint started")
     plan, me = make_plan(opts, environ)
+    log.info("plan ready: %s is %s", me, "master" if me == plan.master else "worker")
     role = opts.role if opts.role != "auto" else ("master" if me == plan.master else "worker")
     if opts.dry_run:
         if opts.json:

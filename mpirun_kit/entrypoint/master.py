@@ -92,6 +92,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             return result
         env = {**environ, **dict(plan.env)}
         print(f"mpirun_kit: launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)", file=out, flush=True)
+        log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         lex = run_launcher(
             plan.argv, env, rank_hosts={r.rank: r.host for r in plan.ranks},
             tag_regex=get_flavour(plan.mpi_flavour).tag_regex,

@@ -9,7 +9,7 @@ It runs on the master from before mpirun starts until every worker has the resul
 
 A worker that hears nothing for ``master_silence_s`` (or sees the connection
 close) knows its master is gone; a worker that connects after the result was
-published gets it at once.  ``MasterLink`` is the worker's end, ``send_rank_event``
+published gets it at once.  ``MasterLink`` is the worker's end, ``send_rank_event`` (report.py)
 the rank's.
 """
 from __future__ import annotations
@@ -22,13 +22,13 @@ from typing import Callable
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import MasterLostError
+from .report import encode, send_rank_event  # noqa: F401  (send_rank_event: re-exported)
 from .result import JobResult, RankFailure, rank_failure_from_report
 
 _MAX_LINE = 1 << 20
 
 
-def _encode(msg: dict) -> bytes:
-    return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+_encode = encode
 
 
 class _LineReader:
@@ -321,25 +321,3 @@ class MasterLink:
             self.sock.close()
         except OSError:
             pass
-
-
-def send_rank_event(addr: str, msg: dict, timeout: float = 2.0, sock: socket.socket | None = None) -> socket.socket | None:
-    """Send one rank report to ``host:port``; returns the (reusable) socket, None when unreachable.
-
-    Reports are best effort: a rank must run even where the channel is down
-    (mpirun's own status still reaches the master).
-    """
-    data = _encode({"type": "rank", **msg})
-    if sock is not None:
-        try:
-            sock.sendall(data)
-            return sock
-        except OSError:
-            sock.close()
-    host, _, port = addr.rpartition(":")
-    try:
-        sock = socket.create_connection((host, int(port)), timeout=timeout)
-        sock.sendall(data)
-        return sock
-    except (OSError, ValueError):
-        return None

@@ -19,7 +19,8 @@ from ..model import LaunchSpec, Timeouts
 from .env import redact, redact_arg, resolve_env
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
-from .ranks import HOSTS_VAR, PINNING_VAR, RESULT_ADDR_VAR, RankSlot, assign_ranks, encode_host_slots
+from ..rank import HOSTS_VAR, PINNING_VAR, RESULT_ADDR_VAR
+from .ranks import RankSlot, assign_ranks, encode_host_slots
 
 RANK_MODULE = "mpirun_kit.rank"
 

@@ -11,12 +11,6 @@ from typing import Iterable
 
 from ..errors import SpecError
 
-#: env vars the plan sets for the rank wrapper (mpirun_kit/rank.py reads them); defined
-#: here, in the lightest plan module, because every rank imports them at start.
-RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
-HOSTS_VAR = "MPIRUN_KIT_HOSTS"
-#: read by mpirun_kit.pinning in each rank ("auto" | "none").
-PINNING_VAR = "MPIRUN_KIT_PINNING"
 
 
 @dataclass(frozen=True)
@@ -43,18 +37,5 @@ def assign_ranks(host_slots: Iterable[tuple[str, int]]) -> tuple[RankSlot, ...]:
 
 
 def encode_host_slots(host_slots: Iterable[tuple[str, int]]) -> str:
-    """``algo-1:2,algo-2:2``: how the rank wrapper learns the placement (env var)."""
+    """``algo-1:2,algo-2:2``: how the rank wrapper learns the placement (``rank.host_of_rank`` reads it)."""
     return ",".join(f"{h}:{n}" for h, n in host_slots)
-
-
-def host_of_rank(encoded: str, rank: int) -> tuple[str, int] | None:
-    """Inverse of ``encode_host_slots`` for one rank: (host, local_rank), None if out of range."""
-    start = 0
-    for item in encoded.split(","):
-        host, _, n = item.rpartition(":")
-        if not host or not n.isdigit():
-            return None
-        if rank < start + int(n):
-            return host, rank - start
-        start += int(n)
-    return None

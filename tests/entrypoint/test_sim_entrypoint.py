@@ -157,3 +157,19 @@ def test_master_partitioned_workers_exit_75_on_silence(tmp_path):
         sim.partition("algo-1")
         assert procs["algo-2"].wait(60) == 75
     assert "no heartbeat from master algo-1 for 5 s" in procs["algo-2"].output()
+
+
+def test_workers_start_their_own_sshd(tmp_path):
+    """The platform runs no sshd here: each worker's entrypoint starts it (key-only, with the host's config)."""
+    with sim_cluster(2, tmp_path, "h1sshd", start_sshd=[]) as sim:
+        spec = LaunchSpec(program=(PY, str(BIN / "allreduce.py")), processes_per_host=1, timeouts=FAST)
+        sim.write_sagemaker_config({LAUNCH_SPEC_HYPERPARAMETER: spec.to_json()})
+        entry = [str(Path(PY).parent / "mpirun_kit"), "entrypoint"]
+        procs = {"algo-1": sim.popen("algo-1", entry, log_path=sim.host("algo-1").dir / "entrypoint.log"),
+                 "algo-2": sim.popen("algo-2", entry + ["--sshd-config", str(sim.host("algo-2").sshd_config)],
+                                     log_path=sim.host("algo-2").dir / "entrypoint.log")}
+        codes = wait_all(procs, 120)
+        assert codes == {"algo-1": 0, "algo-2": 0}, procs["algo-1"].output() + procs["algo-2"].output()
+        assert "ALLREDUCE sum=3 expected=3 size=2" in procs["algo-1"].output()
+        # the worker's sshd was its child and is gone with it
+        assert "sshd" not in sim.run("algo-2", ["ps", "-e", "-o", "comm="]).stdout
