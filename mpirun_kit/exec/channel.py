@@ -75,13 +75,17 @@ class _Peer:
         self.alive = True
 
     def send(self, msg: dict) -> bool:
+        """Send without ever blocking: a peer whose socket buffer is full has stopped
+        reading, and must not stall heartbeats (or the result) to everyone else."""
+        data = _encode(msg)
         with self.lock:
             if not self.alive:
                 return False
             try:
-                self.sock.sendall(_encode(msg))
+                while data:
+                    data = data[self.sock.send(data, socket.MSG_DONTWAIT):]
                 return True
-            except OSError:
+            except OSError:  # BlockingIOError included
                 self.alive = False
                 return False
 

@@ -106,3 +106,19 @@ def test_many_workers_in_parallel(server):
     assert got == [7] * 8
     for lk in links:
         lk.close()
+
+
+def test_send_to_a_peer_that_stopped_reading_never_blocks():
+    """A peer whose buffers are full is dropped at once; blocking there would stall every heartbeat."""
+    from mpirun_kit.exec.channel import _Peer
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    peer = _Peer(a)
+    sent = 0
+    while peer.send({"type": "heartbeat", "pad": "x" * 1000}):
+        sent += 1
+        assert sent < 100_000
+    assert not peer.alive and not peer.send({"type": "result"})
+    a.close()
+    b.close()
