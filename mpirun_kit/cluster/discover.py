@@ -38,9 +38,11 @@ def gpu_count(dev: Path = Path("/dev")) -> int:
         return 0
     try:
         import pynvml
-
+    except ImportError:
+        return 0
+    try:
         pynvml.nvmlInit()
-    except Exception:  # NVML raises its own error types, or the library is missing: no GPUs here.
+    except pynvml.NVMLError:  # driver present but NVML unusable (e.g. a container without libnvidia-ml)
         return 0
     try:
         return int(pynvml.nvmlDeviceGetCount())

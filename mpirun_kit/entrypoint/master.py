@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import LaunchError, SSHUnreachableError
 from ..exec.channel import ResultServer
 from ..exec.process import LauncherExit, run_launcher

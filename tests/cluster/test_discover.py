@@ -66,3 +66,8 @@ def test_no_gpus_without_driver():
         pytest.skip("this machine has an NVIDIA driver")
     # No driver: NVML fails to initialise, and discovery reports 0 instead of raising.
     assert gpu_count() == 0
+
+
+def test_gpu_count_without_device_nodes(tmp_path):
+    # An empty /dev: no driver, so NVML is never loaded.
+    assert gpu_count(dev=tmp_path) == 0

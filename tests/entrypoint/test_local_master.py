@@ -3,10 +3,8 @@
 Multi-host behaviour is covered on the simulated cluster (test_sim_*.py).
 """
 import json
-import os
 import signal
 import subprocess
-import time
 
 import pytest
 

@@ -4,13 +4,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from mpirun_kit.exec.channel import ResultServer
-from mpirun_kit.exec.result import RankFailure
 from mpirun_kit.rank import apply_pinning, child_env, rank_identity
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.mpi]

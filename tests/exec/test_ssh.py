@@ -6,7 +6,6 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-from mpirun_kit.clock import SYSTEM_CLOCK
 from mpirun_kit.errors import SSHUnreachableError
 from mpirun_kit.exec.ssh import banner_probe, ssh_probe_argv, wait_reachable
 
