@@ -5,6 +5,7 @@ For N hosts x 2 ranks, median of several runs, three figures:
 (a) launch: every entrypoint started -> every rank running user code, next to the
     floor measured in the same run: a bare ``mpirun`` of the same program from
     algo-1 over sshds already up (same placement and interface flags, no wrapper);
+    also the part before mpirun is exec'd (from the master's "mpirun starting" log line);
 (b) shutdown tail: the last rank's user code finished -> every entrypoint exited;
 (c) failure fan-out: one rank on the last worker exits 3 -> every entrypoint exited
     non-zero.
@@ -68,6 +69,15 @@ def _clear(sim) -> None:
                 p.unlink()
 
 
+def _mpirun_exec_time(log_text: str) -> float | None:
+    """Wall time of the master's "mpirun starting" log line (logging's local-time stamp, ms)."""
+    for line in log_text.splitlines():
+        if "mpirun starting" in line:
+            stamp, ms = line[:23].split(",")
+            return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
+    return None
+
+
 def _wait_exits(procs: dict, timeout: float) -> dict[str, tuple[float, int]]:
     done: dict[str, tuple[float, int]] = {}
     end = time.monotonic() + timeout
@@ -93,15 +103,15 @@ def one_n(n: int, repeats: int, root: Path) -> dict:
                   "--map-by", "slot", "--oversubscribe", "--mca", "plm_rsh_no_tree_spawn", "1",
                   "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
                   "--mca", "mpi_yield_when_idle", "1", py, "-c", STAMP]
-    res = {"floor": [], "launch": [], "tail": [], "fanout": []}
+    res = {"floor": [], "launch": [], "to_mpirun": [], "tail": [], "fanout": []}
     with SimCluster(n, root / f"n{n}", name=f"benchl{n}") as sim:
-        def job(crash: int) -> tuple[float, dict]:
+        def job(crash: int) -> tuple[float, dict, str]:
             spec = LaunchSpec(program=(py, "-c", STAMP, str(crash)), processes_per_host=PPH)
             sim.write_sagemaker_config({LAUNCH_SPEC_HYPERPARAMETER: spec.to_json()})
             _clear(sim)
             t0 = time.time()
             procs = sim.start_entrypoints(entry)
-            return t0, _wait_exits(procs, 300)
+            return t0, _wait_exits(procs, 300), procs["algo-1"].output()
 
         for _ in range(repeats):
             # floor: bare mpirun from algo-1, sshds already up
@@ -112,7 +122,7 @@ def one_n(n: int, repeats: int, root: Path) -> dict:
                 raise RuntimeError(f"bare mpirun failed: {r.stderr[-800:]}")
             res["floor"].append(max(_stamps(sim, "start")) - t0)
             # (a) + (b)
-            t0, exits = job(-1)
+            t0, exits, master_log = job(-1)
             bad = {h: c for h, (_, c) in exits.items() if c != 0}
             if bad:
                 raise RuntimeError(f"launch run failed on {bad}; see {sim.hosts[0].dir}/entrypoint.log")
@@ -120,25 +130,29 @@ def one_n(n: int, repeats: int, root: Path) -> dict:
             if len(starts) != ranks:
                 raise RuntimeError(f"{len(starts)} of {ranks} ranks stamped their start")
             res["launch"].append(max(starts) - t0)
+            exec_at = _mpirun_exec_time(master_log)
+            if exec_at is not None:
+                res["to_mpirun"].append(exec_at - t0)
             res["tail"].append(max(t for t, _ in exits.values()) - max(_stamps(sim, "end")))
             # (c)
-            _, exits = job(ranks - 1)
+            _, exits, _ = job(ranks - 1)
             if any(c == 0 for _, c in exits.values()):
                 raise RuntimeError(f"fan-out run: some entrypoint exited 0: {exits}")
             res["fanout"].append(max(t for t, _ in exits.values()) - min(_stamps(sim, "crash")))
-    med = {k: round(statistics.median(v), 3) for k, v in res.items()}
+    med = {k: round(statistics.median(v), 3) if v else float("nan") for k, v in res.items()}
     return {"hosts": n, "ranks": ranks, "repeats": repeats, **{f"{k}_s": v for k, v in med.items()},
             "launch_over_floor_s": round(med["launch"] - med["floor"], 3),
             "runs": {k: [round(x, 3) for x in v] for k, v in res.items()}}
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| hosts x ranks | bare mpirun floor (s) | (a) launch (s) | launch - floor (s) | (b) shutdown tail (s) "
-             "| (c) failure fan-out (s) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| hosts x ranks | bare mpirun floor (s) | (a) launch (s) | launch - floor (s) | of which: start -> "
+             "mpirun exec (s) | (b) shutdown tail (s) | (c) failure fan-out (s) |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['hosts']} x {PPH} | {r['floor_s']:.2f} | {r['launch_s']:.2f} | "
-                     f"{r['launch_over_floor_s']:+.2f} | {r['tail_s']:.2f} | {r['fanout_s']:.2f} |")
+                     f"{r['launch_over_floor_s']:+.2f} | {r['to_mpirun_s']:.2f} | {r['tail_s']:.2f} | "
+                     f"{r['fanout_s']:.2f} |")
     return "\n".join(lines)
 
 
