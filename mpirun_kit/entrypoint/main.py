@@ -82,8 +82,10 @@ def make_plan(opts: EntrypointOptions, environ: Mapping[str, str]) -> tuple[Laun
                                current_host=opts.current_host)
     spec = resolve_spec(opts)
     detected = detect_with(_run_text) if spec.mpi_flavour == "auto" else spec.mpi_flavour
+    # A forced master (``--role master``, ``mpirun_kit launch``) is this host, whatever the election says.
     plan = build_launch_plan(spec, cluster, environ, gpu_count(), detected_flavour=detected,
-                             run_as_root=os.geteuid() == 0, cpu_count=os.cpu_count(), python=sys.executable)
+                             run_as_root=os.geteuid() == 0, cpu_count=os.cpu_count(), python=sys.executable,
+                             master=cluster.current_host if opts.role == "master" else None)
     return plan, cluster.current_host
 
 

@@ -63,7 +63,7 @@ class LaunchPlan:
 def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, str], gpu_count: int, *,
                       detected_flavour: str = "openmpi4", run_as_root: bool = False,
                       cpu_count: int | None = None, python: str = "python3",
-                      launcher: str | None = None) -> LaunchPlan:
+                      launcher: str | None = None, master: str | None = None) -> LaunchPlan:
     """Resolve ``spec`` on ``cluster`` into a LaunchPlan.  Pure: reads nothing but its arguments.
 
     This is the stable entry point for every producer of launches (entrypoint, the
@@ -81,6 +81,8 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
             and yield-when-idle.  None: unknown, assume enough.
         python: the interpreter that runs the rank wrapper on every host.
         launcher: the mpirun path (default: the flavour's launcher on PATH).
+        master: the host that runs mpirun (default: elected, see cluster/election.py);
+            ``mpirun_kit launch`` passes the host it runs on.
 
     Raises:
         SpecError: an unknown flavour, a bad slot count, or a bad user MPI option.
@@ -99,7 +101,11 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
     hosts = tuple(Host(h.name, spec.processes_per_host or h.slots or default_slots) for h in cluster.hosts)
     host_slots = [(h.name, h.slots) for h in hosts]
     ranks = assign_ranks(host_slots)
-    master = elect_master(cluster.host_names)
+    if master is None:
+        master = elect_master(cluster.host_names)
+    elif master not in cluster.host_names:
+        raise SpecError(f"master {master!r} is not among the hosts {list(cluster.host_names)}; "
+                        "the master must be one of the job's hosts")
     env, dropped = resolve_env(environ, spec.env_forward, spec.env)
     env = tuple(sorted(dict(env, **{RESULT_ADDR_VAR: f"{master}:{spec.result_port}",
                                     HOSTS_VAR: encode_host_slots(host_slots),

@@ -82,3 +82,14 @@ def test_help_documents_exit_codes():
     assert res.returncode == 0
     flat = " ".join(res.stdout.split())
     assert "75 worker lost its master" in flat and "--no-sshd" in flat and "--opt-ml DIR" in flat
+
+
+def test_launch_runs_from_this_host_whatever_the_election(tmp_path):
+    hf = tmp_path / "hostfile"
+    hf.write_text("zz-this slots=1\naa-other slots=1\n")
+    res = cli(["entrypoint", "--hostfile", str(hf), "--current-host", "zz-this", "--role", "master",
+               "--opt-ml", str(tmp_path), "--dry-run", "--json", "--", "python", "x.py"])
+    assert res.returncode == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert (d["role"], d["master"]) == ("master", "zz-this")
+    assert d["env"]["MPIRUN_KIT_RESULT_ADDR"] == "zz-this:29411"

@@ -106,3 +106,14 @@ def test_plan_errors(spec, message):
     with pytest.raises(SpecError) as e:
         build_launch_plan(spec, Cluster((Host("h"),), "h", "x"), {}, 0)
     assert str(e.value) == message
+
+
+def test_master_override():
+    cluster = Cluster(hosts=(Host("node-b"), Host("node-a")), current_host="node-b", source="hf")
+    spec = LaunchSpec(program=("p",))
+    assert build_launch_plan(spec, cluster, {}, 0).master == "node-a"
+    plan = build_launch_plan(spec, cluster, {}, 0, master="node-b")
+    assert (plan.master, plan.workers, dict(plan.env)["MPIRUN_KIT_RESULT_ADDR"]) == ("node-b", ("node-a",), "node-b:29411")
+    with pytest.raises(SpecError) as e:
+        build_launch_plan(spec, cluster, {}, 0, master="login")
+    assert str(e.value) == "master 'login' is not among the hosts ['node-b', 'node-a']; the master must be one of the job's hosts"
