@@ -30,7 +30,7 @@ def test_preset_then_user_override_wins_and_is_reported():
     assert (cfg.solver.base_lr, cfg.solver.max_iter, cfg.seed) == (0.01, 7, 3)
     assert cfg.model.num_classes == 3  # preset value kept
     assert notes == ["solver.base_lr: preset 'demo' says 0.02, user value 0.01 wins",
-                     "solver.max_iter: preset 'demo' says 1200, user value 7 wins"]
+                     "solver.max_iter: preset 'demo' says 450, user value 7 wins"]
 
 
 def test_tuple_and_bool_values_parse():
@@ -77,7 +77,7 @@ def test_lr_schedule_scales_warms_up_and_steps():
     (lambda: resolve_config("demo", {"backend": "mpi"}), "backend='mpi': expected 'auto', 'gloo', 'nccl' or 'horovod'"),
     (lambda: resolve_config("demo", {"device": "tpu"}), "device='tpu': expected 'auto', 'cpu' or 'cuda'"),
     (lambda: resolve_config("demo", {"model.num_classes": "0"}), "model.num_classes=0: expected >= 1"),
-    (lambda: resolve_config("demo", {"solver.ims_per_gpu": "0"}), "solver.ims_per_gpu=0, solver.max_iter=1200: expected both >= 1"),
+    (lambda: resolve_config("demo", {"solver.ims_per_gpu": "0"}), "solver.ims_per_gpu=0, solver.max_iter=450: expected both >= 1"),
 ])
 def test_config_errors_name_the_value_and_the_fix(call, message):
     with pytest.raises(ConfigError) as e:

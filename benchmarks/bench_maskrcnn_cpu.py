@@ -1,0 +1,97 @@
+"""CPU time-to-accuracy of the Mask R-CNN demo: the README's main job, measured.
+
+Runs exactly what jobs/maskrcnn-demo.yaml runs -- ``mpirun -np 2 python -m mpirun_kit.maskrcnn.train
+--config demo --synthetic-if-missing`` into a fresh data and output directory -- with periodic
+evaluation, and reports the wall clock from launch (dataset generation included) to the first
+evaluation that reaches the targets (bbox mAP >= 0.50, segm mAP >= 0.45), the final mAPs, the
+training throughput, and the conditions: cores, load average before/after, whether the compiled
+detection ops or the pure-PyTorch fallbacks ran.
+
+    python benchmarks/bench_maskrcnn_cpu.py [--ranks 2] [--eval-period 300] [--json out.json] [--set k=v ...]
+
+Targets are figures to report, not assertions (the machine may be shared; say so with the result).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_BBOX, TARGET_SEGM, TARGET_WALL_S = 0.50, 0.45, 15 * 60
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--eval-period", type=int, default=300, help="steps between evaluations (time-to-accuracy resolution)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--workdir", type=Path, default=None, help="keep data and output here (default: a temp dir)")
+    p.add_argument("--json", type=Path, default=None, help="also write the result here")
+    args = p.parse_args(argv)
+
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("bench_maskrcnn_cpu: mpirun not found; install openmpi-bin (bash ops/quickstart.sh setup)", file=sys.stderr)
+        return 70
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench_maskrcnn_"))
+    data, out = work / "data", work / "out"
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", str(args.ranks),
+           sys.executable, "-W", "ignore::UserWarning", "-m", "mpirun_kit.maskrcnn.train", "--config", "demo",
+           "--data-dir", str(data), "--output-dir", str(out), "--synthetic-if-missing",
+           "--set", f"test.eval_period={args.eval_period}"]
+    for kv in args.overrides:
+        cmd += ["--set", kv]
+    from mpirun_kit.maskrcnn import ops
+
+    load_before = os.getloadavg()
+    t0 = time.monotonic()
+    evals, reached = [], None
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: list[str] = []
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        tail = (tail + [line])[-40:]
+        m = re.search(r"^step=(\d+) bbox_mAP=([0-9.]+).* segm_mAP=([0-9.]+)", line)
+        if m:
+            step, bbox, segm = int(m[1]), float(m[2]), float(m[3])
+            evals.append({"step": step, "wall_s": round(time.monotonic() - t0, 1), "bbox_mAP": bbox, "segm_mAP": segm})
+            if reached is None and bbox >= TARGET_BBOX and segm >= TARGET_SEGM:
+                reached = evals[-1]
+    rc = proc.wait()
+    wall = time.monotonic() - t0
+    if rc != 0:
+        print("".join(tail), file=sys.stderr)
+        print(f"bench_maskrcnn_cpu: training exited {rc}", file=sys.stderr)
+        return rc
+    final = json.loads((out / "metrics.json").read_text())
+    rates = [json.loads(l)["images_per_s"] for l in (out / "metrics.jsonl").read_text().splitlines()
+             if '"images_per_s"' in l]
+    result = {
+        "ranks": args.ranks, "cores": os.cpu_count(), "compiled_ops": ops.ops_available(),
+        "load_avg_before": [round(x, 2) for x in load_before], "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round(wall, 1), "train_images_per_s": round(rates[-1], 2) if rates else None,
+        "final_bbox_mAP": final["bbox_mAP"], "final_segm_mAP": final["segm_mAP"], "steps": final["step"],
+        "evals": evals, "time_to_target_s": reached["wall_s"] if reached else None,
+        "targets": {"bbox_mAP": TARGET_BBOX, "segm_mAP": TARGET_SEGM, "wall_s": TARGET_WALL_S},
+        "met": bool(reached) and reached["wall_s"] <= TARGET_WALL_S,
+        "overrides": args.overrides,
+    }
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
