@@ -99,6 +99,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             cancelled=lambda: latch.received, grace_s=plan.timeouts.grace_s,
             job_timeout_s=plan.timeouts.job_s, cwd=plan.working_dir, clock=clock,
             preexec_fn=_set_parent_death_signal)
+        log.info("mpirun exited: code %s, signal %s", lex.returncode, lex.signal)
         result = _result_of(lex, server, plan)
         return result
     finally:
