@@ -39,6 +39,24 @@ def test_nms_matches_reference(gen, dtype, n, thr):
     assert torch.equal(got, reference.nms(boxes, scores, thr))
 
 
+@pytest.mark.parametrize("layout", ["spread", "clustered", "mixed_sizes", "malformed"])
+def test_nms_grid_path_matches_reference(gen, layout):
+    # >= 2048 boxes: the CPU kernel switches to its grid index (cpu/nms_impl.h), which must not change the result
+    n = 2500
+    if layout == "spread":
+        boxes = rand_boxes(gen, n, size=2000.0)
+    elif layout == "clustered":
+        boxes = rand_boxes(gen, n, size=60.0, max_wh=30.0)
+    elif layout == "mixed_sizes":
+        boxes = torch.cat([rand_boxes(gen, n - 40, size=1000.0), rand_boxes(gen, 40, size=300.0, max_wh=900.0)])
+    else:
+        boxes = rand_boxes(gen, n, size=1000.0)
+        boxes[::7] = boxes[::7][:, [2, 3, 0, 1]]  # x2 < x1: negative-area boxes
+    scores = torch.rand(n, generator=gen)
+    for thr in (0.0, 0.5, -0.1):
+        assert torch.equal(NMS.nms(boxes, scores, thr), reference.nms(boxes, scores, thr)), f"{layout} thr={thr}"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nms_identical_boxes_and_ties(gen, dtype):
     boxes = rand_boxes(gen, 1, dtype=dtype).repeat(20, 1)

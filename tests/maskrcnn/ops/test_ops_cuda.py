@@ -1,0 +1,148 @@
+"""CUDA kernels against the references and torchvision.ops (GPU hosts only).
+
+Skipped where no GPU is visible (this development machine has none); on a GPU
+host with a CUDA build of the extension they compare every CUDA kernel with the
+pure-PyTorch reference run in float32/float64 on the same inputs, and nms and
+roi_align with torchvision.ops when torchvision is importable.  Half and
+bfloat16 are compared against a float32 reference on the rounded inputs, with
+tolerances for the output rounding (the kernels accumulate in float32).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mpirun_kit.maskrcnn import ops
+from mpirun_kit.maskrcnn.ops import reference
+
+from conftest import rand_boxes, rand_rois
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.usefixtures("compiled"),
+]
+M = torch.ops.mpirun_kit
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+def tol(dtype):
+    return {
+        torch.float64: {"rtol": 1e-10, "atol": 1e-10},
+        torch.float32: {"rtol": 1e-5, "atol": 1e-5},
+        torch.float16: {"rtol": 1e-2, "atol": 1e-2},
+        torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
+    }[dtype]
+
+
+@pytest.fixture(autouse=True)
+def cuda_kernels_built():
+    if not torch._C._dispatch_has_kernel_for_dispatch_key("mpirun_kit::nms", "CUDA"):
+        pytest.fail("the extension was built without CUDA kernels; rebuild on this GPU host: python setup.py build_ext --inplace")
+
+
+def _oracle_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@pytest.mark.parametrize("n", [0, 1, 700, 5000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nms_cuda_matches_reference(gen, n, dtype):
+    boxes = rand_boxes(gen, n, size=300.0, dtype=dtype)
+    scores = torch.rand(n, generator=gen, dtype=torch.float64).to(dtype)
+    got = M.nms(boxes.cuda(), scores.cuda(), 0.5).cpu()
+    assert torch.equal(got, reference.nms(boxes, scores, 0.5))
+    idxs = torch.randint(0, 4, (n,), generator=gen)
+    got = M.batched_nms(boxes.cuda(), scores.cuda(), idxs.cuda(), 0.5).cpu()
+    assert torch.equal(got, reference.batched_nms(boxes, scores, idxs, 0.5))
+
+
+def test_nms_cuda_identical_boxes():
+    boxes = torch.tensor([[1.0, 1.0, 9.0, 9.0]]).repeat(130, 1).cuda()
+    assert M.nms(boxes, torch.ones(130, device="cuda"), 0.5).tolist() == [0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_nms_cuda_half_keeps_about_the_same_boxes(gen, dtype):
+    boxes = rand_boxes(gen, 800, size=300.0).to(dtype)
+    scores = torch.rand(800, generator=gen).to(dtype)
+    got = set(M.nms(boxes.cuda(), scores.cuda(), 0.5).cpu().tolist())
+    want = set(reference.nms(boxes.float(), scores.float(), 0.5).tolist())
+    assert len(got ^ want) <= 0.02 * len(want)  # near-threshold IoUs may round either way
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("aligned", [False, True])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_roi_align_cuda_matches_reference(gen, dtype, aligned, sampling_ratio, channels_last):
+    inp = torch.randn(2, 6, 14, 17, generator=gen).to(dtype)
+    rois = rand_rois(gen, 12, 2, 16.0).to(dtype)
+    rois[0, 1:] = torch.tensor([5.0, 5.0, 5.0, 5.0])
+    x = inp.cuda()
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_(True)
+    got = ops.roi_align(x, rois.cuda(), (3, 4), 0.8, sampling_ratio, aligned)
+    od = _oracle_dtype(dtype)
+    ref_in = inp.to(od).requires_grad_(True)
+    want = reference.roi_align(ref_in, rois.to(od), (3, 4), 0.8, sampling_ratio, aligned)
+    torch.testing.assert_close(got.cpu().to(od), want, **tol(dtype))
+    upstream = torch.randn(want.shape, generator=gen).to(dtype)
+    got.backward(upstream.cuda())
+    want.backward(upstream.to(od))
+    torch.testing.assert_close(x.grad.cpu().to(od), ref_in.grad, **tol(dtype))
+
+
+def test_roi_align_cuda_gradcheck(gen):
+    inp = torch.randn(1, 2, 6, 7, generator=gen, dtype=torch.float64, device="cuda", requires_grad=True)
+    rois = rand_rois(gen, 3, 1, 6.0, torch.float64).cuda()
+    assert torch.autograd.gradcheck(lambda t: ops.roi_align(t, rois, (2, 3), 1.0, 2, True), (inp,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_box_ops_cuda_match_reference(gen, dtype):
+    a, b = rand_boxes(gen, 40).to(dtype), rand_boxes(gen, 25).to(dtype)
+    od = _oracle_dtype(dtype)
+    torch.testing.assert_close(M.box_iou(a.cuda(), b.cuda()).cpu().to(od), reference.box_iou(a.to(od), b.to(od)), **tol(dtype))
+    w = [10.0, 10.0, 5.0, 5.0]
+    torch.testing.assert_close(
+        M.encode_boxes(a.cuda(), b[:1].expand(40, 4).contiguous().cuda(), w).cpu().to(od),
+        reference.encode_boxes(a.to(od), b[:1].expand(40, 4).to(od), w), **tol(dtype))
+    d = (torch.randn(40, 8, generator=gen) * 0.5).to(dtype)
+    torch.testing.assert_close(
+        M.decode_boxes(d.cuda(), a.cuda(), w, reference.DEFAULT_CLIP).cpu().to(od),
+        reference.decode_boxes(d.to(od), a.to(od), w), **tol(dtype))
+    cell = reference.cell_anchors((32, 64), (0.5, 1.0, 2.0), dtype)
+    assert torch.equal(M.grid_anchors(cell.cuda(), 5, 6, 8).cpu(), reference.grid_anchors(cell, 5, 6, 8))
+
+
+@pytest.mark.parametrize("per_level", [False, True])
+def test_generate_proposals_cuda_matches_reference(gen, per_level):
+    sizes = [(16, 20), (8, 10), (4, 5)]
+    per = ops.generate_anchors(sizes, [4, 8, 16], ((32,), (64,), (128,)), (0.5, 1.0, 2.0))
+    levels = torch.cat([torch.full((len(a),), i) for i, a in enumerate(per)]) if per_level else None
+    anchors = torch.cat(per)
+    obj = torch.randn(2, anchors.shape[0], generator=gen)
+    deltas = torch.randn(2, anchors.shape[0], 4, generator=gen) * 0.3
+    args = ([(64, 80), (50, 61)], 300, 100, 0.7, 2.0)
+    got_b, got_s = ops.generate_proposals(anchors.cuda(), obj.cuda(), deltas.cuda(), *args,
+                                          levels=levels.cuda() if per_level else None)
+    want_b, want_s = reference.generate_proposals(anchors, obj, deltas, *args, levels)
+    for gb, gs, wb, ws in zip(got_b, got_s, want_b, want_s):
+        torch.testing.assert_close(gs.cpu(), ws)
+        torch.testing.assert_close(gb.cpu(), wb, rtol=1e-5, atol=1e-4)
+
+
+def test_cuda_kernels_agree_with_torchvision(gen):
+    torchvision = pytest.importorskip("torchvision")
+    boxes = rand_boxes(gen, 3000, size=500.0).cuda()
+    scores = torch.rand(3000, generator=gen).cuda()
+    assert torch.equal(M.nms(boxes, scores, 0.5), torchvision.ops.nms(boxes, scores, 0.5))
+    idxs = torch.randint(0, 5, (3000,), generator=gen).cuda()
+    assert set(M.batched_nms(boxes, scores, idxs, 0.5).tolist()) == set(torchvision.ops.batched_nms(boxes, scores, idxs, 0.5).tolist())
+    feat = torch.randn(2, 8, 30, 40, generator=gen).cuda()
+    rois = rand_rois(gen, 50, 2, 120.0).cuda()
+    for aligned in (False, True):
+        for sr in (0, 2):
+            torch.testing.assert_close(
+                M.roi_align(feat, rois, 0.25, 7, 7, sr, aligned), torchvision.ops.roi_align(feat, rois, 7, 0.25, sr, aligned))
