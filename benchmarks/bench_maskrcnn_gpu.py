@@ -14,7 +14,6 @@ target here >= 30 images/s per H100.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -103,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "compiled_ops": ops.ops_available(), "batch_per_gpu": args.batch, "image_size": [h, w], "amp": args.amp,
         "channels_last": channels_last, "steps": args.steps, "images_per_s": round(args.steps * args.batch / dt, 2),
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if dev.type == "cuda" else None,
-        "config": dataclasses.asdict(cfg.solver) | {"model": "r50_fpn_1x"},
+        "model": "r50_fpn_1x (random init), SGD lr 0.02 momentum 0.9",
     }
     print(json.dumps(result, indent=2))
     if args.json:

@@ -205,7 +205,7 @@ class Trainer:
         from .data.sampler import EvalBatchSampler, TrainBatchSampler
 
         cfg, info, p = self.cfg, self.info, self._paths()
-        common = {"num_workers": cfg.data.num_workers, "collate_fn": collate,
+        common = {"num_workers": cfg.data.num_workers, "collate_fn": collate, "worker_init_fn": _worker_init,
                   "pin_memory": self.device.type == "cuda", "persistent_workers": cfg.data.num_workers > 0}
         self.val_ds = CocoDataset(p["val_ann"], p["val_images"], train=False, min_sizes=(cfg.input.min_size_test,),
                                   max_size=cfg.input.max_size_test, num_classes=cfg.model.num_classes)
@@ -384,7 +384,7 @@ class Trainer:
                 rec = {"step": self.step, "loss": float(mean[0]), "lr": self.scheduler.get_last_lr()[0],
                        **{k: float(v) for k, v in zip(losses, mean[1:])}, "images_per_s": rate, "eta_s": round(eta)}
                 self._emit(rec)
-            progress.update(self.step, solver.max_iter, f"loss={float(loss):.3f}")
+            progress.update(self.step, solver.max_iter, f"loss={float(loss.detach()):.3f}")
             last = self.step == solver.max_iter
             pause = bool(self.args.stop_after_steps) and self.step - step0 >= self.args.stop_after_steps
             if stop or last or pause or self.step % solver.checkpoint_period == 0:
@@ -445,6 +445,12 @@ class Trainer:
             return 0
         finally:
             self.comm.shutdown()
+
+
+def _worker_init(worker_id: int) -> None:
+    # a SIGTERM sent to the whole process group must not kill the loader workers mid-batch: the
+    # main process finishes its step, checkpoints, and then shuts them down itself
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
