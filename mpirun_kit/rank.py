@@ -6,7 +6,8 @@ what mpirun's own messages often lose: which rank on which host ended how
 
 1. reports the rank's start and exit to the master's result channel
    (``MPIRUN_KIT_RESULT_ADDR`` = host:port, set by the plan);
-2. forwards SIGTERM/SIGINT/SIGHUP to the program;
+2. forwards SIGTERM/SIGINT/SIGHUP to the program, and SIGTERMs it when the MPI
+   daemon that started the rank dies (no orphaned ranks);
 3. exits the way the program did (same code; same signal, re-raised on itself).
 
 The rank number comes from the MPI's own variables; its host comes from the
@@ -119,6 +120,24 @@ def apply_pinning(env: dict, dev: str = "/dev") -> tuple[dict, str]:
     return env, "applied"
 
 
+def die_with_parent() -> None:
+    """Get SIGTERM (forwarded to the program) when the MPI daemon that started this rank dies.
+
+    mpirun/orted can die abruptly (SIGKILL, or a second SIGTERM, which makes mpirun
+    exit at once without stopping its ranks); without this the ranks would run on
+    as orphans (open-mpi/ompi #7790).
+    """
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:
@@ -126,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print("usage: python -m mpirun_kit.rank -- PROGRAM [ARGS...]", file=sys.stderr)
         return 2
+    die_with_parent()
     env = child_env(dict(os.environ))
     rank, host, local, _ = rank_identity(env)
     addr = env.get(RESULT_ADDR_VAR)

@@ -37,12 +37,17 @@ REPORT_GRACE_S = 1.0
 ACK_WAIT_S = 2.0
 
 
-def _set_parent_death_signal() -> None:
-    """In the child: get SIGTERM if the entrypoint dies, so mpirun never outlives a SIGKILLed master."""
+def _parent_death_signal():
+    """A preexec_fn giving mpirun SIGTERM when the entrypoint dies (so it never outlives a SIGKILLed
+    master), or None where prctl is unavailable.  mpirun may exit at once on it, without stopping
+    its ranks (it gets the signal once per thread, and a second SIGTERM means "exit now"); the rank
+    wrappers then see their parent die and stop their programs (rank.die_with_parent).  prctl is looked up here, before the fork: the child
+    of a multi-threaded parent must not run the dynamic loader."""
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
 
 
 def bind_address(plan: LaunchPlan) -> str:
@@ -98,7 +103,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             tag_regex=get_flavour(plan.mpi_flavour).tag_regex,
             cancelled=lambda: latch.received, grace_s=plan.timeouts.grace_s,
             job_timeout_s=plan.timeouts.job_s, cwd=plan.working_dir, clock=clock,
-            preexec_fn=_set_parent_death_signal)
+            preexec_fn=_parent_death_signal())
         log.info("mpirun exited: code %s, signal %s", lex.returncode, lex.signal)
         result = _result_of(lex, server, plan)
         return result

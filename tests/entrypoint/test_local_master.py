@@ -82,3 +82,22 @@ def test_result_port_taken(tmp_path):
         res = cli(args)
     assert res.returncode == 70
     assert f"cannot open the result channel on 127.0.0.1:{port} (Address already in use)" in res.stderr
+
+
+def test_master_sigkilled_takes_mpirun_and_ranks_with_it(tmp_path):
+    """mpirun runs in its own session, so it would outlive a SIGKILLed entrypoint without PR_SET_PDEATHSIG."""
+    import psutil
+
+    args = launch_args(tmp_path, [PY, str(BIN / "sleep_forever.py")])
+    p = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    ready = 0
+    for line in p.stdout:
+        ready += "ready" in line
+        if ready == 2:
+            break
+    tree = psutil.Process(p.pid).children(recursive=True)
+    assert any(c.name() == "mpirun" for c in tree)
+    p.kill()
+    p.wait(10)
+    gone, alive = psutil.wait_procs(tree, timeout=30)
+    assert alive == [], [c.cmdline() for c in alive]
