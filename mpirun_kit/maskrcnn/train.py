@@ -252,8 +252,6 @@ class Trainer:
                 (no_decay if is_norm else decay).append(prm)
         self.optimizer = torch.optim.SGD([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=base,
                                          momentum=cfg.solver.momentum, weight_decay=cfg.solver.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_at(cfg.solver, s, global_batch) / base)
         amp = cfg.solver.amp if self.device.type == "cuda" else "none"
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=(amp == "fp16"))
@@ -268,6 +266,9 @@ class Trainer:
 
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=model.named_parameters())
+        # after any Horovod wrapping, so the schedule drives the optimizer that actually steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_at(cfg.solver, s, global_batch) / base)
 
     def _resume(self) -> None:
         from .checkpoint import find_last, load_checkpoint, restore_rng
@@ -362,10 +363,17 @@ class Trainer:
             loss = sum(losses.values())
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
+            if self.comm.backend == "horovod":
+                # Horovod reduces gradients inside step(); unscaling/clipping must see reduced ones
+                self.optimizer.synchronize()
             if solver.clip_grad_norm > 0:
                 self.scaler.unscale_(self.optimizer)
                 torch.nn.utils.clip_grad_norm_(trainable, solver.clip_grad_norm)
-            self.scaler.step(self.optimizer)
+            if self.comm.backend == "horovod":
+                with self.optimizer.skip_synchronize():
+                    self.scaler.step(self.optimizer)
+            else:
+                self.scaler.step(self.optimizer)
             self.scaler.update()
             self.scheduler.step()
             self.step += 1

@@ -5,7 +5,6 @@ import json
 import logging
 import shutil
 
-import numpy as np
 import pytest
 import torch
 from pycocotools import mask as mask_utils

@@ -7,7 +7,6 @@ anchor/RoI sampling independent of the rank an image lands on.
 """
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 

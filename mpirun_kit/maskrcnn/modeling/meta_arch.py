@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..config import ModelConfig
 from .backbone import ResNet
