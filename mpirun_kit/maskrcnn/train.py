@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", default="auto", metavar="auto|PATH|none",
                    help="auto: continue from <output-dir>/last_checkpoint if present (default); PATH: that file; none: start fresh")
     p.add_argument("--eval-only", action="store_true", help="evaluate the resumed checkpoint and exit")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (preset + --set) as YAML and exit; nothing else runs")
     p.add_argument("--stop-after-steps", type=int, default=0, metavar="N",
                    help="train at most N steps in this run, checkpoint and exit 0 without evaluating "
                         "(time-sliced jobs; the LR schedule still follows solver.max_iter)")
@@ -116,6 +118,17 @@ class _Progress:
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     environ = os.environ if environ is None else environ
+    if args.print_config:
+        import yaml
+
+        try:
+            cfg, notes = resolve_config(args.config, parse_overrides(args.overrides))
+        except MpirunKitError as exc:
+            print(f"maskrcnn.train: error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        print("".join(f"# {n}\n" for n in notes) + yaml.safe_dump(json.loads(json.dumps(config_to_dict(cfg))),
+                                                                  sort_keys=False, default_flow_style=None), end="")
+        return 0
     try:
         info = read_dist_env(environ)
     except MpirunKitError as exc:

@@ -84,3 +84,19 @@ def test_config_errors_name_the_value_and_the_fix(call, message):
         call()
     assert message in str(e.value)
     assert isinstance(e.value, SpecError) and e.value.exit_code == 64
+
+
+def test_print_config_shows_the_resolved_value(capsys):
+    import yaml
+
+    from mpirun_kit.maskrcnn.train import main
+
+    rc = main(["--config", "demo", "--data-dir", "d", "--output-dir", "o", "--print-config",
+               "--set", "solver.base_lr=0.01"], environ={})
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("# solver.base_lr: preset 'demo' says 0.02, user value 0.01 wins\n")
+    assert "depth: [1, 1, 1, 1]" in out
+    assert config_from_dict(yaml.safe_load(out)) == resolve_config("demo", {"solver.base_lr": "0.01"})[0]
+    assert main(["--config", "demo", "--data-dir", "d", "--output-dir", "o", "--print-config",
+                 "--set", "solver.nope=1"], environ={}) == 64
+    assert "unknown config key 'solver.nope'" in capsys.readouterr().err
