@@ -104,3 +104,22 @@ def test_weights_file_errors(tmp_path):
     with pytest.raises(WeightsFileError, match=r"r50.pth: shape mismatch for conv1.weight \(file \(64, 3, 7, 7\), "
                                                r"model \(16, 3, 7, 7\)\)"):
         load_backbone_weights(model, tmp_path / "r50.pth")
+
+
+def test_amp_and_channels_last_paths_run(shapes):
+    """The GPU's bf16 autocast + channels-last path, exercised with CPU autocast (no GPU here)."""
+    torch.manual_seed(0)
+    cfg = tiny_cfg()
+    ds = CocoDataset(shapes / "annotations/instances_train.json", shapes / "train", train=True,
+                     min_sizes=(96,), max_size=128, num_classes=3)
+    model = build_model(cfg.model).to(memory_format=torch.channels_last)
+    model.channels_last = True
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        losses = model([ds[(0, 0)], ds[(1, 1)]])
+    sum(losses.values()).backward()
+    assert all(v.dtype == torch.float32 and torch.isfinite(v) for v in losses.values())
+    assert model.fpn.output[0].weight.grad is not None
+    model.eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model([ds[(0, 0)]])
+    assert out[0]["boxes"].dtype == torch.float32 and out[0]["masks"].shape[1:] == ds[(0, 0)]["orig_size"]

@@ -59,7 +59,10 @@ class RoIHeads(nn.Module):
 
     # ----------------------------------------------------------------- heads
     def _pool(self, feats: list[torch.Tensor], rois: torch.Tensor, size: int) -> torch.Tensor:
-        return multiscale_roi_align(feats[:4], rois.to(feats[0].dtype), (size, size), self.cfg.sampling_ratio,
+        # RoIAlign runs in float32 even under AMP (as AMP O1 did): bf16/fp16 RoI coordinates would
+        # be off by pixels at 800x1333, and the op wants rois in the features' dtype
+        feats = [f.float() for f in feats[:4]]
+        return multiscale_roi_align(feats, rois.float(), (size, size), self.cfg.sampling_ratio,
                                     POOL_STRIDES, aligned=True)
 
     def box_head(self, feats: list[torch.Tensor], rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
