@@ -14,6 +14,7 @@ compute_90 PTX for newer GPUs.
 """
 import glob
 import os
+import sys
 
 from setuptools import setup
 
@@ -42,6 +43,9 @@ def _extensions():
     except ImportError:
         # Metadata-only invocations (e.g. pip computing requirements) before torch exists.
         return [], {}
+    # torch looks for `ninja` on PATH; the one pip put next to this interpreter
+    # (ops/quickstart.sh installs it into .venv) is not on PATH before activation.
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     sources = _sources("*.cpp", "cpu/*.cpp", "autograd/*.cpp")
     cxx = ["-O3", "-fopenmp"]
     kwargs = {"extra_link_args": ["-fopenmp"]}

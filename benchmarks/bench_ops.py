@@ -18,8 +18,9 @@ torchvision ops.  Targets: >= 1.0x for nms and roi_align, >= 2x for proposals.
     python benchmarks/bench_ops.py --json          # machine-readable
     python benchmarks/bench_ops.py --device cuda   # on a GPU host
 
-Figures are ratios of medians measured in one run on one machine; absolute times
-are printed for context only (the machine may be shared and noisy).
+Baseline and compiled runs alternate and the speed-up is the median of the
+per-pair ratios, so load on a shared machine hits both sides; absolute times
+(medians) are printed for context only.
 """
 from __future__ import annotations
 
@@ -58,6 +59,30 @@ def _median_time(fn, repeats: int, sync=lambda: None) -> float:
         sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def _compare(baseline, compiled, repeats: int, sync=lambda: None) -> tuple[float, float, float]:
+    """(baseline s, compiled s, speed-up): medians over interleaved runs.
+
+    The two run alternately, so a load spike on this shared machine hits both
+    sides of a pair; the speed-up is the median of the per-pair ratios.
+    """
+    baseline()
+    compiled()
+    sync()
+    tb, tc, ratios = [], [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        baseline()
+        sync()
+        t1 = time.perf_counter()
+        compiled()
+        sync()
+        t2 = time.perf_counter()
+        tb.append(t1 - t0)
+        tc.append(t2 - t1)
+        ratios.append((t1 - t0) / (t2 - t1))
+    return statistics.median(tb), statistics.median(tc), statistics.median(ratios)
 
 
 def _boxes(n: int, seed: int, device="cpu", dtype=None):
@@ -129,52 +154,58 @@ def bench_cpu(repeats: int, budget: float, seed: int) -> list[Row]:
     rows: list[Row] = []
     for n in (1_000, 10_000, 100_000):
         boxes, scores = _boxes(n, seed)
-        t_c = _median_time(lambda: M.nms(boxes, scores, 0.5), repeats if n < 100_000 else 1)
         if n <= 10_000:
-            t_r = _median_time(lambda: reference.nms(boxes, scores, 0.5), repeats if n < 10_000 else 1)
+            t_r, t_c, ratio = _compare(lambda: reference.nms(boxes, scores, 0.5), lambda: M.nms(boxes, scores, 0.5), repeats if n < 10_000 else 2)
+            rows.append(Row("nms", f"{n:,} boxes", "reference", t_r, t_c, ratio))
         else:
+            t_c = _median_time(lambda: M.nms(boxes, scores, 0.5), 3)
             t_r = _reference_nms_with_budget(n, seed, budget)
-        lower = t_r is None
-        rows.append(Row("nms", f"{n:,} boxes", "reference", t_r, t_c, (t_r if t_r else budget) / t_c, lower))
+            rows.append(Row("nms", f"{n:,} boxes", "reference", t_r, t_c, (t_r or budget) / t_c, t_r is None))
 
     feat, rois = _roi_inputs(seed)
     size = "512 RoIs x 256 ch, 2x200x336, 7x7, s=2"
-    t_c = _median_time(lambda: M.roi_align(feat, rois, 0.25, 7, 7, 2, True), repeats)
-    t_r = _median_time(lambda: reference.roi_align(feat, rois, (7, 7), 0.25, 2, True), repeats)
-    rows.append(Row("roi_align fwd", size, "reference", t_r, t_c, t_r / t_c))
+    t_r, t_c, ratio = _compare(
+        lambda: reference.roi_align(feat, rois, (7, 7), 0.25, 2, True), lambda: M.roi_align(feat, rois, 0.25, 7, 7, 2, True), repeats
+    )
+    rows.append(Row("roi_align fwd", size, "reference", t_r, t_c, ratio))
 
     def fwd_bwd(fn):
         x = feat.detach().requires_grad_(True)
         fn(x).sum().backward()
 
-    t_c = _median_time(lambda: fwd_bwd(lambda x: ops.roi_align(x, rois, 7, 0.25, 2, True)), repeats)
-    t_r = _median_time(lambda: fwd_bwd(lambda x: reference.roi_align(x, rois, (7, 7), 0.25, 2, True)), repeats)
-    rows.append(Row("roi_align fwd+bwd", size, "reference", t_r, t_c, t_r / t_c))
+    t_r, t_c, ratio = _compare(
+        lambda: fwd_bwd(lambda x: reference.roi_align(x, rois, (7, 7), 0.25, 2, True)),
+        lambda: fwd_bwd(lambda x: ops.roi_align(x, rois, 7, 0.25, 2, True)),
+        repeats,
+    )
+    rows.append(Row("roi_align fwd+bwd", size, "reference", t_r, t_c, ratio))
 
     cl = feat.contiguous(memory_format=torch.channels_last)
-    t_c = _median_time(lambda: M.roi_align(cl, rois, 0.25, 7, 7, 2, True), repeats)
-    t_r = _median_time(lambda: reference.roi_align(cl, rois, (7, 7), 0.25, 2, True), repeats)
-    rows.append(Row("roi_align fwd, channels-last", size, "reference", t_r, t_c, t_r / t_c))
+    t_r, t_c, ratio = _compare(
+        lambda: reference.roi_align(cl, rois, (7, 7), 0.25, 2, True), lambda: M.roi_align(cl, rois, 0.25, 7, 7, 2, True), repeats
+    )
+    rows.append(Row("roi_align fwd, channels-last", size, "reference", t_r, t_c, ratio))
 
     a, _ = _boxes(2000, seed)
     b, _ = _boxes(300, seed + 1)
-    t_c = _median_time(lambda: M.box_iou(a, b), repeats)
-    t_r = _median_time(lambda: reference.box_iou(a, b), repeats)
-    rows.append(Row("box_iou", "2000 x 300", "reference", t_r, t_c, t_r / t_c))
+    t_r, t_c, ratio = _compare(lambda: reference.box_iou(a, b), lambda: M.box_iou(a, b), repeats * 4)
+    rows.append(Row("box_iou", "2000 x 300", "reference", t_r, t_c, ratio))
 
     g = torch.Generator().manual_seed(seed)
     props, _ = _boxes(100_000, seed)
     deltas = torch.randn(100_000, 4, generator=g)
     w = [1.0, 1.0, 1.0, 1.0]
-    t_c = _median_time(lambda: M.decode_boxes(deltas, props, w, reference.DEFAULT_CLIP), repeats)
-    t_r = _median_time(lambda: reference.decode_boxes(deltas, props, w), repeats)
-    rows.append(Row("decode_boxes", "100,000 boxes", "reference", t_r, t_c, t_r / t_c))
+    t_r, t_c, ratio = _compare(
+        lambda: reference.decode_boxes(deltas, props, w), lambda: M.decode_boxes(deltas, props, w, reference.DEFAULT_CLIP), repeats * 4
+    )
+    rows.append(Row("decode_boxes", "100,000 boxes", "reference", t_r, t_c, ratio))
 
     anchors, obj, dl, levels, sizes = _proposal_inputs(seed)
     args = (anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3)
-    t_c = _median_time(lambda: ops.generate_proposals(*args, levels=levels), repeats)
-    t_r = _median_time(lambda: reference.generate_proposals(*args, levels=levels), max(1, repeats // 2))
-    rows.append(Row("generate_proposals", f"2 images, {anchors.shape[0]:,} anchors, 2000/level -> 1000", "reference", t_r, t_c, t_r / t_c))
+    t_r, t_c, ratio = _compare(
+        lambda: reference.generate_proposals(*args, levels=levels), lambda: ops.generate_proposals(*args, levels=levels), max(1, repeats // 2)
+    )
+    rows.append(Row("generate_proposals", f"2 images, {anchors.shape[0]:,} anchors, 2000/level -> 1000", "reference", t_r, t_c, ratio))
     return rows
 
 
@@ -192,9 +223,8 @@ def bench_cuda(repeats: int, seed: int) -> list[Row]:
     rows: list[Row] = []
     for n in (1_000, 10_000, 100_000):
         boxes, scores = _boxes(n, seed, "cuda")
-        t_c = _median_time(lambda: M.nms(boxes, scores, 0.5), repeats, sync)
-        t_t = _median_time(lambda: torchvision.ops.nms(boxes, scores, 0.5), repeats, sync)
-        rows.append(Row("nms", f"{n:,} boxes", "torchvision", t_t, t_c, t_t / t_c))
+        t_t, t_c, ratio = _compare(lambda: torchvision.ops.nms(boxes, scores, 0.5), lambda: M.nms(boxes, scores, 0.5), repeats, sync)
+        rows.append(Row("nms", f"{n:,} boxes", "torchvision", t_t, t_c, ratio))
     feat, rois = _roi_inputs(seed, "cuda")
     size = "512 RoIs x 256 ch, 2x200x336, 7x7, s=2"
     for dtype in (torch.float32, torch.float16):
@@ -204,9 +234,13 @@ def bench_cuda(repeats: int, seed: int) -> list[Row]:
             x = f.detach().requires_grad_(True)
             fn(x).float().sum().backward()
 
-        t_c = _median_time(lambda: fwd_bwd(lambda x: M.roi_align(x, r, 0.25, 7, 7, 2, True)), repeats, sync)
-        t_t = _median_time(lambda: fwd_bwd(lambda x: torchvision.ops.roi_align(x, r, 7, 0.25, 2, True)), repeats, sync)
-        rows.append(Row(f"roi_align fwd+bwd {str(dtype).replace('torch.', '')}", size, "torchvision", t_t, t_c, t_t / t_c))
+        t_t, t_c, ratio = _compare(
+            lambda: fwd_bwd(lambda x: torchvision.ops.roi_align(x, r, 7, 0.25, 2, True)),
+            lambda: fwd_bwd(lambda x: M.roi_align(x, r, 0.25, 7, 7, 2, True)),
+            repeats,
+            sync,
+        )
+        rows.append(Row(f"roi_align fwd+bwd {str(dtype).replace('torch.', '')}", size, "torchvision", t_t, t_c, ratio))
 
     anchors, obj, dl, levels, sizes = _proposal_inputs(seed, "cuda")
     coder = BoxCoder((1.0, 1.0, 1.0, 1.0))
@@ -227,9 +261,10 @@ def bench_cuda(repeats: int, seed: int) -> list[Row]:
             out.append(bx[keep])
         return out
 
-    t_c = _median_time(lambda: ops.generate_proposals(anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3, levels=levels), repeats, sync)
-    t_t = _median_time(torchvision_pipeline, repeats, sync)
-    rows.append(Row("generate_proposals", f"2 images, {anchors.shape[0]:,} anchors", "torchvision ops", t_t, t_c, t_t / t_c))
+    t_t, t_c, ratio = _compare(
+        torchvision_pipeline, lambda: ops.generate_proposals(anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3, levels=levels), repeats, sync
+    )
+    rows.append(Row("generate_proposals", f"2 images, {anchors.shape[0]:,} anchors", "torchvision ops", t_t, t_c, ratio))
     return rows
 
 
