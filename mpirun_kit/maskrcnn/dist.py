@@ -140,10 +140,17 @@ class Comm:
     """The few collectives the trainer needs, over torch.distributed, Horovod, or nothing.
 
     ``backend`` is what ``init_distributed`` returned: "none", "gloo", "nccl" or "horovod".
+    These are control-plane messages (a stop flag, logged losses, results): with NCCL they go
+    over a separate gloo group on CPU tensors, so they never force a GPU synchronisation.
     """
 
-    def __init__(self, backend: str, rank: int, world_size: int, device):
-        self.backend, self.rank, self.world_size, self.device = backend, rank, world_size, device
+    def __init__(self, backend: str, rank: int, world_size: int):
+        self.backend, self.rank, self.world_size = backend, rank, world_size
+        self.group = None
+        if backend == "nccl":
+            import torch.distributed as dist
+
+            self.group = dist.new_group(backend="gloo")
 
     def allreduce_sum(self, t):
         """Sum of ``t`` over ranks (a new tensor; ``t`` may be on any device)."""
@@ -155,8 +162,8 @@ class Comm:
             return hvd.allreduce(t, op=hvd.Sum)
         import torch.distributed as dist
 
-        t = t.to(self.device).clone()
-        dist.all_reduce(t)
+        t = t.detach().cpu().clone()
+        dist.all_reduce(t, group=self.group)
         return t
 
     def gather_object(self, obj):
@@ -171,7 +178,7 @@ class Comm:
         import torch.distributed as dist
 
         out = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(obj, out, dst=0)
+        dist.gather_object(obj, out, dst=0, group=self.group)
         return out
 
     def broadcast_object(self, obj):
@@ -184,7 +191,7 @@ class Comm:
         import torch.distributed as dist
 
         box = [obj]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
     def barrier(self) -> None:
@@ -197,7 +204,7 @@ class Comm:
             return
         import torch.distributed as dist
 
-        dist.barrier()
+        dist.barrier(group=self.group)
 
     def shutdown(self) -> None:
         if self.backend in ("gloo", "nccl"):

@@ -183,7 +183,7 @@ class Trainer:
 
             info = DistInfo(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), launcher=info.launcher)
             self.info = info
-        self.comm = Comm(backend, info.rank, info.world_size, self.device if backend == "nccl" else torch.device("cpu"))
+        self.comm = Comm(backend, info.rank, info.world_size)
         seed = cfg.seed * 1000 + info.rank
         random.seed(seed)
         np.random.seed(seed)
@@ -360,6 +360,7 @@ class Trainer:
         it = None
         t0, step0 = clock.monotonic(), self.step
         window: list[torch.Tensor] = []
+        last_loss = float("nan")
         while self.step < solver.max_iter:
             if it is None:
                 self.sampler.set_state(self.epoch, self.position)
@@ -391,12 +392,14 @@ class Trainer:
             self.scheduler.step()
             self.step += 1
             self.position += 1
-            window.append(torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float().cpu())
+            # stays on the device until a log step: no per-step GPU synchronisation
+            window.append(torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float())
             # one tiny all-reduce per step: SIGTERM may reach the ranks at different steps
             stop = self.comm.allreduce_sum(torch.tensor([float(self.stop_requested)])).item() > 0
             if self.step % cfg.log_period == 0 or self.step == solver.max_iter or stop:
-                mean = self.comm.allreduce_sum(torch.stack(window).mean(0)) / self.info.world_size
+                mean = self.comm.allreduce_sum(torch.stack(window).mean(0).cpu()) / self.info.world_size
                 window = []
+                last_loss = float(mean[0])
                 if not math.isfinite(float(mean[0])):
                     raise TrainingDivergedError(f"loss is {float(mean[0])} at step {self.step}; lower solver.base_lr "
                                                 "(e.g. --set solver.base_lr=0.01) or raise solver.warmup_iters")
@@ -405,7 +408,7 @@ class Trainer:
                 rec = {"step": self.step, "loss": float(mean[0]), "lr": self.scheduler.get_last_lr()[0],
                        **{k: float(v) for k, v in zip(losses, mean[1:])}, "images_per_s": rate, "eta_s": round(eta)}
                 self._emit(rec)
-            progress.update(self.step, solver.max_iter, f"loss={float(loss.detach()):.3f}")
+            progress.update(self.step, solver.max_iter, f"loss={last_loss:.3f}")
             last = self.step == solver.max_iter
             pause = bool(self.args.stop_after_steps) and self.step - step0 >= self.args.stop_after_steps
             if stop or last or pause or self.step % solver.checkpoint_period == 0:

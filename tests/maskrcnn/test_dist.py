@@ -52,7 +52,7 @@ def test_torchrun_without_address_is_a_launch_error():
 def test_single_comm_is_identity():
     import torch
 
-    c = Comm("none", 0, 1, torch.device("cpu"))
+    c = Comm("none", 0, 1)
     t = torch.tensor([1.0, 2.0])
     assert torch.equal(c.allreduce_sum(t), t) and c.gather_object({"a": 1}) == [{"a": 1}]
     assert c.broadcast_object(5) == 5
