@@ -84,7 +84,11 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             print(f"mpirun_kit: master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
                   f"(deadline {plan.ssh_deadline_s():g} s)", file=out, flush=True)
             try:
-                ready = wait_reachable(workers, plan.ssh_port, plan.ssh_deadline_s(), clock=clock, cancelled=latch)
+                ready = wait_reachable(
+                    workers, plan.ssh_port, plan.ssh_deadline_s(), clock=clock, cancelled=latch,
+                    progress=lambda pending, t: print(
+                        f"mpirun_kit: still waiting for sshd on {len(pending)} host(s) after {t:.0f} s: "
+                        f"{', '.join(pending[:10])}{' ...' if len(pending) > 10 else ''}", file=out, flush=True))
                 print(f"mpirun_kit: all {len(workers)} worker sshd answered in {max(ready.values()):.2f} s",
                       file=out, flush=True)
             except SSHUnreachableError as exc:

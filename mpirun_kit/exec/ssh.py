@@ -48,8 +48,13 @@ def ssh_probe_argv(host: str, port: int = 22, connect_timeout: int = 3) -> list[
 
 def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: Clock = SYSTEM_CLOCK,
                    probe: Probe = banner_probe, cancelled: Callable[[], bool] = lambda: False,
-                   rng: random.Random | None = None, on_ready: Callable[[str, float], None] | None = None) -> dict[str, float]:
+                   rng: random.Random | None = None, on_ready: Callable[[str, float], None] | None = None,
+                   progress: Callable[[tuple[str, ...], float], None] | None = None,
+                   progress_every_s: float = 10.0) -> dict[str, float]:
     """Probe every host in parallel until all answer or ``timeout_s`` passes.
+
+    ``progress(pending_hosts, elapsed_s)`` is called every ``progress_every_s`` while
+    some hosts have not answered (a long wait says what it is waiting for).
 
     Returns:
         host -> seconds until it first answered.
@@ -85,8 +90,16 @@ def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: 
                for h in hosts]
     for t in threads:
         t.start()
+    next_progress = progress_every_s
     for t in threads:
-        t.join()
+        while t.is_alive():
+            t.join(timeout=0.05)
+            if progress is not None and deadline.elapsed() >= next_progress:
+                next_progress += progress_every_s
+                with lock:
+                    pending = tuple(h for h in hosts if h not in ready)
+                if pending:
+                    progress(pending, deadline.elapsed())
     missing = [h for h in hosts if h not in ready]
     if missing:
         detail = "; ".join(f"{h}: {last_error.get(h, 'not probed')}" for h in missing)

@@ -89,3 +89,20 @@ def test_cancelled_stops_waiting():
 def test_full_login_probe_argv():
     assert ssh_probe_argv("algo-2", 2222) == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3", "-p", "2222",
                                                "algo-2", "true"]
+
+
+def test_progress_names_pending_hosts():
+    start = {}
+    seen = []
+
+    def probe(host, port, timeout):
+        import time
+
+        start.setdefault(host, time.monotonic())
+        # algo-3 answers only after 0.5 s of trying
+        return None if host != "algo-3" or time.monotonic() - start[host] > 0.5 else "Connection refused"
+
+    ready = wait_reachable(["algo-2", "algo-3"], 22, 30.0, probe=probe,
+                           progress=lambda pending, t: seen.append(pending), progress_every_s=0.1)
+    assert set(ready) == {"algo-2", "algo-3"}
+    assert seen and set(seen) == {("algo-3",)}
