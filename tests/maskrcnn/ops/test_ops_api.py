@@ -16,7 +16,7 @@ from mpirun_kit.errors import SpecError
 from mpirun_kit.maskrcnn import ops
 from mpirun_kit.maskrcnn.ops import _loader, reference
 
-from conftest import rand_boxes, rand_rois
+from ops_inputs import rand_boxes, rand_rois
 
 B = torch.tensor([[0.0, 0.0, 4.0, 4.0], [1.0, 1.0, 5.0, 5.0]])
 

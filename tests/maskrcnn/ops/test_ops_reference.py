@@ -14,7 +14,7 @@ import torch
 
 from mpirun_kit.maskrcnn.ops import reference
 
-from conftest import rand_boxes, rand_rois
+from ops_inputs import rand_boxes, rand_rois
 
 
 def naive_roi_align(inp, rois, ph, pw, scale, sampling_ratio, aligned):

@@ -13,7 +13,7 @@ import torch
 from mpirun_kit.maskrcnn import ops
 from mpirun_kit.maskrcnn.ops import reference
 
-from conftest import rand_boxes, rand_rois
+from ops_inputs import rand_boxes, rand_rois
 
 pytestmark = pytest.mark.usefixtures("compiled")
 
