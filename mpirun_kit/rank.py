@@ -165,12 +165,15 @@ def main(argv: list[str] | None = None) -> int:
         env, _ = apply_pinning(env)
     except MpirunKitError as exc:
         return early_exit(exc.exit_code, f"pinning failed: {exc}")
-    try:
-        child = subprocess.Popen(argv, env=env)
-    except OSError as exc:
-        return early_exit(127, f"cannot start {argv[0]!r}: {exc.strerror}")
+    # Handlers go in before the program starts: a SIGTERM that arrives while it is being
+    # started is held and delivered to it, instead of killing this wrapper and orphaning it.
+    held: list[int] = []
+    child: subprocess.Popen | None = None
 
     def forward(signum, frame):
+        if child is None:
+            held.append(signum)
+            return
         try:
             child.send_signal(signum)
         except ProcessLookupError:
@@ -178,6 +181,12 @@ def main(argv: list[str] | None = None) -> int:
 
     for s in FORWARDED:
         signal.signal(s, forward)
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except OSError as exc:
+        return early_exit(127, f"cannot start {argv[0]!r}: {exc.strerror}")
+    for signum in held:
+        child.send_signal(signum)
     status = child.wait()
     sig = -status if status < 0 else None
     if addr:

@@ -1,6 +1,7 @@
 """``sleep_forever.py [MARKER_DIR]``: run until SIGTERM; then write MARKER_DIR/sigterm.<rank> and exit 143.
 
-Prints "rank N ready" once running, so tests know every rank reached user code.
+Once running it prints "rank N ready" and, with MARKER_DIR, writes MARKER_DIR/ready.<rank>,
+so tests know every rank reached user code.
 """
 import os
 import signal
@@ -20,6 +21,9 @@ def on_term(signum, frame):
 
 
 signal.signal(signal.SIGTERM, on_term)
+if marker_dir:
+    os.makedirs(marker_dir, exist_ok=True)
+    open(os.path.join(marker_dir, f"ready.{rank}"), "w").close()
 print(f"rank {rank} ready", flush=True)
 end = time.monotonic() + 300
 while time.monotonic() < end:

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from mpirun_kit.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.model import LaunchSpec, Timeouts
 
 from entrypoint_helpers import BIN, CLI, PY, cli, free_port, write_spec
@@ -49,17 +50,20 @@ def test_sigterm_reaches_ranks(tmp_path):
     marks = tmp_path / "marks"
     args = launch_args(tmp_path, [PY, str(BIN / "sleep_forever.py"), str(marks)],
                        timeouts=Timeouts(grace_s=20.0))
-    p = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    ready = set()
-    for line in p.stdout:
-        if "ready" in line:
-            ready.add(line.split()[0])
-        if len(ready) == 2:
-            break
+    log = open(tmp_path / "entrypoint.log", "w+")
+    p = subprocess.Popen(CLI + args, stdout=log, stderr=subprocess.STDOUT, text=True)
+    deadline = Deadline(SYSTEM_CLOCK, 120)
+    while sorted(x.name for x in marks.glob("ready.*")) != ["ready.0", "ready.1"]:
+        assert not deadline.expired() and p.poll() is None, (tmp_path / "entrypoint.log").read_text()
+        SYSTEM_CLOCK.sleep(0.05)
     p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 143, err
-    assert sorted(x.name for x in marks.iterdir()) == ["sigterm.0", "sigterm.1"]
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError("entrypoint still running 60 s after SIGTERM:\n" + (tmp_path / "entrypoint.log").read_text())
+    assert p.returncode == 143, (tmp_path / "entrypoint.log").read_text()
+    assert sorted(x.name for x in marks.glob("sigterm.*")) == ["sigterm.0", "sigterm.1"]
     assert (tmp_path / "opt_ml" / "output" / "failure").read_text().startswith(
         "the job was stopped by SIGTERM sent to the master entrypoint")
 

@@ -86,14 +86,14 @@ def test_sigterm_to_master_reaches_every_rank(sim3):
         for m in (h.opt_ml / "output" / "marks").glob("*"):
             m.unlink()
     deadline = Deadline(SYSTEM_CLOCK, 90)
-    while procs["algo-1"].output().count(" ready") < 6:
+    while sum(len(list((h.opt_ml / "output" / "marks").glob("ready.*"))) for h in sim3.hosts) < 6:
         assert not deadline.expired(), procs["algo-1"].output()
         assert procs["algo-1"].poll() is None, procs["algo-1"].output()
         time.sleep(0.1)
     procs["algo-1"].send_signal(signal.SIGTERM)
     codes = wait_all(procs, 60)
     assert codes == {"algo-1": 143, "algo-2": 143, "algo-3": 143}, procs["algo-1"].output()
-    marks = {h.name: sorted(m.name for m in (h.opt_ml / "output" / "marks").glob("*")) for h in sim3.hosts}
+    marks = {h.name: sorted(m.name for m in (h.opt_ml / "output" / "marks").glob("sigterm.*")) for h in sim3.hosts}
     assert marks == {"algo-1": ["sigterm.0", "sigterm.1"], "algo-2": ["sigterm.2", "sigterm.3"],
                      "algo-3": ["sigterm.4", "sigterm.5"]}
 
