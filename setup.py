@@ -40,9 +40,14 @@ def _extensions():
     try:
         import torch
         from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
-    except ImportError:
-        # Metadata-only invocations (e.g. pip computing requirements) before torch exists.
-        return [], {}
+    except ImportError as exc:
+        # Never build silently without the ops: the package would install and then
+        # run every detection op on the slow reference path.  The usual cause is
+        # pip's build isolation, which builds in a fresh environment without torch.
+        raise SystemExit(
+            f"mpirun_kit's op extension needs torch at build time ({exc}); install torch first, then "
+            "build without isolation: pip install --no-build-isolation -e .  (ops/quickstart.sh does both)"
+        ) from exc
     # torch looks for `ninja` on PATH; the one pip put next to this interpreter
     # (ops/quickstart.sh installs it into .venv) is not on PATH before activation.
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
@@ -59,7 +64,22 @@ def _extensions():
         )
     else:
         ext = CppExtension("mpirun_kit.maskrcnn._C", sources, extra_compile_args={"cxx": cxx}, **kwargs)
-    return [ext], {"build_ext": BuildExtension}
+    class AtomicBuildExtension(BuildExtension):
+        """Puts the built library in place with a rename, never by writing over it.
+
+        setuptools copies an in-place build onto the existing ``_C*.so``; a
+        process that has it mapped (a training rank) then dies of SIGBUS.
+        """
+
+        def copy_file(self, infile, outfile, *args, **kwargs):
+            if not str(outfile).endswith(".so"):
+                return super().copy_file(infile, outfile, *args, **kwargs)
+            tmp = f"{outfile}.tmp{os.getpid()}"
+            result = super().copy_file(infile, tmp, *args, **kwargs)
+            os.replace(tmp, outfile)
+            return (outfile, result[1]) if isinstance(result, tuple) else result
+
+    return [ext], {"build_ext": AtomicBuildExtension}
 
 
 ext_modules, cmdclass = _extensions()

@@ -54,7 +54,7 @@ fi
 
 # --- Python environment ------------------------------------------------------
 stamp="$venv/.quickstart-stamp"
-want="$(cat setup.cfg setup.py ops/quickstart.sh | sha256sum | cut -c1-16) $TORCH_SPEC ${WITH_HOROVOD:-0}"
+want="$(cat setup.cfg setup.py pyproject.toml ops/quickstart.sh | sha256sum | cut -c1-16) $TORCH_SPEC ${WITH_HOROVOD:-0}"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
   log "creating $venv"
   rm -rf "$venv"
@@ -68,6 +68,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "installing mpirun_kit and its test dependencies (compiles the C++ op extension)"
   # No build isolation: the extension must compile against the torch installed above.
   "${pip[@]}" --no-build-isolation -e ".[test]"
+  # A package that installed without its ops would run every detection op on
+  # the slow reference path; stop here, with the loader's original error.
+  "$venv/bin/python" -c 'from mpirun_kit.maskrcnn.ops._loader import active; active().require()'
   if [ "${WITH_HOROVOD:-0}" = 1 ]; then
     log "building Horovod (optional backend)"
     # Horovod 0.28.1 pins C++14 in its CMake files; current torch needs C++17.
