@@ -34,6 +34,10 @@ RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
 HOSTS_VAR = "MPIRUN_KIT_HOSTS"
 #: read by mpirun_kit.pinning in each rank ("auto" | "none").
 PINNING_VAR = "MPIRUN_KIT_PINNING"
+#: host of rank 0, for frameworks that rendezvous there (torch.distributed's
+#: MASTER_ADDR; the training module reads it).  A name from the cluster's own
+#: host list, so every host resolves it, unlike rank 0's own FQDN.
+RENDEZVOUS_VAR = "MPIRUN_KIT_MASTER_ADDR"
 
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK")
 SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")

@@ -19,7 +19,7 @@ from ..model import LaunchSpec, Timeouts
 from .env import redact, redact_arg, resolve_env
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
-from ..rank import HOSTS_VAR, PINNING_VAR, RESULT_ADDR_VAR
+from ..rank import HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
 from .ranks import RankSlot, assign_ranks, encode_host_slots
 
 RANK_MODULE = "mpirun_kit.rank"
@@ -108,6 +108,7 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
                         "the master must be one of the job's hosts")
     env, dropped = resolve_env(environ, spec.env_forward, spec.env)
     env = tuple(sorted(dict(env, **{RESULT_ADDR_VAR: f"{master}:{spec.result_port}",
+                                    RENDEZVOUS_VAR: ranks[0].host,
                                     HOSTS_VAR: encode_host_slots(host_slots),
                                     PINNING_VAR: spec.pinning}).items()))
     oversubscribed = cpu_count is not None and max(h.slots for h in hosts) > cpu_count

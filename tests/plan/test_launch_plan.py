@@ -15,8 +15,10 @@ SPEC = LaunchSpec(program=("python", "train.py"), processes_per_host=2, env=(("D
                   env_forward=("HF_TOKEN", "AWS_SECRET_ACCESS_KEY"), result_port=3000,
                   timeouts=Timeouts(ssh_ready_s=10.0, ssh_ready_per_host_s=0.5))
 RANK = ("/py", "-m", "mpirun_kit.rank", "--", "python", "train.py")
+# Rank 0 is on algo-2 (first in the host list), so that is where a framework's rendezvous goes,
+# while algo-1 (elected master) runs mpirun and the result channel.
 ENV = (("DB_PASSWORD", "pw"), ("HF_TOKEN", "hf_secret"), ("MPIRUN_KIT_HOSTS", "algo-2:2,algo-1:2"),
-       ("MPIRUN_KIT_PINNING", "auto"), ("MPIRUN_KIT_RESULT_ADDR", "algo-1:3000"), ("NCCL_DEBUG", "INFO"),
+       ("MPIRUN_KIT_MASTER_ADDR", "algo-2"), ("MPIRUN_KIT_PINNING", "auto"), ("MPIRUN_KIT_RESULT_ADDR", "algo-1:3000"), ("NCCL_DEBUG", "INFO"),
        ("PATH", "/bin"))
 
 

@@ -37,11 +37,12 @@ def test_demo_plan_on_this_kind_of_machine():
     environ = {"PATH": "/usr/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "s", "NCCL_DEBUG": "x", "HF_TOKEN": "t"}
     p = make_job_plan(c, environ, topology=topo("no-gpu"), run_as_root=True, cpu_count=2, python="/venv/bin/python")
     assert list(p.launch.argv) == ["mpirun", "--allow-run-as-root", "-np", "2", "-H", "localhost:2", *COMMON,
-                                   "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_PINNING", "-x", "MPIRUN_KIT_RESULT_ADDR",
-                                   "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", "PATH",
+                                   "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_MASTER_ADDR", "-x", "MPIRUN_KIT_PINNING",
+                                   "-x", "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", "PATH",
                                    "/venv/bin/python", "-m", "mpirun_kit.rank", "--", *program]
     assert p.env == (
         EnvRow("MPIRUN_KIT_HOSTS", "localhost:2", "launcher"),
+        EnvRow("MPIRUN_KIT_MASTER_ADDR", "localhost", "launcher"),
         EnvRow("MPIRUN_KIT_PINNING", "auto", "launcher"),
         EnvRow("MPIRUN_KIT_RESULT_ADDR", "localhost:29411", "launcher"),
         EnvRow("NCCL_DEBUG", "x", "forwarded (allow-list)"),
@@ -59,14 +60,17 @@ def test_coco_plan_on_four_p4d():
     assert list(p.launch.argv) == [
         "mpirun", "--allow-run-as-root", "-np", "32", "-H", hosts, *COMMON,
         "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
-        "-x", "FI_EFA_USE_HUGE_PAGE", "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_PINNING", "-x",
+        "-x", "FI_EFA_USE_HUGE_PAGE", "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_MASTER_ADDR", "-x",
+        "MPIRUN_KIT_PINNING", "-x",
         "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "NCCL_SOCKET_IFNAME",
         "python", "-m", "mpirun_kit.rank", "--", "python", "-m", "mpirun_kit.maskrcnn.train", "--config", "r50_fpn_1x",
         "--data-dir", "/opt/ml/input/data/coco", "--output-dir", "/opt/ml/checkpoints", "--resume", "auto"]
-    assert p.launch.env == (("FI_EFA_USE_HUGE_PAGE", "0"), ("MPIRUN_KIT_HOSTS", hosts), ("MPIRUN_KIT_PINNING", "auto"),
+    assert p.launch.env == (("FI_EFA_USE_HUGE_PAGE", "0"), ("MPIRUN_KIT_HOSTS", hosts),
+                            ("MPIRUN_KIT_MASTER_ADDR", "algo-1"), ("MPIRUN_KIT_PINNING", "auto"),
                             ("MPIRUN_KIT_RESULT_ADDR", "algo-1:29411"), ("NCCL_DEBUG", "WARN"),
                             ("NCCL_SOCKET_IFNAME", "^docker,lo,veth"))
-    assert [e.origin.split(":")[0] for e in p.env] == ["preset p4d", "launcher", "launcher", "launcher", "spec env",
+    assert [e.origin.split(":")[0] for e in p.env] == ["preset p4d", "launcher", "launcher", "launcher", "launcher",
+                                                       "spec env",
                                                        "preset p4d"]
     assert [(r.rank, r.host, r.local_rank, r.gpu) for r in p.ranks[6:10]] == [
         (6, "algo-1", 6, "6"), (7, "algo-1", 7, "7"), (8, "algo-2", 0, "0"), (9, "algo-2", 1, "1")]
