@@ -45,10 +45,59 @@ def retag(line: str, tag_re: re.Pattern, rank_hosts: Mapping[int, str]) -> str:
     return f"[{rank} {rank_hosts.get(rank, '?')}] {line[m.end():]}"
 
 
+class Retagger:
+    """Rebuilds each rank's lines from the launcher's tagged output.
+
+    Open MPI tags every *write* of a rank, not every line: a rank that prints
+    one line in two writes ("rank", " 0 of 2\n") arrives as one physical line
+    with a second tag inside it, and another rank's write can land between the
+    two halves.  So a physical line is split at every tag, and each
+    (rank, stream) keeps its unfinished text until a segment ends the line.
+    Only tags that name the stream (``[1,3]<stdout>:``) are looked for inside a
+    line: a bare ``[3]`` (MPICH) is too likely to be the program's own text.
+    """
+
+    def __init__(self, tag_re: re.Pattern, rank_hosts: Mapping[int, str]):
+        self.tag_re = tag_re
+        self.rank_hosts = rank_hosts
+        self.inner_re = re.compile(tag_re.pattern.lstrip("^")) if "stream" in tag_re.groupindex else None
+        self.partial: dict[tuple[str, str], str] = {}
+
+    def _label(self, rank: str) -> str:
+        return f"[{int(rank)} {self.rank_hosts.get(int(rank), '?')}] "
+
+    def feed(self, line: str) -> list[str]:
+        """One physical line (no newline) in, the complete lines it finishes out."""
+        if self.inner_re is None or not self.tag_re.match(line):
+            return [retag(line, self.tag_re, self.rank_hosts)]
+        tags = list(self.inner_re.finditer(line))
+        out = []
+        for i, m in enumerate(tags):
+            key = (m.group("rank"), m.group("stream"))
+            text = line[m.end():tags[i + 1].start() if i + 1 < len(tags) else len(line)]
+            if i + 1 < len(tags):
+                self.partial[key] = self.partial.get(key, "") + text
+            else:
+                out.append(self._label(key[0]) + self.partial.pop(key, "") + text)
+        return out
+
+    def flush(self) -> list[str]:
+        """Text of ranks that ended without a final newline."""
+        out = [self._label(rank) + text for (rank, _), text in sorted(self.partial.items()) if text]
+        self.partial.clear()
+        return out
+
+
 def _pump(src: BinaryIO, dst: BinaryIO, tag_re: re.Pattern, rank_hosts: Mapping[int, str],
           tail: collections.deque, lock: threading.Lock) -> None:
+    retagger = Retagger(tag_re, rank_hosts)
     for raw in iter(src.readline, b""):
-        line = retag(raw.decode(errors="replace").rstrip("\n"), tag_re, rank_hosts)
+        _emit(retagger.feed(raw.decode(errors="replace").rstrip("\n")), dst, tail, lock)
+    _emit(retagger.flush(), dst, tail, lock)
+
+
+def _emit(lines: list[str], dst: BinaryIO, tail: collections.deque, lock: threading.Lock) -> None:
+    for line in lines:
         # Open MPI frames its messages with rulers; they only waste the 1024-char failure text.
         if line.strip("- \t"):
             with lock:

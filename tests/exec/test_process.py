@@ -1,6 +1,7 @@
 """run_launcher with real processes (a Python stand-in for mpirun): output retagging, SIGTERM forwarding,
 grace-period kill of the process group, job deadline."""
 import io
+import os
 import re
 import sys
 
@@ -74,3 +75,43 @@ def test_missing_launcher():
                      grace_s=1.0)
     assert str(e.value) == ("cannot start '/nonexistent/mpirun': No such file or directory; install the MPI launcher "
                             "or fix PATH (argv: /nonexistent/mpirun -np 1 ...)")
+
+
+def test_retagger_joins_a_line_written_in_pieces_and_keeps_ranks_apart():
+    from mpirun_kit.exec.process import Retagger
+    rt = Retagger(re.compile(TAG), {0: "algo-1", 1: "algo-2"})
+    # rank 0 writes "step 1" in two pieces; rank 1's whole line lands between them.
+    assert rt.feed("[1,0]<stdout>:step [1,1]<stdout>:other line") == ["[1 algo-2] other line"]
+    assert rt.feed("[1,0]<stdout>:1 loss=0.5") == ["[0 algo-1] step 1 loss=0.5"]
+    # pieces of one rank on one physical line, and stderr kept apart from stdout
+    assert rt.feed("[1,0]<stdout>:a[1,0]<stderr>:err [1,0]<stdout>:b") == ["[0 algo-1] ab"]
+    assert rt.feed("[1,0]<stderr>:end") == ["[0 algo-1] err end"]
+    assert rt.feed("plain mpirun message") == ["plain mpirun message"]
+    assert rt.feed("[1,1]<stdout>:no newline at exit[1,0]<stdout>:x") == ["[0 algo-1] x"]
+    assert rt.flush() == ["[1 algo-2] no newline at exit"]
+
+
+def test_retagger_leaves_bare_mpich_tags_inside_text_alone():
+    from mpirun_kit.exec.process import Retagger
+    rt = Retagger(re.compile(FLAVOURS["mpich"].tag_regex), {2: "h"})
+    assert rt.feed("[2] found [3] items") == ["[2 h] found [3] items"]
+
+
+@pytest.mark.mpi
+def test_real_mpirun_line_printed_in_two_writes_comes_out_whole(tmp_path):
+    """Real Open MPI: --tag-output tags each write, the retagger rebuilds the line."""
+    prog = tmp_path / "pieces.py"
+    prog.write_text("import os, sys, time\n"
+                    "r = os.environ['OMPI_COMM_WORLD_RANK']\n"
+                    "for i in range(3):\n"
+                    "    sys.stdout.write(f'rank {r} '); sys.stdout.flush(); time.sleep(0.02)\n"
+                    "    sys.stdout.write(f'step {i}\\n'); sys.stdout.flush()\n")
+    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--tag-output",
+            "--mca", "mpi_yield_when_idle", "1", sys.executable, str(prog)]
+    out, err = io.BytesIO(), io.BytesIO()
+    res = run_launcher(argv, dict(os.environ), rank_hosts={0: "localhost", 1: "localhost"},
+                       tag_regex=FLAVOURS["openmpi4"].tag_regex, cancelled=lambda: None, grace_s=5.0,
+                       stdout=out, stderr=err)
+    assert res.returncode == 0, err.getvalue()
+    lines = sorted(out.getvalue().decode().splitlines())
+    assert lines == sorted(f"[{r} localhost] rank {r} step {i}" for r in (0, 1) for i in range(3))
