@@ -1,7 +1,7 @@
 """`mpirun_kit sim up|down|list|exec`: a simulated multi-host cluster on this machine (root only).
 
 A cluster stays up between commands; its files live under ``--root`` (default
-/var/tmp/mpirun_kit/sim/NAME).  Library: mpirun_kit.sim.
+/var/tmp/mpirun-kit-sim/NAME).  Library: mpirun_kit.sim.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-DEFAULT_ROOT = Path("/var/tmp/mpirun_kit/sim")
+DEFAULT_ROOT = Path("/var/tmp/mpirun-kit-sim")
 
 
 def _root(args) -> Path:
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     up = ssub.add_parser("up", help="bring up N hosts algo-1..algo-N")
     up.add_argument("--hosts", type=int, default=3, help="number of hosts (default 3)")
     up.add_argument("--name", default="sim", help="cluster name, 1-12 lowercase letters/digits (default sim)")
-    up.add_argument("--root", help="state directory (default /var/tmp/mpirun_kit/sim/NAME)")
+    up.add_argument("--root", help="state directory (default /var/tmp/mpirun-kit-sim/NAME)")
     up.add_argument("--instance-type", default="ml.c5.xlarge", help="instance type in resourceconfig.json")
     up.add_argument("--json", action="store_true", help="print hosts as JSON")
     up.set_defaults(func=_up)

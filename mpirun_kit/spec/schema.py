@@ -44,7 +44,7 @@ class SshTarget:
     #: python on the remote hosts (with mpirun_kit installed).
     python: str = "python3"
     #: directory on every host where the launch spec is shipped.
-    workdir: str = "/tmp/mpirun_kit"
+    workdir: str = "/tmp/mpirun-kit-job"
     connect_timeout_s: float = 10.0
 
 
