@@ -64,7 +64,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str) -> DryRun:
         argv = [s.python, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile",
                 f"{workdir}/hostfile", "--current-host", h.name, "--spec", f"{workdir}/launch-spec.json",
                 "--opt-ml", f"{workdir}/{h.name}"]
-        # Record the entrypoint's pid so a cancel can signal exactly it (never pkill by name).  Per-host
+        # Record the entrypoint's pid so a cancel signals exactly that process, never one matched by name.  Per-host
         # names: the workdir may be on a file system the hosts share.
         commands[h.name] = (f"mkdir -p {shlex.quote(workdir + '/' + h.name)} && cd {shlex.quote(workdir)} && "
                             f"echo $$ > {shlex.quote(h.name + '.pid')} && exec {shlex.join(argv)}")

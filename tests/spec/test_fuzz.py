@@ -39,14 +39,17 @@ TOKENS = ["a", "name", "program", ":", ": ", "- ", "\n", "\n  ", "\n    ", "[", 
 
 
 def check(text: str) -> None:
+    """Any input either loads or fails with a SpecError that names the file; nothing else escapes."""
     try:
         job = load_job_text(text, "fuzz.yaml")
-    except SpecError:
+    except SpecError as exc:
+        assert "fuzz.yaml" in str(exc), f"error does not name the file: {exc}"
         return
+    assert job.name, "a spec that loads has a name"
     try:
         compile_job(job, resolver=lambda stack: {})
-    except SpecError:
-        pass
+    except SpecError as exc:
+        assert str(exc).strip(), "empty error message"
 
 
 @FUZZ
