@@ -104,6 +104,34 @@ def test_encode_decode_match_reference(gen, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 37, 1000, 20_011])
+def test_decode_matches_reference_at_every_length(gen, dtype, k, n):
+    # float32 with one class runs 8 rows at a time (AVX2) plus a scalar tail, split across
+    # threads for the larger n: lengths around and far from a multiple of 8 cover both loops
+    props = rand_boxes(gen, n, dtype=dtype)
+    deltas = torch.randn(n, 4 * k, generator=gen, dtype=torch.float64).to(dtype) * 2
+    big = torch.rand(n, 4 * k, generator=gen) < 0.1
+    deltas[big] = 12.0  # past the clip: exp must see the clipped value
+    if n > 1:
+        deltas[n - 1, 2:4] = float("nan")  # NaN stays NaN, as in torch.clamp (the last row: a tail row at most n)
+    w = [10.0, 10.0, 5.0, 5.0] if k > 1 else [1.0, 1.0, 1.0, 1.0]
+    got = NMS.decode_boxes(deltas, props, w, reference.DEFAULT_CLIP).reshape(-1, 4)
+    want = reference.decode_boxes(deltas, props, w).reshape(-1, 4)
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan) and nan.sum() == (4 if n > 1 else 0)
+    # x1 = cx - pw/2 and x2 = cx + pw/2 cancel for a box blown up by exp(clip): their rounding
+    # error scales with |x1| + |x2| (>= pw and >= 2|cx|), not with the result, and exp itself
+    # may differ by an ulp between implementations (Sleef here, whatever torch picked there)
+    sx = want[:, 0::2].abs().sum(1, keepdim=True)
+    sy = want[:, 1::2].abs().sum(1, keepdim=True)
+    bound = 8 * torch.finfo(dtype).eps * torch.cat((sx, sy, sx, sy), dim=1)
+    excess = ((got - want).abs() - bound)[~nan]
+    assert excess.numel() == 4 * k * n - nan.sum() and (excess <= 0).all(), \
+        f"decode error exceeds 8 ulp of |x1|+|x2| by up to {excess.max().item():.3g}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_generate_anchors_matches_reference(dtype):
     sizes = ((32, 40), (64,), (128,))
     got = ops.generate_anchors([(5, 7), (3, 4), (0, 2)], [4, 8, 16], sizes, (0.5, 1.0, 2.0), "cpu", dtype)

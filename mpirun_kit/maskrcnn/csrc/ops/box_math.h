@@ -66,8 +66,11 @@ MRK_HD void decode_one(
   T cy = y1 + T(0.5) * h;
   T dx = d[0] / wx;
   T dy = d[1] / wy;
-  T dw = mrk_min(d[2] / ww, clip);
-  T dh = mrk_min(d[3] / wh, clip);
+  // clip only what compares above clip: a NaN stays NaN, as with torch.clamp(max=clip)
+  T dw = d[2] / ww;
+  T dh = d[3] / wh;
+  dw = dw > clip ? clip : dw;
+  dh = dh > clip ? clip : dh;
   T pcx = dx * w + cx;
   T pcy = dy * h + cy;
   T pw = mrk_exp(dw) * w;
