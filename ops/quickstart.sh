@@ -12,7 +12,9 @@
 #                   machine use the CUDA build your driver supports)
 #   PIP_EXTRA_ARGS  extra arguments for every pip install (e.g. an index URL)
 #   PYTEST_ARGS     extra arguments for pytest in `test` mode
-#   WITH_HOROVOD=1  also build the optional Horovod backend (~3 min, 2.4 GB)
+#   WITH_HOROVOD    1: also build the optional Horovod backend (ops/build-horovod.sh,
+#                   ~3 min, 2.4 GB while building); default 1 in `test` mode (its tests
+#                   run there), 0 otherwise
 set -euo pipefail
 
 mode="${1:-}"
@@ -26,6 +28,7 @@ cd "$repo"
 venv="$repo/.venv"
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 read -r -a pip_extra <<<"${PIP_EXTRA_ARGS:-}"
+if [ "$mode" = test ]; then WITH_HOROVOD="${WITH_HOROVOD:-1}"; else WITH_HOROVOD="${WITH_HOROVOD:-0}"; fi
 
 log() { printf '\033[1m[quickstart]\033[0m %s\n' "$*" >&2; }
 
@@ -54,7 +57,7 @@ fi
 
 # --- Python environment ------------------------------------------------------
 stamp="$venv/.quickstart-stamp"
-want="$(cat setup.cfg setup.py pyproject.toml ops/quickstart.sh | sha256sum | cut -c1-16) $TORCH_SPEC ${WITH_HOROVOD:-0}"
+want="$(cat setup.cfg setup.py pyproject.toml ops/quickstart.sh ops/build-horovod.sh | sha256sum | cut -c1-16) $TORCH_SPEC"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
   log "creating $venv"
   rm -rf "$venv"
@@ -71,13 +74,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # A package that installed without its ops would run every detection op on
   # the slow reference path; stop here, with the loader's original error.
   "$venv/bin/python" -c 'from mpirun_kit.maskrcnn.ops._loader import active; active().require()'
-  if [ "${WITH_HOROVOD:-0}" = 1 ]; then
-    log "building Horovod (optional backend)"
-    # Horovod 0.28.1 pins C++14 in its CMake files; current torch needs C++17.
-    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
-      HOROVOD_CMAKE_FLAGS="-DCMAKE_CXX_STANDARD=17" CXXFLAGS="-std=c++17" \
-      "${pip[@]}" --no-build-isolation --no-cache-dir "horovod[pytorch]==0.28.1"
-  fi
   # --- checkov (static checks of cfn/ in the test suite) ------------------------
   # Its own venv: checkov pins its own boto3, which must not replace ours.
   if [ ! -x "$repo/.venv-checkov/bin/checkov" ]; then
@@ -86,6 +82,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$repo/.venv-checkov/bin/python" -m pip install -q "${pip_extra[@]}" checkov==3.3.30
   fi
   echo "$want" >"$stamp"
+fi
+# Outside the stamp: a set-up made without Horovod gains it on a later WITH_HOROVOD=1 run.
+if [ "$WITH_HOROVOD" = 1 ] && ! "$venv/bin/python" -c 'import horovod.torch' 2>/dev/null; then
+  log "building the optional Horovod backend (WITH_HOROVOD=0 skips it)"
+  bash "$repo/ops/build-horovod.sh" "$venv/bin/python"
 fi
 export PATH="$venv/bin:$PATH"
 

@@ -375,7 +375,8 @@ class Trainer:
                                 enabled=self.amp_dtype is not None):
                 losses = self.ddp_model(batch)
             loss = sum(losses.values())
-            self.optimizer.zero_grad(set_to_none=True)
+            # set_to_none is the default; Horovod's DistributedOptimizer.zero_grad() takes no arguments
+            self.optimizer.zero_grad()
             self.scaler.scale(loss).backward()
             if self.comm.backend == "horovod":
                 # Horovod reduces gradients inside step(); unscaling/clipping must see reduced ones

@@ -41,7 +41,7 @@ def make_coco(root: Path, counts=(("train", 3), ("val", 2))) -> Path:
 
 
 def test_scripts_are_strict_and_call_no_internals():
-    for script in ("stage-coco.sh", "make-job-keys.sh", "run-allreduce-bench.sh"):
+    for script in ("stage-coco.sh", "make-job-keys.sh", "run-allreduce-bench.sh", "build-horovod.sh"):
         text = (OPS / script).read_text()
         assert "set -euo pipefail" in text, script
         assert "import mpirun_kit" not in text and "python -m mpirun_kit" not in text, script
@@ -163,3 +163,42 @@ def test_run_allreduce_bench_dry_run_validates_and_plans():
     assert "job allreduce-bench" in proc.stdout
     bad = sh("run-allreduce-bench.sh", "--frob")
     assert bad.returncode == 2 and "unknown argument '--frob'" in bad.stderr
+
+
+def _fake_horovod_sdist(tmp_path: Path, version: str, top_cmake: str) -> Path:
+    """A horovod-VERSION.tar.gz holding only the two CMake files the build script patches."""
+    import tarfile
+
+    src = tmp_path / f"horovod-{version}"
+    (src / "horovod/torch").mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text(top_cmake)
+    (src / "horovod/torch/CMakeLists.txt").write_text("set(CMAKE_CXX_STANDARD 14)\n")
+    out = tmp_path / f"horovod-{version}.tar.gz"
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(src, arcname=src.name)
+    return out
+
+
+def test_build_horovod_usage_and_sdist_errors(tmp_path):
+    proc = sh("build-horovod.sh")
+    assert proc.returncode == 2
+    assert "usage: bash ops/build-horovod.sh PYTHON  (the interpreter of the environment with torch; got '')" in proc.stderr
+    missing = subprocess.run(["bash", str(OPS / "build-horovod.sh"), sys.executable], capture_output=True, text=True,
+                             env={**ENV, "HOROVOD_SDIST": str(tmp_path / "nope.tar.gz")}, timeout=60)
+    assert missing.returncode == 2
+    assert f"HOROVOD_SDIST={tmp_path / 'nope.tar.gz'} is not a file; point it at a horovod-0.28.1.tar.gz" in missing.stderr
+    other = _fake_horovod_sdist(tmp_path, "0.29.0", "set(CMAKE_CXX_STANDARD 14)\n")
+    wrong = subprocess.run(["bash", str(OPS / "build-horovod.sh"), sys.executable], capture_output=True, text=True,
+                           env={**ENV, "HOROVOD_SDIST": str(other)}, timeout=60)
+    assert wrong.returncode == 2
+    assert f"{other} does not unpack to horovod-0.28.1/; set HOROVOD_VERSION to its version" in wrong.stderr
+
+
+def test_build_horovod_refuses_a_source_it_cannot_patch(tmp_path):
+    # a future release that no longer pins C++14 must fail before building, not build unpatched
+    sdist = _fake_horovod_sdist(tmp_path, "0.28.1", "set(CMAKE_CXX_STANDARD 20)\n")
+    proc = subprocess.run(["bash", str(OPS / "build-horovod.sh"), sys.executable], capture_output=True, text=True,
+                          env={**ENV, "HOROVOD_SDIST": str(sdist)}, timeout=60)
+    assert proc.returncode == 1
+    assert ("build-horovod: CMakeLists.txt of horovod 0.28.1 has no 'set(CMAKE_CXX_STANDARD 14)' line to patch; "
+            "check whether this version still needs the C++17 patch (HOROVOD_VERSION=0.28.1)") in proc.stderr
