@@ -7,6 +7,9 @@ AOT dispatch works with dynamic shapes: what torch.compile needs.
 """
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -69,6 +72,24 @@ def test_every_schema_is_tested():
     covered = {name.removesuffix("_channels_last").removesuffix("_levels") for name in CASE_NAMES}
     assert defined, "no mpirun_kit ops registered"
     assert defined == covered, f"ops without an opcheck case: {sorted(defined - covered)}; stale cases: {sorted(covered - defined)}"
+
+
+CSRC = Path(ops.__file__).resolve().parents[1] / "csrc" / "ops"
+
+
+def _impls(pattern: str) -> set[str]:
+    """Op names given a kernel by the TORCH_LIBRARY_IMPL blocks of the matching source files."""
+    return {m for f in CSRC.glob(pattern) for m in re.findall(r'm\.impl\("(\w+)"', f.read_text())}
+
+
+def test_every_op_has_a_kernel_per_backend():
+    cpu, cuda = _impls("cpu/*_kernel.cpp"), _impls("cuda/*_kernel.cu")
+    assert len(cpu) >= 9 and cpu == cuda, f"CPU only: {sorted(cpu - cuda)}; CUDA only: {sorted(cuda - cpu)}"
+    for name in cpu:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"mpirun_kit::{name}", "CPU"), name
+    if torch.cuda.is_available():  # setup.py builds the CUDA kernels where torch sees a GPU
+        missing = [n for n in sorted(cuda) if not torch._C._dispatch_has_kernel_for_dispatch_key(f"mpirun_kit::{n}", "CUDA")]
+        assert not missing, f"built without CUDA kernels for {missing}: rebuild with FORCE_CUDA=1 and nvcc on PATH"
 
 
 def test_roi_align_traces_under_torch_compile(gen):

@@ -3,6 +3,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
+#include "cuda_utils.cuh"
 #include "nms_impl.cuh"
 
 namespace mpirun_kit {
