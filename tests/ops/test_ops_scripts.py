@@ -41,7 +41,8 @@ def make_coco(root: Path, counts=(("train", 3), ("val", 2))) -> Path:
 
 
 def test_scripts_are_strict_and_call_no_internals():
-    for script in ("stage-coco.sh", "make-job-keys.sh", "run-allreduce-bench.sh", "build-horovod.sh"):
+    for script in ("stage-coco.sh", "make-job-keys.sh", "run-allreduce-bench.sh", "build-horovod.sh",
+                   "check-cuda-build.sh"):
         text = (OPS / script).read_text()
         assert "set -euo pipefail" in text, script
         assert "import mpirun_kit" not in text and "python -m mpirun_kit" not in text, script
@@ -202,3 +203,11 @@ def test_build_horovod_refuses_a_source_it_cannot_patch(tmp_path):
     assert proc.returncode == 1
     assert ("build-horovod: CMakeLists.txt of horovod 0.28.1 has no 'set(CMAKE_CXX_STANDARD 14)' line to patch; "
             "check whether this version still needs the C++17 patch (HOROVOD_VERSION=0.28.1)") in proc.stderr
+
+
+def test_check_cuda_build_needs_nvcc(tmp_path):
+    proc = subprocess.run(["bash", str(OPS / "check-cuda-build.sh"), str(tmp_path / "venv")], capture_output=True,
+                          text=True, env={**ENV, "CUDA_HOME": str(tmp_path / "no-cuda")}, timeout=60)
+    assert proc.returncode == 2
+    assert f"no nvcc at {tmp_path / 'no-cuda'}/bin/nvcc; install the CUDA toolkit or set CUDA_HOME" in proc.stderr
+    assert not (tmp_path / "venv").exists()
