@@ -74,5 +74,59 @@ inline bool use_channels_last(const at::Tensor& t) {
   return t.dim() == 4 && t.is_contiguous(at::MemoryFormat::ChannelsLast) && !t.is_contiguous();
 }
 
+// ---- Argument checks of one op, the same on every backend.  Each backend then
+// adds its own dtype list (check_cpu_dtype / check_cuda_dtype) and, on CUDA, one device.
+
+inline void check_encode_args(const at::Tensor& reference, const at::Tensor& proposals, at::ArrayRef<double> weights) {
+  check_boxes(reference, "reference_boxes");
+  check_boxes(proposals, "proposals");
+  TORCH_CHECK(
+      reference.size(0) == proposals.size(0),
+      "reference_boxes and proposals must have one row each per pair, got ", reference.size(0), " and ",
+      proposals.size(0), " rows");
+  check_same_dtype(reference, "reference_boxes", proposals, "proposals");
+  check_weights(weights);
+}
+
+inline void check_decode_args(const at::Tensor& deltas, const at::Tensor& boxes, at::ArrayRef<double> weights) {
+  TORCH_CHECK(
+      deltas.dim() == 2 && deltas.size(1) > 0 && deltas.size(1) % 4 == 0,
+      "deltas must be [N, 4*K] (4 values per class), got ", shape_str(deltas));
+  check_boxes(boxes, "boxes");
+  TORCH_CHECK(
+      boxes.size(0) == deltas.size(0),
+      "boxes must have one row per row of deltas (", deltas.size(0), "), got ", boxes.size(0), " rows");
+  check_same_dtype(deltas, "deltas", boxes, "boxes");
+  check_weights(weights);
+}
+
+inline void check_proposal_args(
+    const at::Tensor& anchors, const at::Tensor& objectness, const at::Tensor& deltas, const at::Tensor& image_sizes,
+    const c10::optional<at::Tensor>& levels, int64_t pre_nms_top_n, int64_t post_nms_top_n, double min_size,
+    at::ArrayRef<double> weights) {
+  check_boxes(anchors, "anchors");
+  const int64_t a = anchors.size(0);
+  TORCH_CHECK(
+      objectness.dim() == 2 && objectness.size(1) == a,
+      "objectness must be [B, A] with A = ", a, " (the rows of anchors), got ", shape_str(objectness));
+  const int64_t b = objectness.size(0);
+  TORCH_CHECK(
+      deltas.dim() == 3 && deltas.size(0) == b && deltas.size(1) == a && deltas.size(2) == 4,
+      "deltas must be [B, A, 4] = [", b, ", ", a, ", 4], got ", shape_str(deltas));
+  TORCH_CHECK(
+      image_sizes.dim() == 2 && image_sizes.size(0) == b && image_sizes.size(1) == 2,
+      "image_sizes must be [B, 2] = [", b, ", 2] rows of (h, w), got ", shape_str(image_sizes));
+  check_same_dtype(anchors, "anchors", objectness, "objectness");
+  check_same_dtype(anchors, "anchors", deltas, "deltas");
+  check_weights(weights);
+  TORCH_CHECK(pre_nms_top_n >= 1, "pre_nms_top_n must be an int >= 1, got ", pre_nms_top_n);
+  TORCH_CHECK(post_nms_top_n >= 1, "post_nms_top_n must be an int >= 1, got ", post_nms_top_n);
+  TORCH_CHECK(min_size >= 0, "min_size must be >= 0 pixels, got ", min_size);
+  if (levels.has_value()) {
+    check_rows(*levels, "levels", a, "anchors");
+    TORCH_CHECK(!levels->is_floating_point(), "levels must be an integer tensor, got dtype ", levels->scalar_type());
+  }
+}
+
 }  // namespace ops
 }  // namespace mpirun_kit

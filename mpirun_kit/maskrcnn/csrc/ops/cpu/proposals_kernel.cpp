@@ -38,29 +38,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> generate_proposals_kernel(
     const at::Tensor& anchors_in, const at::Tensor& objectness_in, const at::Tensor& deltas_in,
     const at::Tensor& image_sizes_in, const c10::optional<at::Tensor>& levels_in, int64_t pre_nms_top_n,
     int64_t post_nms_top_n, double nms_thresh, double min_size, at::ArrayRef<double> weights, double clip_value) {
-  check_boxes(anchors_in, "anchors");
-  const int64_t a = anchors_in.size(0);
-  TORCH_CHECK(
-      objectness_in.dim() == 2 && objectness_in.size(1) == a,
-      "objectness must be [B, A] with A = ", a, " (the rows of anchors), got ", shape_str(objectness_in));
-  const int64_t b = objectness_in.size(0);
-  TORCH_CHECK(
-      deltas_in.dim() == 3 && deltas_in.size(0) == b && deltas_in.size(1) == a && deltas_in.size(2) == 4,
-      "deltas must be [B, A, 4] = [", b, ", ", a, ", 4], got ", shape_str(deltas_in));
-  TORCH_CHECK(
-      image_sizes_in.dim() == 2 && image_sizes_in.size(0) == b && image_sizes_in.size(1) == 2,
-      "image_sizes must be [B, 2] = [", b, ", 2] rows of (h, w), got ", shape_str(image_sizes_in));
-  check_same_dtype(anchors_in, "anchors", objectness_in, "objectness");
-  check_same_dtype(anchors_in, "anchors", deltas_in, "deltas");
+  check_proposal_args(anchors_in, objectness_in, deltas_in, image_sizes_in, levels_in, pre_nms_top_n, post_nms_top_n,
+                      min_size, weights);
+  const int64_t a = anchors_in.size(0), b = objectness_in.size(0);
   check_cpu_dtype(anchors_in, "anchors");
-  check_weights(weights);
-  TORCH_CHECK(pre_nms_top_n >= 1, "pre_nms_top_n must be an int >= 1, got ", pre_nms_top_n);
-  TORCH_CHECK(post_nms_top_n >= 1, "post_nms_top_n must be an int >= 1, got ", post_nms_top_n);
-  TORCH_CHECK(min_size >= 0, "min_size must be >= 0 pixels, got ", min_size);
   at::Tensor levels;
   if (levels_in.has_value()) {
-    check_rows(*levels_in, "levels", a, "anchors");
-    TORCH_CHECK(!levels_in->is_floating_point(), "levels must be an integer tensor, got dtype ", levels_in->scalar_type());
     levels = levels_in->to(at::kLong).contiguous();
   }
   const auto anchors = anchors_in.contiguous();

@@ -50,16 +50,9 @@ __global__ void decode_cuda(
 }
 
 at::Tensor encode_boxes_kernel(const at::Tensor& reference_in, const at::Tensor& proposals_in, at::ArrayRef<double> weights) {
-  check_boxes(reference_in, "reference_boxes");
-  check_boxes(proposals_in, "proposals");
-  TORCH_CHECK(
-      reference_in.size(0) == proposals_in.size(0),
-      "reference_boxes and proposals must have one row each per pair, got ", reference_in.size(0), " and ",
-      proposals_in.size(0), " rows");
-  check_same_dtype(reference_in, "reference_boxes", proposals_in, "proposals");
+  check_encode_args(reference_in, proposals_in, weights);
   check_same_device(reference_in, "reference_boxes", proposals_in, "proposals");
   check_cuda_dtype(proposals_in, "proposals");
-  check_weights(weights);
   const c10::cuda::CUDAGuard guard(proposals_in.device());
   const auto r = reference_in.contiguous();
   const auto p = proposals_in.contiguous();
@@ -79,17 +72,9 @@ at::Tensor encode_boxes_kernel(const at::Tensor& reference_in, const at::Tensor&
 }
 
 at::Tensor decode_boxes_kernel(const at::Tensor& deltas_in, const at::Tensor& boxes_in, at::ArrayRef<double> weights, double clip_value) {
-  TORCH_CHECK(
-      deltas_in.dim() == 2 && deltas_in.size(1) > 0 && deltas_in.size(1) % 4 == 0,
-      "deltas must be [N, 4*K] (4 values per class), got ", shape_str(deltas_in));
-  check_boxes(boxes_in, "boxes");
-  TORCH_CHECK(
-      boxes_in.size(0) == deltas_in.size(0),
-      "boxes must have one row per row of deltas (", deltas_in.size(0), "), got ", boxes_in.size(0), " rows");
-  check_same_dtype(deltas_in, "deltas", boxes_in, "boxes");
+  check_decode_args(deltas_in, boxes_in, weights);
   check_same_device(deltas_in, "deltas", boxes_in, "boxes");
   check_cuda_dtype(deltas_in, "deltas");
-  check_weights(weights);
   const c10::cuda::CUDAGuard guard(deltas_in.device());
   const auto d = deltas_in.contiguous();
   const auto b = boxes_in.contiguous();
