@@ -15,6 +15,17 @@ from dataclasses import asdict, dataclass, field, fields
 
 from .errors import SpecError
 
+
+def parse_json_object(text: str, source: str, expected: str) -> dict:
+    """``text`` as a JSON object; a SpecError naming ``source`` and what was ``expected`` otherwise."""
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{source}: not valid JSON ({exc}); expected {expected}") from exc
+    if not isinstance(raw, dict):
+        raise SpecError(f"{source}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
 #: hyperparameters.json key under which a serialized LaunchSpec travels.
 LAUNCH_SPEC_HYPERPARAMETER = "mpirun_kit_launch"
 
@@ -69,13 +80,7 @@ class LaunchSpec:
 
     @classmethod
     def from_json(cls, text: str, source: str = "launch spec") -> "LaunchSpec":
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{source}: not valid JSON ({exc}); expected a serialized LaunchSpec") from exc
-        if not isinstance(raw, dict):
-            raise SpecError(f"{source}: expected a JSON object, got {type(raw).__name__}")
-        return cls.from_dict(raw, source)
+        return cls.from_dict(parse_json_object(text, source, "a serialized LaunchSpec"), source)
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "launch spec") -> "LaunchSpec":

@@ -22,8 +22,10 @@ def test_launch_spec_program_required():
 
 
 def test_launch_spec_bad_json():
-    with pytest.raises(SpecError, match="not valid JSON"):
+    with pytest.raises(SpecError, match=r"^spec: not valid JSON \(.*\); expected a serialized LaunchSpec$"):
         LaunchSpec.from_json("{", "spec")
+    with pytest.raises(SpecError, match=r"^spec: expected a JSON object, got list$"):
+        LaunchSpec.from_json('["python", "train.py"]', "spec")
 
 
 def test_launch_spec_unknown_timeout_key():

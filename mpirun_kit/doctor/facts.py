@@ -15,6 +15,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import SpecError
+from ..model import parse_json_object
 
 
 @dataclass(frozen=True)
@@ -109,14 +110,7 @@ class HostFacts:
 
     @classmethod
     def from_json(cls, text: str, source: str = "host facts") -> "HostFacts":
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{source}: not valid JSON ({exc}); expected the output of "
-                            "`mpirun_kit doctor --gather-only`") from exc
-        if not isinstance(raw, dict):
-            raise SpecError(f"{source}: expected a JSON object, got {type(raw).__name__}")
-        return cls.from_dict(raw, source)
+        return cls.from_dict(parse_json_object(text, source, "the output of `mpirun_kit doctor --gather-only`"), source)
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "host facts") -> "HostFacts":
