@@ -15,7 +15,7 @@
 #   HOROVOD_VERSION   default 0.28.1
 #   HOROVOD_SDIST     a horovod-VERSION.tar.gz already on disk (offline builds); default: pip downloads it
 #   PIP_EXTRA_ARGS    extra arguments for pip (e.g. an index URL)
-# On a GPU machine (nvcc present) NCCL operations are built in as well.
+# With CUDA torch and nvcc (the GPU image), NCCL operations are built in as well.
 set -euo pipefail
 
 python="${1:-}"
@@ -65,7 +65,9 @@ fi
 export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1
 # gloo adds minutes of build for a controller mpirun_kit never uses: its jobs start under mpirun
 export HOROVOD_WITHOUT_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI
-if command -v nvcc >/dev/null; then
+# NCCL operations only with CUDA torch: nvcc alone (a CPU torch on a machine with the CUDA
+# toolkit) makes Horovod's CMake look for a CUDA runtime the build must not use
+if command -v nvcc >/dev/null && "$python" -c 'import sys, torch; sys.exit(torch.version.cuda is None)'; then
   export HOROVOD_GPU_OPERATIONS=NCCL
 fi
 export MAKEFLAGS="-j$(nproc)"
