@@ -43,6 +43,8 @@ class Timeouts:
     #: worker: hearing from the master at all, and between its heartbeats.
     master_connect_s: float = 300.0
     master_silence_s: float = 15.0
+    #: master: hearing from each worker (its heartbeats); a worker silent this long is lost.
+    worker_silence_s: float = 15.0
     #: the job itself (mpirun start to exit).
     job_s: float | None = None
     #: SIGTERM to ranks, then SIGKILL after this long.
