@@ -3,7 +3,9 @@
 ``sshd_argv`` is pure: the options that make sshd key-only whatever the image's
 sshd_config says (password and keyboard-interactive off; root by key only),
 or the caller's own config file (``--sshd-config``; the simulated cluster passes
-one).  ``start_sshd`` runs it in the foreground as our child and waits, with a
+one).  Tuning the config file already sets (``MaxStartups``: docker/sshd_config
+sizes it for the job) is kept, not overridden: ``start_sshd`` reads the file and
+logs which value wins.  ``start_sshd`` runs it in the foreground as our child and waits, with a
 deadline, until it answers with an SSH banner.  When something already answers
 on the port (a platform or the simulator started sshd), nothing is started.
 """
@@ -22,24 +24,57 @@ from .ssh import banner_probe
 
 log = logging.getLogger(__name__)
 
+#: security options forced on the command line whatever the config file says.
 KEY_ONLY_OPTIONS: tuple[tuple[str, str], ...] = (
     ("PasswordAuthentication", "no"),
     ("KbdInteractiveAuthentication", "no"),
     ("PubkeyAuthentication", "yes"),
     ("PermitRootLogin", "prohibit-password"),
-    # mpirun opens sessions to many hosts at once; the default 10:30:100 drops some.
-    ("MaxStartups", "200"),
 )
+#: tuning used only where the config file does not set it (a config's own value wins).
+# mpirun opens sessions to many hosts at once; sshd's default 10:30:100 drops some.
+DEFAULT_TUNING: tuple[tuple[str, str], ...] = (("MaxStartups", "200"),)
+DEFAULT_CONFIG = "/etc/ssh/sshd_config"
 
 
-def sshd_argv(sshd: str = "/usr/sbin/sshd", port: int = 22, config: str | None = None) -> list[str]:
-    """The sshd command line: foreground (-D), log to stderr (-e), key-only."""
+def config_value(config_text: str, key: str) -> str | None:
+    """The value sshd takes for ``key`` from a config file's text (first one outside Match), or None."""
+    for line in config_text.splitlines():
+        words = line.split(None, 1)
+        if not words or words[0].startswith("#"):
+            continue
+        if words[0].lower() == "match":
+            return None  # options below a Match apply conditionally; sshd's global value is unset
+        if words[0].lower() == key.lower() and len(words) == 2:
+            return words[1].split("#", 1)[0].strip()
+    return None
+
+
+def sshd_argv(sshd: str = "/usr/sbin/sshd", port: int = 22, config: str | None = None,
+              config_text: str | None = None) -> list[str]:
+    """The sshd command line: foreground (-D), log to stderr (-e), key-only.
+
+    ``config_text`` is the text of the config sshd will read: a ``DEFAULT_TUNING`` option
+    it sets is left to it (a ``-o`` would silently override the operator's choice).
+    """
     argv = [sshd, "-D", "-e", "-p", str(port)]
     if config:
         argv += ["-f", config]
     for key, value in KEY_ONLY_OPTIONS:
         argv += ["-o", f"{key}={value}"]
+    for key, value in DEFAULT_TUNING:
+        if config_text is None or config_value(config_text, key) is None:
+            argv += ["-o", f"{key}={value}"]
     return argv
+
+
+def _read_config(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        log.info("cannot read sshd config %s (%s); using mpirun_kit's defaults for %s", path, exc.strerror,
+                 ", ".join(k for k, _ in DEFAULT_TUNING))
+        return None
 
 
 def start_sshd(port: int = 22, config: str | None = None, timeout_s: float = 10.0, clock: Clock = SYSTEM_CLOCK,
@@ -59,7 +94,13 @@ def start_sshd(port: int = 22, config: str | None = None, timeout_s: float = 10.
                           "or start sshd yourself and pass --no-sshd")
     # sshd refuses to start without its privilege-separation directory.
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-    argv = sshd_argv(exe, port, config)
+    config_text = _read_config(config or DEFAULT_CONFIG)
+    for key, value in DEFAULT_TUNING:
+        ours = config_value(config_text or "", key)
+        if ours is not None and ours != value:
+            log.info("sshd: %s %s from %s kept (mpirun_kit's default would be %s)", key, ours,
+                     config or DEFAULT_CONFIG, value)
+    argv = sshd_argv(exe, port, config, config_text)
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     deadline = Deadline(clock, timeout_s)
     while True:

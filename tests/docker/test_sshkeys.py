@@ -276,3 +276,15 @@ def test_keys_install_sagemaker_without_a_secret(tmp_path):
     plain = _keys("install", "--secret-file", "x")
     assert plain.returncode == 64
     assert "keys install: pass --secret-file FILE and --hosts H1,H2 (or --sagemaker" in plain.stderr
+
+
+def test_image_ssh_client_config_refuses_unknown_hosts_and_prompts():
+    """The image's /etc/ssh/ssh_config (docker/ssh_config), as the real ssh client resolves it for a peer."""
+    cfg = REPO / "docker" / "ssh_config"
+    assert ("COPY docker/ssh_config /etc/ssh/ssh_config"
+            in (REPO / "docker" / "Dockerfile").read_text()), "the Dockerfile must install docker/ssh_config"
+    resolved = subprocess.run(["ssh", "-G", "-F", str(cfg), "algo-2"], capture_output=True, text=True, check=True)
+    options = dict(line.split(" ", 1) for line in resolved.stdout.splitlines() if " " in line)
+    assert options["stricthostkeychecking"] == "true"  # ssh -G prints `yes` as true
+    assert options["batchmode"] == "yes"
+    assert options["passwordauthentication"] == "no" and options["identitiesonly"] == "yes"

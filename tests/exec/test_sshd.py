@@ -1,13 +1,15 @@
 """Worker sshd: the argv as a value, and a real sshd started on 127.0.0.1 with a throwaway host key."""
+import os
 import shutil
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from mpirun_kit.errors import ClusterError
 from mpirun_kit.exec.ssh import banner_probe
-from mpirun_kit.exec.sshd import sshd_argv, start_sshd
+from mpirun_kit.exec.sshd import config_value, sshd_argv, start_sshd
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -17,6 +19,33 @@ def test_argv_is_key_only():
         "/usr/sbin/sshd", "-D", "-e", "-p", "2222", "-f", "/etc/x/sshd_config",
         "-o", "PasswordAuthentication=no", "-o", "KbdInteractiveAuthentication=no", "-o", "PubkeyAuthentication=yes",
         "-o", "PermitRootLogin=prohibit-password", "-o", "MaxStartups=200"]
+
+
+IMAGE_SSHD_CONFIG = Path(__file__).resolve().parents[2] / "docker" / "sshd_config"
+
+
+def test_the_image_config_keeps_its_own_max_startups(tmp_path):
+    """docker/sshd_config sizes MaxStartups for the job; the argv must not override it (real sshd -T resolves it)."""
+    text = IMAGE_SSHD_CONFIG.read_text()
+    assert config_value(text, "MaxStartups") == "256:30:512"
+    argv = sshd_argv("/usr/sbin/sshd", 2222, str(IMAGE_SSHD_CONFIG), text)
+    assert not any(a.startswith("MaxStartups=") for a in argv)
+    assert "PasswordAuthentication=no" in argv  # the security options are still forced
+    if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
+        pytest.skip("openssh-server not installed")
+    key = tmp_path / "host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    # The image's config with this test's host key and no drop-ins, so sshd -T can resolve it here.
+    cfg = tmp_path / "sshd_config"
+    cfg.write_text(text.replace("/etc/ssh/mpirun_kit/ssh_host_ed25519_key", str(key))
+                   .replace("/etc/ssh/sshd_config.d/", f"{tmp_path}/none.d/"))
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+    opts = [a for a in sshd_argv("/usr/sbin/sshd", 2222, str(cfg), cfg.read_text())[1:] if a not in ("-D", "-e")]
+    resolved = subprocess.run(["/usr/sbin/sshd", "-T", *opts], capture_output=True, text=True)
+    assert resolved.returncode == 0, resolved.stderr
+    assert "maxstartups 256:30:512" in resolved.stdout.splitlines()
+    # A config that does not set it gets mpirun_kit's default; a Match block's value is not global.
+    assert sshd_argv("sshd", 22, "c", "Port 22\nMatch User x\n  MaxStartups 5\n")[-2:] == ["-o", "MaxStartups=200"]
 
 
 def free_port():
