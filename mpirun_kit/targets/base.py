@@ -73,9 +73,19 @@ def exit_code_of(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+#: how much Progress prints, set by the CLI for one command (cli/main.py): 0 (-q) nothing; 1 (default)
+#: the live status line (on a terminal only) and ``done`` lines; 2 (-v, and library callers) also each
+#: status change as a line when stderr is not a terminal, and ``note`` lines.
+OUTPUT_LEVEL = 2
+
+
 @dataclass
 class Progress:
-    """A one-line status on stderr that rewrites itself on a TTY and logs changes otherwise."""
+    """A one-line status on stderr that rewrites itself on a TTY (see OUTPUT_LEVEL); lines in the CLI's format.
+
+    ``update``: what is being waited for, and the last error seen (the live line).  ``done``: an
+    outcome the user must see (a deadline passed, a retry).  ``note``: a milestone (-v only).
+    """
 
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     clock: Clock = SYSTEM_CLOCK
@@ -86,21 +96,27 @@ class Progress:
         self.start = self.clock.monotonic()
 
     def update(self, text: str) -> None:
-        line = f"[{self.clock.monotonic() - self.start:6.1f}s] {text}"
-        if self.stream.isatty():
+        line = f"mpirun_kit: [{self.clock.monotonic() - self.start:.0f}s] {text}"
+        if OUTPUT_LEVEL == 0:
+            pass
+        elif self.stream.isatty():
             self.stream.write("\r\033[K" + line)
             self.stream.flush()
-        elif text != self.last:
+        elif text != self.last and OUTPUT_LEVEL >= 2:
             self.stream.write(line + "\n")
             self.stream.flush()
         self.last = text
 
-    def done(self, text: str) -> None:
-        if self.stream.isatty():
+    def done(self, text: str, level: int = 1) -> None:
+        if self.stream.isatty() and OUTPUT_LEVEL:
             self.stream.write("\r\033[K")
         self.last = ""
-        self.stream.write(f"[{self.clock.monotonic() - self.start:6.1f}s] {text}\n")
+        if OUTPUT_LEVEL >= level:
+            self.stream.write(f"mpirun_kit: {text} (at {self.clock.monotonic() - self.start:.1f}s)\n")
         self.stream.flush()
+
+    def note(self, text: str) -> None:
+        self.done(text, level=2)
 
 
 def retrying(run_once: Callable[[int], int], retries: int, progress: Progress | None = None,
