@@ -164,8 +164,15 @@ def load_template(path: str) -> Template:
             near = []
         hint = f"templates in {folder}/: {', '.join(near)}" if near else "the templates are in cfn/ (vpc.yaml, fsx.yaml, efs.yaml, sagemaker-role.yaml)"
         raise SpecError(f"template {path}: no such file; {hint}")
-    with open(path, encoding="utf-8") as f:
-        body = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            body = f.read()
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"template {path}: not UTF-8 text (byte {exc.start}); pass a CloudFormation template "
+                        "(YAML or JSON), e.g. cfn/vpc.yaml") from exc
+    except OSError as exc:
+        raise SpecError(f"template {path}: cannot read it ({exc.strerror}); check the path and its "
+                        "permissions") from exc
     size = len(body.encode("utf-8"))
     if size > MAX_TEMPLATE_BODY_BYTES:
         raise SpecError(f"template {path}: {size} bytes, over CloudFormation's {MAX_TEMPLATE_BODY_BYTES}-byte "
