@@ -69,15 +69,28 @@ def _new(args) -> int:
     from ..sshkeys import SECRET_BYTES, format_secret
 
     out = Path(args.out)
+    if not args.out or out.is_dir():
+        raise SpecError(f"keys new: --out {args.out!r} is a directory or empty; name the file to create, "
+                        "e.g. --out job-secret")
     if out.exists() and not args.force:
         raise SpecError(f"keys new: {out} exists; a job secret is never overwritten silently "
                         "(pass --force, or choose another --out)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # mkstemp creates the file 0600: the secret is never readable by others, even briefly.
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(format_secret(secrets.token_bytes(SECRET_BYTES)))
-    os.replace(tmp, out)
+    blocking = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise SpecError(f"keys new: cannot write --out {out}: {blocking} is a file, not a directory; choose "
+                        "another --out")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # mkstemp creates the file 0600: the secret is never readable by others, even briefly.
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(format_secret(secrets.token_bytes(SECRET_BYTES)))
+        os.replace(tmp, out)
+    except OSError as exc:
+        # Name the ancestor that failed (mkdir), never the temporary file beside the target.
+        where = f" ({exc.filename})" if exc.filename and str(exc.filename) in map(str, out.parents) else ""
+        raise SpecError(f"keys new: cannot write --out {out}: {exc.strerror}{where}; choose a file in a "
+                        "directory you can write") from exc
     print(f"wrote job secret {out} (mode 600)", file=sys.stderr)
     return 0
 
