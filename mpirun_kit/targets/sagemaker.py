@@ -212,13 +212,17 @@ def make_clients(region: str | None) -> tuple[Any, Any]:
 def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tuple[Any, Any]] = make_clients,
         clock: Clock = SYSTEM_CLOCK, out=None, poll_s: float = 10.0) -> int:
     """Create the training job; with ``wait``, follow it and return its exit code."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     out = out or sys.stdout
     req = dry.request["CreateTrainingJob"]
     sm, logs = clients(dry.request["region"])
     try:
         resp = sm.create_training_job(**req)
+    except NoCredentialsError as exc:
+        # Nothing reached AWS: the role, image and quota are not the problem.
+        raise ClusterError(f"CreateTrainingJob {req['TrainingJobName']}: no AWS credentials found; set AWS_PROFILE, "
+                           "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run `aws configure`") from exc
     except (BotoCoreError, ClientError) as exc:
         raise ClusterError(f"CreateTrainingJob {req['TrainingJobName']} was refused: {exc}; check the role, image, "
                            "instance quota and region (`mpirun_kit submit --dry-run` shows the request)") from exc
