@@ -90,20 +90,29 @@ class Retagger:
 
 def _pump(src: BinaryIO, dst: BinaryIO, tag_re: re.Pattern, rank_hosts: Mapping[int, str],
           tail: collections.deque, lock: threading.Lock) -> None:
+    r"""Copy the launcher's output to ``dst``, each rank's bytes exactly as it wrote them behind ``[rank host]``.
+
+    Bytes that are not UTF-8 survive the round trip (surrogateescape), and only the one newline that
+    ends a physical line is taken off: a ``\r`` before it, tabs and trailing spaces are the program's.
+    A last line without a newline comes out with one, so the next prefix starts a line.
+    """
     retagger = Retagger(tag_re, rank_hosts)
     for raw in iter(src.readline, b""):
-        _emit(retagger.feed(raw.decode(errors="replace").rstrip("\n")), dst, tail, lock)
+        text = raw.decode(errors="surrogateescape")
+        _emit(retagger.feed(text[:-1] if text.endswith("\n") else text), dst, tail, lock)
     _emit(retagger.flush(), dst, tail, lock)
 
 
 def _emit(lines: list[str], dst: BinaryIO, tail: collections.deque, lock: threading.Lock) -> None:
     for line in lines:
         # Open MPI frames its messages with rulers; they only waste the 1024-char failure text.
+        data = line.encode(errors="surrogateescape")
         if line.strip("- \t"):
             with lock:
-                tail.append(line)
+                # The failure text is stored and sent as UTF-8: undecodable bytes become U+FFFD there only.
+                tail.append(data.decode(errors="replace"))
         try:
-            dst.write(line.encode() + b"\n")
+            dst.write(data + b"\n")
             dst.flush()
         except (OSError, ValueError):
             pass

@@ -48,7 +48,16 @@ class MpiFlavour:
     yield_mca: tuple[tuple[str, str], ...]
 
 
-_OMPI_TAG = r"^\[\d+,(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>:\s?"
+# Each tag is matched exactly, never "and any whitespace after it": what follows the tag is the program's
+# own text, leading spaces and tabs included.  Measured here with real launchers (tests/plan/test_mpi.py
+# keeps their bytes): Open MPI 4.1 --tag-output writes ``[1,3]<stdout>:`` directly before the text, Open MPI 5
+# --output tag writes ``[1,3]<stdout>: `` (one space), both once per write of a rank and again after every
+# newline inside it.  MPICH's -prepend-rank writes a bare ``[3] `` that is too likely to be a program's own
+# text to be looked for inside a line, so the launcher is asked for a pattern in Open MPI's shape instead.
+_OMPI4_TAG = r"^\[\d+,(?P<rank>\d+)\]<(?P<stream>stdout|stderr|stddiag)>:"
+_OMPI5_TAG = _OMPI4_TAG + " "
+_HYDRA_PATTERN = "[%r]<hydra>:"
+_HYDRA_TAG = r"^\[(?P<rank>\d+)\]<(?P<stream>hydra)>:"
 
 FLAVOURS: dict[str, MpiFlavour] = {
     "openmpi4": MpiFlavour(
@@ -57,7 +66,7 @@ FLAVOURS: dict[str, MpiFlavour] = {
         root_args=("--allow-run-as-root",),
         placement_args=(("--bind-to", "none"), ("--map-by", "slot")),
         oversubscribe_args=("--oversubscribe",),
-        tag_args=("--tag-output",), tag_regex=_OMPI_TAG,
+        tag_args=("--tag-output",), tag_regex=_OMPI4_TAG,
         iface_mca_keys=("btl_tcp_if_include", "oob_tcp_if_include"), iface_flag=None,
         ssh_mca_key="plm_rsh_args", ssh_exec_args=(),
         builtin_mca=(
@@ -76,7 +85,7 @@ FLAVOURS: dict[str, MpiFlavour] = {
         root_args=("--allow-run-as-root",),
         placement_args=(("--bind-to", "none"), ("--map-by", "slot")),
         oversubscribe_args=("--map-by", "slot:OVERSUBSCRIBE"),
-        tag_args=("--output", "tag"), tag_regex=_OMPI_TAG,
+        tag_args=("--output", "tag"), tag_regex=_OMPI5_TAG,
         iface_mca_keys=("btl_tcp_if_include", "oob_tcp_if_include"), iface_flag=None,
         ssh_mca_key="plm_ssh_args", ssh_exec_args=(),
         builtin_mca=(
@@ -91,7 +100,7 @@ FLAVOURS: dict[str, MpiFlavour] = {
         root_args=(),
         placement_args=(("-bind-to", "none"),),
         oversubscribe_args=(),
-        tag_args=("-prepend-rank",), tag_regex=r"^\[(?P<rank>\d+)\]\s?",
+        tag_args=("-prepend-pattern", _HYDRA_PATTERN), tag_regex=_HYDRA_TAG,
         iface_mca_keys=(), iface_flag="-iface",
         ssh_mca_key=None, ssh_exec_args=("-launcher", "ssh", "-launcher-exec"),
         builtin_mca=(),

@@ -24,10 +24,10 @@ def run(code, cancelled=lambda: None, grace=5.0, job=None):
 def test_retag():
     r = re.compile(TAG)
     assert retag("[1,3]<stdout>:loss 0.5", r, {3: "algo-2"}) == "[3 algo-2] loss 0.5"
-    assert retag("[1,7]<stderr>: boom", r, {}) == "[7 ?] boom"
+    assert retag("[1,7]<stderr>: boom", r, {}) == "[7 ?]  boom"  # the space is the program's (issue 16)
     assert retag("plain mpirun message", r, {}) == "plain mpirun message"
     m = re.compile(FLAVOURS["mpich"].tag_regex)
-    assert retag("[2] hello", m, {2: "h"}) == "[2 h] hello"
+    assert retag("[2]<hydra>:hello", m, {2: "h"}) == "[2 h] hello"
 
 
 def test_streams_and_exit_code():
@@ -91,10 +91,10 @@ def test_retagger_joins_a_line_written_in_pieces_and_keeps_ranks_apart():
     assert rt.flush() == ["[1 algo-2] no newline at exit"]
 
 
-def test_retagger_leaves_bare_mpich_tags_inside_text_alone():
+def test_retagger_leaves_bare_rank_numbers_inside_text_alone():
     from mpirun_kit.exec.process import Retagger
     rt = Retagger(re.compile(FLAVOURS["mpich"].tag_regex), {2: "h"})
-    assert rt.feed("[2] found [3] items") == ["[2 h] found [3] items"]
+    assert rt.feed("[2]<hydra>:found [3] items") == ["[2 h] found [3] items"]
 
 
 @pytest.mark.mpi

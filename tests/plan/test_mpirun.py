@@ -48,7 +48,7 @@ def test_mpich_golden():
     argv, _ = build_mpirun_argv(FLAVOURS["mpich"], HOSTS, ["PATH", "NCCL_DEBUG"], CMD, network_interface="eth0",
                                 ssh_port=2222, run_as_root=True)
     assert argv == (
-        "mpiexec", "-n", "4", "-hosts", "algo-1:2,algo-2:2", "-bind-to", "none", "-prepend-rank",
+        "mpiexec", "-n", "4", "-hosts", "algo-1:2,algo-2:2", "-bind-to", "none", "-prepend-pattern", "[%r]<hydra>:",
         "-iface", "eth0", "-launcher", "ssh", "-launcher-exec", "ssh -p 2222",
         "-genvlist", "PATH,NCCL_DEBUG", *CMD)
 

@@ -22,8 +22,9 @@ sys.exit(int(e["EXIT_" + e["OMPI_COMM_WORLD_RANK"]]))
 """
 
 
-def spec(tmp_path: Path, codes: tuple[int, int], retries: int = 0) -> Path:
-    (tmp_path / "prog.py").write_text(PROGRAM)
+def job_file(tmp_path: Path, program: str, ranks: int, extra: str = "") -> Path:
+    """A local job running ``program`` (Python source) on ``ranks`` ranks, output under tmp_path/out."""
+    (tmp_path / "prog.py").write_text(program)
     p = tmp_path / "job.yaml"
     p.write_text(textwrap.dedent(f"""\
         apiVersion: mpirun_kit/v1
@@ -31,13 +32,15 @@ def spec(tmp_path: Path, codes: tuple[int, int], retries: int = 0) -> Path:
         name: local-test
         program:
           command: [python3, {tmp_path / 'prog.py'}]
-        resources: {{processes_per_host: 2}}
-        tuning: {{profile: g5}}
-        env: {{EXIT_0: {codes[0]}, EXIT_1: {codes[1]}, OMP_NUM_THREADS: 1}}
+        resources: {{processes_per_host: {ranks}}}
         output: {{local_path: {tmp_path / 'out'}}}
-        retries: {retries}
-        """))
+        """) + extra)
     return p
+
+
+def spec(tmp_path: Path, codes: tuple[int, int], retries: int = 0) -> Path:
+    return job_file(tmp_path, PROGRAM, 2, f"tuning: {{profile: g5}}\n"
+                    f"env: {{EXIT_0: {codes[0]}, EXIT_1: {codes[1]}, OMP_NUM_THREADS: 1}}\nretries: {retries}\n")
 
 
 def test_two_ranks_succeed_with_prefixed_output_and_preset(tmp_path, capfd):
@@ -70,3 +73,37 @@ def test_launcher_past_the_deadline_is_stopped_with_124(tmp_path):
     from mpirun_kit.targets.local import run_argv
 
     assert run_argv(["sleep", "30"], deadline_s=0.5, grace_s=1) == 124
+
+
+# Every kind of text a program prints, written in pieces (one os.write each) with pauses, by several ranks
+# at once so their writes interleave inside one another's lines.
+EXACT_PROGRAM = """\
+import os, sys, time
+r = int(os.environ["OMPI_COMM_WORLD_RANK"])
+pieces = [b"    indented %d\\n" % r, b"a", b" b ", b" c\\t", b"%d" % r, b" d\\n", b"\\ttab\\t\\n", b"trail   \\n",
+          b"\\n", b" \\n", b"\\xff\\xfe bin \\x00 %d\\r\\n" % r, b"l1\\nl2\\n"]
+pieces += [b"w%d-%d " % (r, i) for i in range(12)] + [b"\\n"]
+for p in pieces:
+    os.write(1, p)
+    time.sleep(0.01)
+os.write(2, b"  err %d  \\n" % r)
+os.write(1, b"no newline %d" % r)
+"""
+
+
+def expected_lines(r: int) -> list[bytes]:
+    text = [b"    indented %d" % r, b"a b  c\t%d d" % r, b"\ttab\t", b"trail   ", b"", b" ",
+            b"\xff\xfe bin \x00 %d\r" % r, b"l1", b"l2", b" ".join(b"w%d-%d" % (r, i) for i in range(12)) + b" ",
+            b"no newline %d" % r]
+    return [b"[%d localhost] " % r + t for t in text]
+
+
+def test_rank_output_is_byte_for_byte_what_each_rank_wrote(tmp_path, capfdbinary):
+    """Issue 16 defect 1: only the launcher's tag is replaced by ``[rank host] ``; nothing else changes."""
+    assert main(["submit", str(job_file(tmp_path, EXACT_PROGRAM, 4))]) == 0
+    captured = capfdbinary.readouterr()
+    out, err = captured.out.split(b"\n"), captured.err.split(b"\n")
+    for r in range(4):
+        mine = [line for line in out if line.startswith(b"[%d localhost] " % r)]
+        assert mine == expected_lines(r)
+        assert b"[%d localhost]   err %d  " % (r, r) in err

@@ -1,0 +1,78 @@
+"""Each MPI flavour's output tag is taken off exactly: the bytes a rank wrote come out unchanged.
+
+The samples are what real launchers printed here for one rank of the program below (saved, like torchx's
+saved scheduler output, because only Open MPI 4 is installed in the test environment; Open MPI 5.0.11 and
+MPICH 5.0.2 came from their PyPI wheels).  tests/targets/test_local.py runs the same kind of program through
+the real Open MPI 4 with many ranks.
+
+    def w(b, fd=1): os.write(fd, b); time.sleep(0.05)
+    w(b"    indented\\n"); w(b"a b  c"); w(b" "); w(b"0"); w(b" d\\n"); w(b"\\ttab\\t\\n"); w(b"trail   \\n")
+    w(b"\\n"); w(b" \\n"); w(b"\\xff\\xfe bin \\x00 x\\r\\n"); w(b"l1\\nl2\\n"); w(b"  err\\n", 2); w(b"no newline")
+"""
+from __future__ import annotations
+
+import collections
+import io
+import re
+import threading
+
+import pytest
+
+from mpirun_kit.exec.process import _pump
+from mpirun_kit.plan.mpi import FLAVOURS
+
+SAMPLES = {
+    # mpirun --tag-output (Open MPI 4.1.4): the tag, then the text; one tag per write and per line.
+    "openmpi4": (b"[1,0]<stdout>:    indented\n[1,0]<stdout>:a b  c[1,0]<stdout>: [1,0]<stdout>:0[1,0]<stdout>: d\n"
+                 b"[1,0]<stdout>:\ttab\t\n[1,0]<stdout>:trail   \n[1,0]<stdout>:\n[1,0]<stdout>: \n"
+                 b"[1,0]<stdout>:\xff\xfe bin \x00 x\r\n[1,0]<stdout>:l1\n[1,0]<stdout>:l2\n[1,0]<stdout>:no newline",
+                 b"[1,0]<stderr>:  err\n"),
+    # mpirun --output tag (Open MPI 5.0.11): the tag and one space; PRRTE joins a line's writes itself.
+    "openmpi5": (b"[1,0]<stdout>:     indented\n[1,0]<stdout>: a b  c 0 d\n[1,0]<stdout>: \ttab\t\n"
+                 b"[1,0]<stdout>: trail   \n[1,0]<stdout>: \n[1,0]<stdout>:  \n[1,0]<stdout>: \xff\xfe bin \x00 x\r\n"
+                 b"[1,0]<stdout>: l1\n[1,0]<stdout>: l2\n[1,0]<stdout>: no newline",
+                 b"[1,0]<stderr>:   err\n"),
+    # mpiexec -prepend-pattern '[%r]<hydra>:' (MPICH 5.0.2 Hydra): the pattern, once per write and per line.
+    "mpich": (b"[0]<hydra>:    indented\n[0]<hydra>:a b  c[0]<hydra>: [0]<hydra>:0[0]<hydra>: d\n"
+              b"[0]<hydra>:\ttab\t\n[0]<hydra>:trail   \n[0]<hydra>:\n[0]<hydra>: \n"
+              b"[0]<hydra>:\xff\xfe bin \x00 x\r\n[0]<hydra>:l1\n[0]<hydra>:l2\n[0]<hydra>:no newline",
+              b"[0]<hydra>:  err\n"),
+}
+EXPECTED_OUT = (b"[0 algo-1]     indented\n[0 algo-1] a b  c 0 d\n[0 algo-1] \ttab\t\n[0 algo-1] trail   \n"
+                b"[0 algo-1] \n[0 algo-1]  \n[0 algo-1] \xff\xfe bin \x00 x\r\n[0 algo-1] l1\n[0 algo-1] l2\n"
+                b"[0 algo-1] no newline\n")
+EXPECTED_ERR = b"[0 algo-1]   err\n"
+
+
+def pump(flavour: str, data: bytes) -> tuple[bytes, tuple[str, ...]]:
+    out, tail = io.BytesIO(), collections.deque(maxlen=20)
+    _pump(io.BytesIO(data), out, re.compile(FLAVOURS[flavour].tag_regex), {0: "algo-1"}, tail, threading.Lock())
+    return out.getvalue(), tuple(tail)
+
+
+@pytest.mark.parametrize("flavour", sorted(SAMPLES))
+def test_each_flavours_tag_is_stripped_exactly_and_the_bytes_survive(flavour):
+    stdout, stderr = SAMPLES[flavour]
+    out, tail = pump(flavour, stdout)
+    assert out == EXPECTED_OUT
+    assert pump(flavour, stderr)[0] == EXPECTED_ERR
+    # The failure text is UTF-8: there (only) undecodable bytes are replaced.
+    assert "[0 algo-1] \ufffd\ufffd bin \x00 x\r" in tail
+
+
+@pytest.mark.parametrize("flavour", sorted(SAMPLES))
+def test_two_ranks_interleaved_mid_line(flavour):
+    tag = {"openmpi4": "[1,{}]<stdout>:", "openmpi5": "[1,{}]<stdout>: ", "mpich": "[{}]<hydra>:"}[flavour]
+    t0, t1 = tag.format(0), tag.format(1)
+    # rank 0 writes "  x" and " y\n" apart; rank 1's whole line lands between them on the same physical line.
+    data = f"{t0}  x{t1}\tother \n{t0} y\n".encode()
+    out, _ = pump(flavour, data)
+    assert out == b"[1 ?] \tother \n[0 algo-1]   x y\n"
+
+
+def test_mpich_is_asked_for_the_tag_its_regex_reads():
+    f = FLAVOURS["mpich"]
+    assert f.tag_args == ("-prepend-pattern", "[%r]<hydra>:")
+    assert re.match(f.tag_regex, "[12]<hydra>: text").end() == len("[12]<hydra>:")
+    # a bare "[3] " is program text, not a tag
+    assert re.match(f.tag_regex, "[3] items") is None
