@@ -104,8 +104,9 @@ def _material(args, secret_file: str):
         raise SpecError("keys: no job name; pass --job NAME (on SageMaker TRAINING_JOB_NAME is used)")
     try:
         text = Path(secret_file).read_text()
-    except OSError as exc:
-        raise SpecError(f"keys: cannot read secret file {secret_file} ({exc.strerror}); "
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or "not text: a job secret is one line of hex"
+        raise SpecError(f"keys: cannot read secret file {secret_file} ({why}); "
                         "create one with `mpirun_kit keys new --out FILE`") from exc
     return derive_material(parse_secret(text, secret_file), job)
 

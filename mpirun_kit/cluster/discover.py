@@ -79,8 +79,9 @@ def discover_cluster(opt_ml: Path, environ: Mapping[str, str], *, hosts: str | N
     if hostfile is not None:
         try:
             text = Path(hostfile).read_text()
-        except OSError as exc:
-            raise SpecError(f"{hostfile}: cannot read hostfile ({exc.strerror}); pass an existing file") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or "not UTF-8 text"
+            raise SpecError(f"{hostfile}: cannot read hostfile ({why}); pass an existing file") from exc
         parsed = parse_hostfile(text, str(hostfile))
         return hostfile_cluster(parsed, current_host or _self_name(parsed, hostname), str(hostfile))
     rc_path = Path(opt_ml) / RESOURCE_CONFIG

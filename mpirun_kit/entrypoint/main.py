@@ -56,8 +56,9 @@ def resolve_spec(opts: EntrypointOptions) -> LaunchSpec:
     if opts.spec_file is not None:
         try:
             text = Path(opts.spec_file).read_text()
-        except OSError as exc:
-            raise SpecError(f"{opts.spec_file}: cannot read launch spec ({exc.strerror})") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or "not UTF-8 text"
+            raise SpecError(f"{opts.spec_file}: cannot read launch spec ({why}); pass a LaunchSpec JSON file") from exc
         spec = LaunchSpec.from_json(text, str(opts.spec_file))
     changes = dict(opts.overrides)
     if opts.program:
