@@ -5,8 +5,17 @@ which adds a subparser and sets ``func(args) -> int``.  Command modules import
 heavy dependencies (torch, boto3) inside ``func``, never at module level, so
 ``mpirun_kit --help`` stays fast.
 
-This is the one place where an ``MpirunKitError`` becomes a message on stderr and
-an exit code (see errors.py for the table).
+This is the one place where an error becomes a message on stderr and an exit
+code (errors.ExitCode): an ``MpirunKitError`` as it is, the few library errors a
+bad environment produces (no AWS region or credentials, a file that cannot be
+read or written) through ``translate``, and anything else as one "internal
+error" line -- never a traceback, unless -vv asks for it.
+
+Output policy (one format for the tool's own lines): ``mpirun_kit: error: ...``,
+``mpirun_kit: warning: ...`` and, with -v, ``mpirun_kit: ...`` for progress; -vv
+adds debug lines naming their module.  -q leaves only the result and errors.
+A live status line on waits is drawn only when stderr is a terminal
+(targets/base.py Progress).
 """
 from __future__ import annotations
 
@@ -15,9 +24,10 @@ import importlib
 import logging
 import os
 import sys
+import textwrap
 
 from .. import __version__
-from ..errors import MpirunKitError
+from ..errors import ExitCode, MpirunKitError
 
 #: command modules, in --help order.  Each adds its own subcommand(s).
 COMMAND_MODULES: tuple[str, ...] = (
@@ -32,47 +42,220 @@ COMMAND_MODULES: tuple[str, ...] = (
     "keys",
 )
 
+#: one line per code, the same wording in every command's epilog (generated from errors.ExitCode).
+EXIT_CODE_TEXT: dict[int, str] = {
+    ExitCode.OK: "success",
+    ExitCode.FAILED: "failure with no more specific code",
+    ExitCode.USAGE: "command-line usage error",
+    ExitCode.BAD_INPUT: "bad input: spec, file, flag or environment (what to fix is named)",
+    ExitCode.UNREACHABLE: "a host or AWS unreachable, or AWS refused (no credentials, access denied)",
+    ExitCode.LAUNCH_FAILED: "launcher failure (mpirun missing, MPI daemon never started; also internal errors)",
+    ExitCode.HOST_LOST: "a worker host went silent mid-job",
+    ExitCode.MASTER_LOST: "a worker lost its master",
+    ExitCode.TIMEOUT: "the job ran past timeouts.job_s",
+}
+JOB_CODES = "1-63 the job's own exit code (first failing rank); 128+N ended by signal N (130 Ctrl-C, 143 SIGTERM)"
+
+
+def exit_codes(*codes: int, extra: str | None = None, job: bool = False, notes: dict[int, str] | None = None) -> str:
+    """An epilog's exit-code block: the codes this command can end with, from ExitCode's table.
+
+    ``notes`` replaces a code's generic wording with what it means for this command.
+    """
+    notes = notes or {}
+    lines = ["exit codes:"]
+    for code in sorted({int(ExitCode.OK), int(ExitCode.USAGE), *map(int, codes)}):
+        lines.append(f"  {code:<4} {notes.get(code, EXIT_CODE_TEXT[code])}")
+    if job:
+        lines.append(f"  {JOB_CODES}")
+    if extra:
+        lines.append(f"  {extra}")
+    return "\n".join(lines)
+
+
+def epilog(examples: list[str], codes: str) -> str:
+    """Examples, then the exit codes: every subcommand's epilog has both."""
+    return "examples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + codes
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Descriptions and epilogs: paragraphs are wrapped, indented lines (examples, tables) kept as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out: list[str] = []
+        para: list[str] = []
+
+        def flush() -> None:
+            if para:
+                out.append(textwrap.fill(" ".join(para), width, initial_indent=indent, subsequent_indent=indent))
+                para.clear()
+        for line in textwrap.dedent(text).strip("\n").splitlines():
+            if not line.strip():
+                flush()
+                out.append("")
+            elif line.startswith((" ", "\t")) or line.rstrip().endswith(":") and not para:
+                flush()
+                out.append(indent + line.rstrip())
+            else:
+                para.append(line.strip())
+        flush()
+        return "\n".join(out)
+
+
+def add_command(subparsers, name: str, *, help: str, description: str, examples: list[str], codes: str,
+                **kwargs) -> argparse.ArgumentParser:
+    """A subcommand parser with a description, examples and its own exit codes."""
+    return subparsers.add_parser(name, help=help, description=description, epilog=epilog(examples, codes),
+                                 formatter_class=HelpFormatter, **kwargs)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line in the tool's format, naming the command and its --help."""
+
+    def error(self, message: str):
+        name = self.prog.partition(" ")[2]
+        self.exit(ExitCode.USAGE, f"mpirun_kit: error: {name + ': ' if name else ''}{message}; see "
+                                  f"`{self.prog} --help`\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="mpirun_kit",
         description="MPI cluster orchestration for multi-node GPU training.",
-        epilog="Exit codes: 0 ok; 1-63 the job's own code; 2 usage; 64 bad input; "
-        "69 unreachable host/service; 70 launcher failure; 75 worker lost its master; "
-        "124 job deadline; 128+N ended by signal N.",
+        formatter_class=HelpFormatter,
+        epilog=epilog(["mpirun_kit validate jobs/", "mpirun_kit plan jobs/maskrcnn-demo.yaml",
+                       "mpirun_kit submit jobs/maskrcnn-demo.yaml", "mpirun_kit doctor",
+                       "mpirun_kit COMMAND --help"],
+                      exit_codes(*EXIT_CODE_TEXT, job=True)),
     )
     parser.add_argument("--version", action="version", version=f"mpirun_kit {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    _output_flags(parser, default_verbose=0, default_quiet=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"{__package__}.{name}").register(sub)
+    for p in subcommand_parsers(parser):
+        # Also after the command (`submit JOB.yaml -q`); SUPPRESS keeps a flag given before it.
+        _output_flags(p, default_verbose=argparse.SUPPRESS, default_quiet=argparse.SUPPRESS)
+        # The deepest parser's default wins: "stack list", the name error lines start with.
+        p.set_defaults(command_name=p.prog.partition(" ")[2])
     return parser
 
 
+def _output_flags(parser: argparse.ArgumentParser, default_verbose, default_quiet) -> None:
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", action="count", default=default_verbose,
+                      help="also print progress (-vv: debug lines too, and a traceback on internal errors)")
+    loud.add_argument("-q", "--quiet", action="store_true", default=default_quiet,
+                      help="print only the result and errors (no warnings, no status line)")
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser below ``parser`` (``stack``, ``stack deploy``, ...), depth first."""
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for p in dict.fromkeys(action.choices.values()):
+                out += [p, *subcommand_parsers(p)]
+    return out
+
+
+class _Format(logging.Formatter):
+    """``mpirun_kit: warning: text``; debug lines also name their module."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage()
+        if record.levelno >= logging.ERROR:
+            return f"mpirun_kit: error: {msg}"
+        if record.levelno >= logging.WARNING:
+            return f"mpirun_kit: warning: {msg}"
+        if record.levelno <= logging.DEBUG:
+            return f"mpirun_kit: debug: {record.name}: {msg}"
+        return f"mpirun_kit: {msg}"
+
+
+def configure_output(verbose: int, quiet: bool) -> logging.Handler:
+    """Route the library's log records to stderr in the tool's one format; returns the handler (to remove)."""
+    from ..targets import base
+
+    level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Format())
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+    # Third-party chatter ("Found credentials in environment variables") only at -vv.
+    for noisy in ("botocore", "boto3", "urllib3", "paramiko", "s3transfer"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
+    base.OUTPUT_LEVEL = 0 if quiet else min(verbose + 1, 2)
+    return handler
+
+
+def translate(exc: BaseException) -> MpirunKitError | None:
+    """A library error caused by the environment, as an MpirunKitError naming what to set or fix.
+
+    None for anything else (a bug: reported as an internal error).
+    """
+    from ..errors import ClusterError, SpecError
+
+    mod = type(exc).__module__ or ""
+    name = type(exc).__name__
+    if mod.startswith("botocore") or mod.startswith("boto3"):
+        if name == "NoRegionError":
+            return SpecError("no AWS region configured; pass --region REGION, or set AWS_DEFAULT_REGION "
+                             "(or `region` in ~/.aws/config)")
+        if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+            return ClusterError(f"no usable AWS credentials ({exc}); set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+                                "AWS_SECRET_ACCESS_KEY, or run `aws configure`")
+        if name == "ProfileNotFound":
+            return SpecError(f"{exc}; check AWS_PROFILE and ~/.aws/config")
+        if name == "ClientError":
+            err = getattr(exc, "response", {}).get("Error", {})
+            return ClusterError(f"AWS refused the request: {err.get('Code', '?')}: {err.get('Message', exc)}")
+        return ClusterError(f"AWS call failed: {exc}; check --region, the network and AWS_ENDPOINT_URL")
+    if isinstance(exc, UnicodeDecodeError):
+        return SpecError(f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); pass a text file")
+    if isinstance(exc, OSError):
+        where = exc.filename if exc.filename is not None else ""
+        return SpecError(f"{where}: {exc.strerror or exc}; check the path and its permissions")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    from ..targets import base
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose >= 2 else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
-        return 2
+        return ExitCode.USAGE
+    saved_level = base.OUTPUT_LEVEL
+    handler = configure_output(args.verbose, args.quiet)
     try:
         return int(args.func(args) or 0)
     except MpirunKitError as exc:
         print(f"mpirun_kit: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return int(exc.exit_code)
     except KeyboardInterrupt:
         print("mpirun_kit: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.for_signal(2)
     except BrokenPipeError:
         # `mpirun_kit ... | head`: the reader left; not an error of ours.  Point
         # stdout at /dev/null so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: a message, never a traceback
+        known = translate(exc)
+        if known is not None:
+            print(f"mpirun_kit: error: {args.command_name}: {known}", file=sys.stderr)
+            return int(known.exit_code)
+        if args.verbose >= 2:
+            raise
+        print(f"mpirun_kit: error: internal error in `{args.command_name}`: {type(exc).__name__}: {exc}; rerun with "
+              "-vv for the traceback and report it", file=sys.stderr)
+        return ExitCode.LAUNCH_FAILED
+    finally:
+        logging.getLogger().removeHandler(handler)
+        base.OUTPUT_LEVEL = saved_level
 
 
 if __name__ == "__main__":
