@@ -16,6 +16,10 @@ EFA_SELF_RULES  a security group marked ``Metadata: {mpirun_kit: {efa: true}}`` 
                 a VPC marks one.
 EFS_ENCRYPTED   every EFS file system is encrypted at rest.
 EFS_BACKUP      every EFS file system has automatic backups enabled.
+EXPORT_NOT_EMPTY an exported output never evaluates to an empty or blank string (also not
+                in one branch of an ``Fn::If``): CloudFormation refuses it ("Exported values
+                must not be empty or whitespace-only") only after creating every resource,
+                then rolls the whole stack back.  Make the output conditional instead.
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..errors import SpecError
-from .template import UNKNOWN, Template, cfn_str, evaluate, evaluate_condition, parameter_values, rule_violations
+from .template import (NO_VALUE, UNKNOWN, Template, cfn_str, evaluate, evaluate_condition, parameter_values,
+                       rule_violations)
 
 #: MB/s/TiB valid per (deployment type, storage type) (FSx API: PerUnitStorageThroughput).
 FSX_THROUGHPUT = {
@@ -199,6 +204,20 @@ def _check_efs(s: _Scenario) -> Iterator[tuple[str, str, str]]:
                    "set BackupPolicy: {Status: ENABLED}")
 
 
+def _check_exports(template: Template, s: _Scenario) -> Iterator[tuple[str, str, str]]:
+    for key, out in (template.parsed.get("Outputs") or {}).items():
+        if not isinstance(out, Mapping) or "Export" not in out:
+            continue
+        cond = out.get("Condition")
+        if cond is not None and evaluate_condition(str(cond), s.values, s.conditions) is False:
+            continue
+        value = evaluate(out.get("Value"), s.values, s.conditions)
+        if value is NO_VALUE or (isinstance(value, str) and not value.strip()):
+            shown = "AWS::NoValue" if value is NO_VALUE else repr(value)
+            yield ("EXPORT_NOT_EMPTY", f"Outputs.{key}", f"exported value is {shown}; CloudFormation refuses "
+                   "empty exports and rolls the stack back: give the output a Condition instead of an empty branch")
+
+
 def _walk(node: Any) -> Iterator[Mapping[str, Any]]:
     if isinstance(node, Mapping):
         yield node
@@ -216,7 +235,8 @@ def parameter_choices(template: Template) -> dict[str, tuple[str, ...]]:
     literal a condition or rule compares it with, and one value equal to none of them
     (``<Name>``) -- enough to take every branch of every ``Fn::If``.
     """
-    sections = [template.parsed.get("Conditions") or {}, template.parsed.get("Rules") or {}, template.resources]
+    sections = [template.parsed.get("Conditions") or {}, template.parsed.get("Rules") or {}, template.resources,
+                template.parsed.get("Outputs") or {}]
     used: set[str] = set()
     literals: dict[str, set[str]] = {}
     for node in _walk(sections):
@@ -270,7 +290,7 @@ def check_template(template: Template, given: Mapping[str, str] | None = None) -
         if given is None and rule_violations(template, values):
             continue
         s = _Scenario(template, values)
-        for rule, resource, message in (*_check_fsx(s), *_check_efa(s), *_check_efs(s)):
+        for rule, resource, message in (*_check_fsx(s), *_check_efa(s), *_check_efs(s), *_check_exports(template, s)):
             key = (rule, resource, message)
             if key not in seen:
                 when = tuple(sorted(run.items())) if given is None else ()

@@ -110,3 +110,20 @@ def test_efs_unencrypted_without_backup():
 def test_finding_text():
     f = Finding("FSX_S3_LINK", "Lustre", "bad", when=(("DeploymentType", "PERSISTENT_2"),))
     assert str(f) == "FSX_S3_LINK Lustre: bad [with DeploymentType=PERSISTENT_2]"
+
+
+def test_empty_or_conditional_export():
+    assert check_template(load_template(BAD + "vpc-empty-export.yaml")) == (
+        Finding("EXPORT_NOT_EMPTY", "Outputs.Third", "exported value is ''; CloudFormation refuses empty exports "
+                "and rolls the stack back: give the output a Condition instead of an empty branch",
+                when=(("Zone3", ""),)),
+        Finding("EXPORT_NOT_EMPTY", "Outputs.NoteExport", "exported value is ''; CloudFormation refuses empty "
+                "exports and rolls the stack back: give the output a Condition instead of an empty branch",
+                when=(("Zone3", ""),)),
+    )
+
+
+def test_vpc_two_zones_exports_nothing_empty():
+    """cfn/vpc.yaml with the README's two zones: every export has a value (AWS refuses empty ones)."""
+    t = load_template("cfn/vpc.yaml")
+    assert check_template(t, {"AvailabilityZone1": "us-west-2a", "AvailabilityZone2": "us-west-2b"}) == ()
