@@ -20,40 +20,70 @@ from typing import Any
 
 from ..errors import SpecError
 
-_EPILOG = ("Exit codes: 0 ok (also 'no changes'); 1 change set declined; 64 bad input (template, "
-           "parameters, stack name, no --yes without a terminal); 69 AWS refused or unreachable, stack "
-           "rolled back, or --timeout passed.")
+def _codes(**notes: str):
+    from ..errors import ExitCode
+    from .main import exit_codes
+
+    return exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, *([1] if "declined" in notes else []),
+                      notes={{"ok": 0, "declined": 1, "bad": 64, "aws": 69}[k]: v for k, v in notes.items()})
+
+
+_VPC_DRY_RUN = ("mpirun_kit stack deploy mrk-vpc --template cfn/vpc.yaml --param AvailabilityZone1=us-west-2a "
+                "--param AvailabilityZone2=us-west-2b --dry-run")
+_AWS = "no AWS credentials, AWS refused or unreachable"
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("stack", help="deploy and inspect the CloudFormation stacks in cfn/",
-                              description="Deploy and inspect CloudFormation stacks (cfn/*.yaml). Deploy order: "
-                              "vpc -> fsx and/or efs -> sagemaker-role.", epilog=_EPILOG)
+    from .main import add_command
+
+    p = add_command(subparsers, "stack", help="deploy and inspect the CloudFormation stacks in cfn/",
+                    description="Deploy and inspect CloudFormation stacks (cfn/*.yaml). Deploy order: "
+                    "vpc -> fsx and/or efs -> sagemaker-role. Job specs read their outputs as "
+                    "${stack:NAME.OutputKey}.",
+                    examples=[_VPC_DRY_RUN,
+                              "mpirun_kit stack list", "mpirun_kit stack ACTION --help"],
+                    codes=_codes(bad="bad input, or no AWS region configured", aws=_AWS))
     sub = p.add_subparsers(dest="stack_command", metavar="ACTION", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--region", help="AWS region (default: the AWS config / AWS_DEFAULT_REGION)")
         sp.add_argument("--endpoint-url", help="CloudFormation endpoint (default: AWS_ENDPOINT_URL, else AWS)")
 
-    d = sub.add_parser("deploy", help="create or update a stack through a change set", epilog=_EPILOG,
-                       description="Check the parameters locally, create a change set, show it, ask (unless "
-                       "--yes), execute it and print stack events until the stack settles.")
+    d = add_command(sub, "deploy", help="create or update a stack through a change set",
+                    description="Check the parameters locally, create a change set, show it, ask (unless "
+                    "--yes), execute it and print stack events until the stack settles. --dry-run checks "
+                    "locally and prints the request (--json: as JSON) without any AWS call.",
+                    examples=[_VPC_DRY_RUN,
+                              "mpirun_kit stack deploy mrk-vpc --template cfn/vpc.yaml --yes",
+                              "mpirun_kit stack deploy mrk-fsx --template cfn/fsx.yaml --param StorageCapacity=2400 "
+                              "--yes --json"],
+                    codes=_codes(ok="deployed, or no changes", declined="change set declined at the prompt",
+                                 bad="bad template, parameter or stack name, no --yes without a terminal, "
+                                 "or no AWS region configured",
+                                 aws=_AWS + ", the stack rolled back, or --timeout passed"))
     d.add_argument("name", help="stack name, e.g. mrk-vpc")
     d.add_argument("--template", required=True, help="template file, e.g. cfn/vpc.yaml")
     d.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="template parameter (repeatable); on update, parameters not given keep their current value")
-    d.add_argument("--yes", action="store_true", help="execute the change set without asking (needed without a terminal)")
+    d.add_argument("--yes", action="store_true",
+                   help="execute the change set without asking (needed without a terminal)")
     d.add_argument("--dry-run", action="store_true", help="check locally and print the plan; no AWS call")
     d.add_argument("--timeout", type=float, default=3600.0, metavar="S",
                    help="seconds to wait for the change set and then for the stack (default 3600)")
     d.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
-    d.add_argument("--json", action="store_true", help="print the result (outcome, changes, outputs) as JSON")
+    d.add_argument("--json", action="store_true",
+                   help="print the result (outcome, changes, outputs) as JSON; with --dry-run the request")
     common(d)
     d.set_defaults(func=_deploy)
 
-    o = sub.add_parser("outputs", help="print a stack's outputs", epilog=_EPILOG,
-                       description="Print a stack's outputs; job specs use them as ${stack:NAME.OutputKey}.")
-    o.add_argument("name")
+    o = add_command(sub, "outputs", help="print a stack's outputs",
+                    description="Print a stack's outputs as a table, a JSON object or shell exports; job specs "
+                    "use them as ${stack:NAME.OutputKey}.",
+                    examples=["mpirun_kit stack outputs mrk-vpc", "mpirun_kit stack outputs mrk-fsx --json",
+                              "eval \"$(mpirun_kit stack outputs mrk-fsx --env)\""],
+                    codes=_codes(bad="bad stack name, the stack does not exist, or no AWS region configured",
+                                 aws=_AWS))
+    o.add_argument("name", help="stack name, e.g. mrk-vpc")
     fmt = o.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="a JSON object OutputKey -> value")
     fmt.add_argument("--env", action="store_true",
@@ -61,15 +91,26 @@ def register(subparsers: Any) -> None:
     common(o)
     o.set_defaults(func=_outputs)
 
-    r = sub.add_parser("delete", help="delete a stack and wait until it is gone", epilog=_EPILOG)
-    r.add_argument("name")
+    r = add_command(sub, "delete", help="delete a stack and wait until it is gone",
+                    description="Delete a stack and the resources it owns, printing its events until it is gone. "
+                    "Asks first unless --yes (required without a terminal).",
+                    examples=["mpirun_kit stack delete mrk-efs",
+                              "mpirun_kit stack delete mrk-efs --yes --timeout 1800"],
+                    codes=_codes(ok="deleted (or it did not exist)", declined="not confirmed at the prompt",
+                                 bad="bad stack name, no --yes without a terminal, or no AWS region configured",
+                                 aws=_AWS + ", the deletion failed, or --timeout passed"))
+    r.add_argument("name", help="stack name, e.g. mrk-efs")
     r.add_argument("--yes", action="store_true", help="delete without asking (needed without a terminal)")
     r.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="seconds to wait (default 3600)")
     r.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
     common(r)
     r.set_defaults(func=_delete)
 
-    ls = sub.add_parser("list", help="list stacks (not deleted ones)", epilog=_EPILOG)
+    ls = add_command(sub, "list", help="list stacks (not deleted ones)",
+                     description="List the stacks of the account and region that are not deleted: name, status, "
+                     "last update.",
+                     examples=["mpirun_kit stack list", "mpirun_kit stack list --region us-west-2 --json"],
+                     codes=_codes(bad="no AWS region configured", aws=_AWS))
     ls.add_argument("--json", action="store_true", help="a JSON list of {name, status, updated}")
     common(ls)
     ls.set_defaults(func=_list)
@@ -112,7 +153,7 @@ def _deploy(args: argparse.Namespace) -> int:
     cs_name = "mrk-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(SYSTEM_CLOCK.time()))
     request = make_deploy_request(args.name, template, parse_param_args(args.param), cs_name)
     if args.dry_run:
-        print(request.render())
+        print(_request_json(request) if args.json else request.render())
         return 0
     _need_terminal_or_yes(args, "deploy")
 
@@ -133,11 +174,23 @@ def _deploy(args: argparse.Namespace) -> int:
     return 1 if result.outcome == "declined" else 0
 
 
+def _request_json(request: Any) -> str:
+    """``deploy --dry-run --json``: what would be sent, NoEcho values hidden as in the text form."""
+    given = dict(request.parameters)
+    return json.dumps({
+        "stack": request.stack_name, "template": request.template_path, "change_set": request.change_set_name,
+        "capabilities": list(request.capabilities),
+        "parameters": {k: ("****" if k in request.no_echo else given[k]) for k in request.template_parameters
+                       if k in given},
+        "defaulted": [k for k in request.template_parameters if k not in given]}, indent=2, sort_keys=True)
+
+
 def _outputs(args: argparse.Namespace) -> int:
     from ..stack import get_outputs, render_env
     from ..stack.outputs import render_table
+    from ..stack.request import check_stack_name
 
-    outputs = get_outputs(args.name, _client(args))
+    outputs = get_outputs(check_stack_name(args.name), _client(args))
     if args.json:
         print(json.dumps(outputs, indent=2, sort_keys=True))
     elif args.env:
