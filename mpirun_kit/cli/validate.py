@@ -34,6 +34,8 @@ def spec_files(paths: list[str]) -> list[Path]:
     """
     out: list[Path] = []
     for raw in paths:
+        if not raw.strip():
+            raise SpecError("validate: an empty PATH; name a job spec file or a directory of them, e.g. jobs/")
         p = Path(raw)
         if p.is_dir():
             found = sorted(q for q in p.rglob("*") if q.suffix in (".yaml", ".yml") and q.is_file())
@@ -77,12 +79,20 @@ def _validate(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "validate", help="check job specs (files or directories) against the schema and for contradictions",
+    from ..errors import ExitCode
+    from .main import add_command, exit_codes
+
+    p = add_command(
+        subparsers, "validate",
+        help="check job specs (files or directories) against the schema and for contradictions",
         description="Validate job specs: schema (unknown keys with suggestions, types, required keys), then "
                     "contradictions (processes per host vs GPUs, FSx/EFS without subnets, ...). ${stack:...} "
-                    "references are not resolved. Every problem is reported as FILE:LINE: key.path: message.",
-        epilog="exit codes: 0 all valid; 64 at least one invalid spec or a missing path.")
+                    "references are not resolved, so no AWS access is needed. Every problem is reported as "
+                    "FILE:LINE: key.path: message.",
+        examples=["mpirun_kit validate jobs/", "mpirun_kit validate jobs/maskrcnn.yaml --target sagemaker",
+                  "mpirun_kit validate jobs/ --json"],
+        codes=exit_codes(ExitCode.BAD_INPUT, notes={0: "every spec is valid",
+                                                    64: "at least one invalid spec, or a missing path"}))
     p.add_argument("paths", nargs="+", metavar="PATH", help="job spec files or directories (searched for *.yaml)")
     p.add_argument("--target", choices=("local", "sim", "ssh", "sagemaker"),
                    help="validate as if submitted with --target")
