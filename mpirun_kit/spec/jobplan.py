@@ -51,6 +51,8 @@ class JobPlan:
     ranks: tuple[RankRow, ...]
     env: tuple[EnvRow, ...]
     warnings: tuple[str, ...]
+    #: ("STACK.OutputKey", value) for every ${stack:...} the spec uses, as resolved.
+    stack_values: tuple[tuple[str, str], ...] = ()
 
 
 def planned_cluster(compiled: CompiledJob) -> Cluster:
@@ -79,7 +81,7 @@ def rank_map(launch: LaunchPlan, topology: Topology | None, pinning: str) -> tup
 
 def make_job_plan(compiled: CompiledJob, environ: Mapping[str, str], *, topology: Topology | None = None,
                   detected_flavour: str = "openmpi4", run_as_root: bool = False, cpu_count: int | None = None,
-                  python: str = "python3") -> JobPlan:
+                  python: str = "python3", stack_values: tuple[tuple[str, str], ...] = ()) -> JobPlan:
     """Build the plan ``mpirun_kit plan`` prints.
 
     Args:
@@ -87,6 +89,7 @@ def make_job_plan(compiled: CompiledJob, environ: Mapping[str, str], *, topology
         environ: the launching host's environment (only allow-listed names reach ranks).
         topology: the hosts' topology when known (this machine for local/sim).
         detected_flavour, run_as_root, cpu_count, python: passed to build_launch_plan.
+        stack_values: the ``${stack:...}`` values the spec was compiled with (shown, not used).
     """
     launch = build_launch_plan(compiled.launch, planned_cluster(compiled), environ, compiled.gpus_per_host,
                                detected_flavour=detected_flavour, run_as_root=run_as_root,
@@ -97,7 +100,7 @@ def make_job_plan(compiled: CompiledJob, environ: Mapping[str, str], *, topology
     rows = []
     for name, value in redact(launch.env):
         if name in preset_names:
-            origin = f"preset {compiled.tuning.preset}: {preset_names[name]}"
+            origin = f"preset {compiled.tuning.preset}"  # its reason is under tuning, once
         elif name in spec_names:
             origin = "spec env"
         elif name in job.env_forward:
@@ -108,32 +111,82 @@ def make_job_plan(compiled: CompiledJob, environ: Mapping[str, str], *, topology
             origin = "forwarded (allow-list)"
         rows.append(EnvRow(name, value, origin))
     warnings = compiled.warnings + tuple(f"mpi: {c}" for c in launch.conflicts)
-    return JobPlan(compiled, launch, rank_map(launch, topology, job.pinning), tuple(rows), warnings)
+    return JobPlan(compiled, launch, rank_map(launch, topology, job.pinning), tuple(rows), warnings,
+                   tuple(stack_values))
+
+
+def _span(values: list[int]) -> str:
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def collapse_ranks(rows: tuple[RankRow, ...]) -> list[tuple[str, str, str, str, str]]:
+    """Rank rows as (rank, host, local, gpu, cpus) strings, consecutive rows that differ only in their
+    numbers (rank = local rank + offset, GPU = local rank) merged into one range row."""
+    out: list[tuple[str, str, str, str, str]] = []
+    group: list[RankRow] = []
+
+    def flush() -> None:
+        if group:
+            gpus = [int(r.gpu) for r in group] if group[0].gpu != "-" else None
+            out.append((_span([r.rank for r in group]), group[0].host, _span([r.local_rank for r in group]),
+                        _span(gpus) if gpus else "-", group[0].cpus))
+            group.clear()
+    for r in rows:
+        g = group[-1] if group else None
+        if g is not None and (r.host, r.cpus) == (g.host, g.cpus) and r.rank == g.rank + 1 \
+                and r.local_rank == g.local_rank + 1 \
+                and (r.gpu == g.gpu == "-" or (r.gpu.isdigit() and g.gpu.isdigit() and int(r.gpu) == int(g.gpu) + 1)):
+            group.append(r)
+        else:
+            flush()
+            group.append(r)
+    flush()
+    return out
+
+
+#: sections of the launch plan's rendering that the job view already shows (hosts, env by origin).
+_SHOWN_IN_JOB_VIEW = ("launch", "source", "hosts", "env")
 
 
 def render(plan: JobPlan) -> str:
-    """Human-readable plan: hosts, rank map, tuning, env diff, warnings, argv."""
-    c, job, t = plan.compiled, plan.compiled.job, plan.compiled.tuning
+    """Human-readable plan, each fact once: hosts, ranks, tuning, env with origins, warnings, argv."""
+    c, job, t, lp = plan.compiled, plan.compiled.job, plan.compiled.tuning, plan.launch
     lines = [
         f"job {job.name} ({job.source})",
         f"  target     {job.target.type}" + (f", {job.resources.instance_type}" if job.resources.instance_type else ""),
-        f"  hosts      {len(plan.launch.hosts)} x {plan.launch.hosts[0].slots} slots, "
-        f"{len(plan.launch.ranks)} ranks, master {plan.launch.master}",
-        "  ranks      rank  host                  local  gpu  cpus",
     ]
-    lines += [f"             {r.rank:<5} {r.host:<21} {r.local_rank:<6} {r.gpu:<4} {r.cpus}" for r in plan.ranks]
+    lines += [f"  stack      {ref} = {value}" for ref, value in redact(plan.stack_values)]
+    slots = sorted({h.slots for h in lp.hosts})
+    lines.append(f"  hosts      {len(lp.hosts)} x {slots[0] if len(slots) == 1 else '/'.join(map(str, slots))} "
+                 f"slots, {len(lp.ranks)} ranks: {', '.join(h.name for h in lp.hosts[:8])}"
+                 f"{' ...' if len(lp.hosts) > 8 else ''}")
+    lines.append("  ranks      rank   host                  local  gpu   cpus")
+    lines += [f"             {a:<6} {b:<21} {cc:<6} {d:<5} {e}" for a, b, cc, d, e in collapse_ranks(plan.ranks)]
     lines.append(f"  tuning     {t.preset or 'none'} ({t.why})")
     lines += [f"    applied  {k.name}={k.value}: {k.reason}" for k in t.applied]
     lines += [f"    override {x.render()}" for x in t.conflicts]
     for name, path in c.channels:
         lines.append(f"  data       {name} -> {path}")
-    lines.append("  env diff (set for every rank)")
-    lines += [f"    {e.name}={e.value}    [{e.origin}]" for e in plan.env]
+    # The launch plan's own sections, minus what is shown here already (hosts, env by origin): master,
+    # mpi, interface, timeouts, argv; its env lines this view lacks (the per-run channel key, dropped
+    # variables) go with the env.
+    shown = tuple(f"{e.name}=" for e in plan.env)
+    extra_env, rest, section = [], [], ""
+    for line in render_launch_plan(lp).rstrip("\n").splitlines():
+        if not line.startswith("    "):
+            section = line.split()[0] if line.strip() else ""
+            if section not in _SHOWN_IN_JOB_VIEW:
+                rest.append(line)
+        elif section == "env":
+            if not line.strip().startswith(shown):
+                extra_env.append(line)
+        elif section not in _SHOWN_IN_JOB_VIEW:
+            rest.append(line)
+    lines.append("  env (set for every rank)")
+    lines += [f"    {e.name}={e.value}    [{e.origin}]" for e in plan.env] + extra_env + rest
     if plan.warnings:
         lines.append("  warnings")
         lines += [f"    ! {w}" for w in plan.warnings]
-    lines.append("")
-    lines.append(render_launch_plan(plan.launch).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
@@ -149,6 +202,7 @@ def to_json(plan: JobPlan) -> str:
                    "overridden": [x.__dict__ for x in c.tuning.conflicts],
                    "stale": [s.__dict__ for s in c.tuning.stale]},
         "channels": dict(c.channels),
+        "stack_outputs": dict(redact(plan.stack_values)),
         "warnings": list(plan.warnings),
         "launch_spec": dict(json.loads(c.launch.to_json()), env=[list(p) for p in redact(c.launch.env)]),
         "launch_plan": to_dict(plan.launch),
