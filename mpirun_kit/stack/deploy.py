@@ -19,7 +19,7 @@ from typing import Any, Callable
 from ..clock import Clock, Deadline
 from ..errors import ClusterError
 from .aws import StackNotFoundError, call
-from .events import DEAD_STATES, FAILURE_STATES, SUCCESS_STATES, StackEvent, first_failure
+from .events import DEAD_STATES, FAILURE_STATES, STUCK_STATES, SUCCESS_STATES, StackEvent, first_failure
 from .outputs import describe_stack, outputs_of
 from .request import DeployRequest, check_stack_name
 
@@ -206,6 +206,8 @@ def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Chan
         raise StackFailedError(f"stack {name!r} is {status}: its creation failed, and such a stack cannot be "
                                f"updated; delete it with `mpirun_kit stack delete {name}` and deploy again",
                                name, status, None)
+    if status in STUCK_STATES:
+        raise StackFailedError(f"stack {name!r} is {status}: {_continue_rollback(name)}", name, status, None)
     if status.endswith("_IN_PROGRESS") and status != "REVIEW_IN_PROGRESS":
         raise ClusterError(f"stack {name!r} is busy ({status}); wait for it to finish "
                            "(`mpirun_kit stack list`) and deploy again")
@@ -256,15 +258,25 @@ def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Chan
     return DeployResult(name, "created" if create else "updated", changes, tuple(sorted(outputs.items())))
 
 
+def _continue_rollback(name: str) -> str:
+    return ("an update failed and so did its rollback, and CloudFormation accepts no update until the rollback "
+            "finishes; fix what the rollback could not undo (see the stack events), then run `aws cloudformation "
+            f"continue-update-rollback --stack-name {name}` (add --resources-to-skip for resources that cannot be "
+            "rolled back) and deploy again")
+
+
 def _failed(name: str, final: str, events: list[StackEvent], client: Any) -> StackFailedError:
     cause = first_failure(events)
     if cause is not None:
         what = f"first failure: {cause.logical_id} ({cause.resource_type}) {cause.status}: {cause.reason or '(no reason given)'}"
     else:
         what = f"reason: {describe_stack(name, client).get('StackStatusReason') or '(none given)'}"
-    return StackFailedError(f"stack {name!r} ended {final}; {what}. Fix the cause and deploy again "
-                            f"(a stack that was never created must be deleted first: `mpirun_kit stack delete {name}`)",
-                            name, final, cause)
+    if final in STUCK_STATES:
+        remedy = _continue_rollback(name)
+    else:
+        remedy = ("Fix the cause and deploy again (a stack that was never created must be deleted first: "
+                  f"`mpirun_kit stack delete {name}`)")
+    return StackFailedError(f"stack {name!r} ended {final}; {what}. {remedy}", name, final, cause)
 
 
 def delete(stack_name: str, client: Any, *, report: Callable[[str], None], clock: Clock,

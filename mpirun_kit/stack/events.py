@@ -16,6 +16,10 @@ FAILURE_STATES = frozenset({"CREATE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAIL
                             "IMPORT_ROLLBACK_COMPLETE", "IMPORT_ROLLBACK_FAILED"})
 #: the state of a failed create: it cannot be updated, only deleted.
 DEAD_STATES = frozenset({"ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "ROLLBACK_IN_PROGRESS"})
+#: a stack that cannot be updated until ``continue-update-rollback`` finishes its rollback.
+STUCK_STATES = frozenset({"UPDATE_ROLLBACK_FAILED"})
+#: the stack's own event when a rollback starts; its reason is the cause when no resource failed.
+_ROLLBACK_STARTS = ("ROLLBACK_IN_PROGRESS", "UPDATE_ROLLBACK_IN_PROGRESS", "IMPORT_ROLLBACK_IN_PROGRESS")
 #: reasons CloudFormation gives resources it stopped because another one failed first.
 _CONSEQUENTIAL = ("Resource creation cancelled", "Resource update cancelled", "Resource deletion cancelled")
 
@@ -58,12 +62,17 @@ class StackEvent:
 def first_failure(events: Iterable[StackEvent]) -> StackEvent | None:
     """The root cause: the earliest failed resource event that is not a cancellation.
 
-    ``events`` in any order; ties keep the API's order.  Falls back to the earliest
-    failure of any kind, then None.
+    ``events`` in any order; ties keep the API's order.  When no resource failed, the
+    stack's own first ROLLBACK_IN_PROGRESS event with a reason: a stack-level failure
+    (an empty export, a template error found after creating resources) is carried only
+    there.  Then the earliest failure of any kind, then None.
     """
     ordered = sorted(events, key=lambda e: e.timestamp)
     failed = [e for e in ordered if e.failed]
     for e in failed:
         if not e.reason.startswith(_CONSEQUENTIAL) and e.resource_type != "AWS::CloudFormation::Stack":
+            return e
+    for e in ordered:
+        if e.resource_type == "AWS::CloudFormation::Stack" and e.status in _ROLLBACK_STARTS and e.reason:
             return e
     return failed[0] if failed else None

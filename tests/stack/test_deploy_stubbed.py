@@ -255,3 +255,38 @@ def test_delete_failed_names_the_resource(stubbed, clock):
         delete(name, client, report=lambda s: None, clock=clock)
     assert str(e.value).startswith("stack 'mrk-vpc' ended DELETE_FAILED; first failure: Vpc (AWS::EC2::VPC) "
                                    "DELETE_FAILED: The vpc 'vpc-1' has dependencies and cannot be deleted.")
+
+
+def test_stack_level_failure_reason_is_printed(stubbed, clock, fsx_request):
+    """A failure no resource carries (an empty export) comes from the stack's ROLLBACK_IN_PROGRESS event."""
+    client, stub = stubbed
+    name = "mrk-fsx"
+    review = event(name, 0, 0, name, "AWS::CloudFormation::Stack", "REVIEW_IN_PROGRESS")
+    done = event(name, 1, 20, "FileSystem", "AWS::FSx::FileSystem", "CREATE_COMPLETE")
+    rolling = event(name, 2, 22, name, "AWS::CloudFormation::Stack", "ROLLBACK_IN_PROGRESS",
+                    "Template error: Exported values must not be empty or whitespace-only")
+    rolled = event(name, 3, 40, name, "AWS::CloudFormation::Stack", "ROLLBACK_COMPLETE")
+    no_stack(stub, name)
+    stub.add_response("create_change_set", {"Id": CS_ID}, None)
+    stub.add_response("describe_change_set", {"Status": "CREATE_COMPLETE", "Changes": []}, {"ChangeSetName": CS_ID})
+    stub.add_response("describe_stack_events", events(review), {"StackName": name})
+    stub.add_response("execute_change_set", {}, {"ChangeSetName": CS_ID})
+    stub.add_response("describe_stack_events", events(review, done, rolling, rolled), {"StackName": name})
+    stub.add_response("describe_stacks", stack(name, "ROLLBACK_COMPLETE"), {"StackName": name})
+    with pytest.raises(StackFailedError) as e:
+        deploy(fsx_request, client, confirm=lambda ch: True, report=lambda s: None, clock=clock, poll_s=5)
+    assert str(e.value).startswith(
+        "stack 'mrk-fsx' ended ROLLBACK_COMPLETE; first failure: mrk-fsx (AWS::CloudFormation::Stack) "
+        "ROLLBACK_IN_PROGRESS: Template error: Exported values must not be empty or whitespace-only. ")
+
+
+def test_update_rollback_failed_points_to_continue_update_rollback(stubbed, clock, fsx_request):
+    client, stub = stubbed
+    stub.add_response("describe_stacks", stack("mrk-fsx", "UPDATE_ROLLBACK_FAILED"), {"StackName": "mrk-fsx"})
+    with pytest.raises(StackFailedError) as e:
+        deploy(fsx_request, client, confirm=lambda ch: True, report=lambda s: None, clock=clock)
+    assert str(e.value) == (
+        "stack 'mrk-fsx' is UPDATE_ROLLBACK_FAILED: an update failed and so did its rollback, and CloudFormation "
+        "accepts no update until the rollback finishes; fix what the rollback could not undo (see the stack "
+        "events), then run `aws cloudformation continue-update-rollback --stack-name mrk-fsx` (add "
+        "--resources-to-skip for resources that cannot be rolled back) and deploy again")

@@ -67,3 +67,22 @@ def test_env_exports_are_shell_safe():
     got = subprocess.run(["sh", "-c", text + '\nprintf "%s|%s" "$MRK_S_A" "$MRK_S_B"'],
                          capture_output=True, text=True, check=True).stdout
     assert got == "subnet-1,subnet-2|it's $HOME; rm -rf /"
+
+
+def test_stack_level_rollback_reason_is_the_failure():
+    """Issue 15: an empty export fails no resource; the stack's own ROLLBACK_IN_PROGRESS carries the reason."""
+    events = [
+        ev(1, 1, "mrk-vpc", "AWS::CloudFormation::Stack", "CREATE_IN_PROGRESS", "User Initiated"),
+        ev(2, 5, "Vpc", "AWS::EC2::VPC", "CREATE_COMPLETE"),
+        ev(3, 9, "mrk-vpc", "AWS::CloudFormation::Stack", "ROLLBACK_IN_PROGRESS",
+           "Template error: Exported values must not be empty or whitespace-only"),
+        ev(4, 12, "Vpc", "AWS::EC2::VPC", "DELETE_COMPLETE"),
+        ev(5, 13, "mrk-vpc", "AWS::CloudFormation::Stack", "ROLLBACK_COMPLETE"),
+    ]
+    assert first_failure(events) == events[2]
+
+
+def test_update_rollback_reason_is_the_failure():
+    events = [ev(1, 1, "s", "AWS::CloudFormation::Stack", "UPDATE_ROLLBACK_IN_PROGRESS", "Export s-X cannot be updated"),
+              ev(2, 2, "s", "AWS::CloudFormation::Stack", "UPDATE_ROLLBACK_COMPLETE")]
+    assert first_failure(events) == events[0]
