@@ -18,8 +18,11 @@ from typing import Mapping
 
 from ..errors import SpecError
 
-EXIT_CODES = "exit codes: 0 ok; 64 invalid spec or flag (every problem listed with file:line: key.path); " \
-             "69 AWS unreachable while resolving ${stack:...} references."
+#: what 64 and 69 mean for the commands that compile a job spec (plan, submit).
+SPEC_CODE_NOTES = {
+    64: "invalid spec or flag (every problem listed as file:line: key.path), or no AWS region for ${stack:...}",
+    69: "no AWS credentials or AWS unreachable while reading ${stack:...} outputs (--stack-output avoids AWS)",
+}
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:
@@ -45,27 +48,76 @@ def parse_stack_overrides(items: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def make_resolver(overrides: Mapping[str, Mapping[str, str]], region: str | None):
-    """Stack name -> outputs: CLI overrides first, then CloudFormation (boto3, created on first use)."""
+def stack_refs(job) -> tuple[tuple[str, str], ...]:
+    """Every ``${stack:STACK.OutputKey}`` a job spec uses, in order of first use."""
+    from ..spec.compile import _map_strings
+    from ..spec.load import MACRO_RE, STACK_RE
+
+    refs: dict[tuple[str, str], None] = {}
+
+    def collect(text: str) -> str:
+        for m in MACRO_RE.finditer(text):
+            ref = STACK_RE.match(m.group(1))
+            if ref:
+                refs[(ref.group(1), ref.group(2))] = None
+        return text
+    _map_strings(job, collect)
+    return tuple(refs)
+
+
+def _cloudformation_outputs(region: str | None):
+    """Stack name -> outputs from CloudFormation (boto3 client created on first use)."""
     clients: dict = {}
 
-    def resolve(stack: str) -> Mapping[str, str]:
-        if stack in overrides:
-            return overrides[stack]
+    def fetch(stack: str) -> Mapping[str, str]:
         import boto3
-        from botocore.exceptions import BotoCoreError, ClientError
 
-        from ..errors import ClusterError
         from ..stack.outputs import get_outputs
 
         if "cf" not in clients:
-            clients["cf"] = boto3.client("cloudformation", region_name=region)
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+            clients["cf"] = boto3.client("cloudformation", region_name=region, endpoint_url=endpoint)
+        return get_outputs(stack, clients["cf"])
+    return fetch
+
+
+def resolve_stacks(refs: tuple[tuple[str, str], ...], overrides: Mapping[str, Mapping[str, str]],
+                   region: str | None, fetch=None) -> dict[str, Mapping[str, str]]:
+    """The outputs of every stack ``refs`` name: ``--stack-output`` values first, then CloudFormation.
+
+    Every stack is tried before failing, so one run reports all that could not be read.
+
+    Raises:
+        ClusterError (69: no credentials, AWS unreachable) or SpecError (64: no region, unknown
+        stacks): naming every stack that failed and the ``--stack-output`` flags that replace them.
+    """
+    from ..errors import ClusterError, MpirunKitError
+    from .main import translate
+
+    fetch = fetch or _cloudformation_outputs(region)
+    out: dict[str, Mapping[str, str]] = {}
+    failed: dict[str, MpirunKitError] = {}
+    for stack in dict.fromkeys(s for s, _ in refs):
+        if stack in overrides:
+            out[stack] = overrides[stack]
+            continue
         try:
-            return get_outputs(stack, clients["cf"])
-        except (BotoCoreError, ClientError) as exc:
-            raise ClusterError(f"could not read outputs of stack {stack!r} ({exc}); check AWS credentials and "
-                               "--region, or pass --stack-output STACK.KEY=VALUE") from exc
-    return resolve
+            out[stack] = fetch(stack)
+        except MpirunKitError as exc:
+            failed[stack] = exc
+        except Exception as exc:  # noqa: BLE001 - botocore's no-region/credentials errors, named below
+            known = translate(exc)
+            if known is None:
+                raise
+            failed[stack] = known
+    if not failed:
+        return out
+    # The same cause for every stack (no credentials, no region) is said once.
+    reasons = list(dict.fromkeys(str(e).replace(f" for stack {s!r}", "") for s, e in failed.items()))
+    flags = " ".join(f"--stack-output {s}.{k}=VALUE" for s, k in refs if s in failed)
+    cls = ClusterError if any(isinstance(e, ClusterError) for e in failed.values()) else SpecError
+    raise cls(f"could not read the outputs of stack(s) {', '.join(failed)}: {'; '.join(reasons)}; or give the "
+              f"values on the command line: {flags}")
 
 
 @dataclass(frozen=True)
@@ -104,27 +156,38 @@ def host_facts() -> HostFacts:
 
 
 def compile_from_args(args, facts: HostFacts | None = None, *, python: str | None = None):
-    """Load, validate and compile the spec named on the command line."""
+    """Load, validate and compile the spec named on the command line -> (compiled, facts)."""
+    compiled, facts, _ = compile_with_stack_values(args, facts, python=python)
+    return compiled, facts
+
+
+def compile_with_stack_values(args, facts: HostFacts | None = None, *, python: str | None = None):
+    """compile_from_args, plus the ``("STACK.Key", value)`` pairs the spec was compiled with."""
     from ..spec.compile import compile_job
     from ..spec.load import load_job
 
+    if not args.spec.strip():
+        raise SpecError("JOB.yaml is an empty string; name a job spec file, e.g. jobs/maskrcnn-demo.yaml")
     job = load_job(args.spec, target=args.target)
     facts = facts or host_facts()
     region = args.region or job.target.sagemaker.region
-    resolver = make_resolver(parse_stack_overrides(args.stack_output), region)
+    refs = stack_refs(job)
+    outputs = resolve_stacks(refs, parse_stack_overrides(args.stack_output), region) if refs else {}
     if python is None:
         # Local and simulated hosts share this interpreter (and its venv); remote hosts have their own.
         python = {"local": sys.executable, "sim": sys.executable, "ssh": job.target.ssh.python}.get(
             job.target.type, "python")  # the training image's interpreter (docker/Dockerfile)
     local = job.target.type in ("local", "sim")
-    return compile_job(job, python=python, resolver=resolver, efa=facts.efa if local else None,
-                       local_gpus=facts.gpus), facts
+    compiled = compile_job(job, python=python, resolver=outputs.__getitem__, efa=facts.efa if local else None,
+                           local_gpus=facts.gpus)
+    values = tuple((f"{s}.{k}", str(outputs[s][k])) for s, k in refs if k in outputs.get(s, {}))
+    return compiled, facts, values
 
 
 def _plan(args) -> int:
     from ..spec import jobplan
 
-    compiled, facts = compile_from_args(args)
+    compiled, facts, stack_values = compile_with_stack_values(args)
     local = compiled.job.target.type in ("local", "sim")
     plan = jobplan.make_job_plan(
         # Remote masters build the plan from their own environment; only local runs forward ours.
@@ -132,18 +195,27 @@ def _plan(args) -> int:
         detected_flavour=facts.flavour if local else "openmpi4",
         run_as_root=facts.run_as_root if local else compiled.job.target.type in ("sagemaker", "sim"),
         cpu_count=facts.cpu_count if local else None, python=compiled.launch.program[0]
-        if compiled.job.program.module else sys.executable)
+        if compiled.job.program.module else sys.executable, stack_values=stack_values)
     print(jobplan.to_json(plan) if args.json else jobplan.render(plan), end="" if not args.json else "\n")
     return 0
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "plan", help="print the fully resolved plan of a job spec (hosts, rank map, argv, env, tuning)",
+    from ..errors import ExitCode
+    from .main import add_command, exit_codes
+
+    p = add_command(
+        subparsers, "plan", help="print the fully resolved plan of a job spec (hosts, rank map, argv, env, tuning)",
         description="Validate JOB.yaml, resolve ${stack:...} outputs, apply the NCCL/EFA preset under your env, "
-                    "and print what would run: hosts and slots, rank -> host -> GPU -> CPU set, the mpirun argv, "
-                    "the ranks' environment with where each variable came from (secrets redacted), the tuning "
-                    "applied and why, and warnings (stale knobs, your values overriding presets). Runs nothing.",
-        epilog=EXIT_CODES)
+                    "and print what would run, each fact once: the stack outputs used, hosts and slots, "
+                    "rank -> host -> GPU -> CPU set (identical rows merged into ranges), the tuning applied and "
+                    "why, the ranks' environment with where each variable came from (secrets redacted), the "
+                    "master, timeouts and the mpirun argv, and warnings. Runs nothing.",
+        examples=["mpirun_kit plan jobs/maskrcnn-demo.yaml",
+                  "mpirun_kit plan jobs/maskrcnn.yaml --json",
+                  "mpirun_kit plan jobs/maskrcnn.yaml --stack-output mrk-role.RoleArn=arn:aws:iam::123456789012:"
+                  "role/mrk --stack-output mrk-fsx.FileSystemId=fs-0123 ...",
+                  "mpirun_kit plan jobs/allreduce-bench.yaml --target sim"],
+        codes=exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, notes=SPEC_CODE_NOTES))
     add_spec_args(p)
     p.set_defaults(func=_plan)

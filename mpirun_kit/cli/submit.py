@@ -15,11 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .plan import EXIT_CODES as PLAN_CODES, add_spec_args, compile_from_args
-
-EXIT_CODES = ("exit codes: 0 success; 1-63 the job's own exit code (first failing rank); 64 invalid spec or flag; "
-              "69 a host or AWS unreachable; 70 launcher failure; 124 the job ran past timeouts.job_s; 128+N "
-              "ended by signal N (130 Ctrl-C).")
+from .plan import SPEC_CODE_NOTES, add_spec_args, compile_from_args
 
 
 def free_port() -> int:
@@ -75,12 +71,25 @@ def _submit(args) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "submit", help="run a job spec on its target (local, sim, ssh, sagemaker)",
+    from ..errors import ExitCode
+    from .main import add_command, exit_codes
+
+    p = add_command(
+        subparsers, "submit", help="run a job spec on its target (local, sim, ssh, sagemaker)",
         description="Validate and compile JOB.yaml, then run it: local = this machine via mpirun (the default); "
                     "sim = the simulated multi-host cluster; ssh = real hosts over paramiko; sagemaker = a "
-                    "CreateTrainingJob request. --dry-run prints exactly what would run (the request) and exits.",
-        epilog=EXIT_CODES + " " + PLAN_CODES)
+                    "CreateTrainingJob request. --dry-run prints exactly what would run (the request) and exits; "
+                    "with --json as JSON.",
+        examples=["mpirun_kit submit jobs/maskrcnn-demo.yaml",
+                  "mpirun_kit submit jobs/allreduce-bench.yaml --target sim",
+                  "mpirun_kit submit jobs/maskrcnn.yaml --dry-run --json",
+                  "mpirun_kit submit jobs/maskrcnn.yaml --wait --job-name mrk-coco-1"],
+        codes=exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED, ExitCode.HOST_LOST,
+                         ExitCode.MASTER_LOST, ExitCode.TIMEOUT, job=True,
+                         notes={0: "the job succeeded (sagemaker without --wait: the job was created)",
+                                **SPEC_CODE_NOTES,
+                                69: "a host never answered on ssh, or AWS refused, unreachable or no credentials "
+                                    "(also while reading ${stack:...} outputs)"}))
     add_spec_args(p)
     p.add_argument("--dry-run", action="store_true", help="print the request (argv, spec, CreateTrainingJob) and exit 0")
     p.add_argument("--wait", action="store_true", help="sagemaker: follow status and CloudWatch logs until the job ends")
