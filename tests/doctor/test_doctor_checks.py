@@ -130,6 +130,15 @@ def test_bad_private_key_mode_fails():
     assert check_ssh(replace(P4D, ssh_files=files), TWO)[0].detail == "/root/.ssh is 755, expected 700"
 
 
+def test_loose_ssh_modes_only_warn_on_a_single_host_run():
+    """A one-host job never uses ssh: loose ~/.ssh modes are worth fixing, not a reason to fail (issue 16)."""
+    files = tuple(dataclasses.replace(m, mode=0o755) if m.kind == "dir" else m for m in P4D.ssh_files)
+    row = check_ssh(replace(P4D, ssh_files=files), Expectations(hosts=("algo-1",)))[0]
+    assert (row.name, row.status) == ("ssh-keys", "warn")
+    assert row.detail == "/root/.ssh is 755, expected 700 (only multi-host jobs use ssh)"
+    assert check_ssh(replace(P4D, ssh_files=files), TWO)[0].status == "fail"
+
+
 def test_missing_keys_fail_only_on_multi_host():
     files = (FileMode("/root/.ssh", None, "dir"), FileMode("/root/.ssh/authorized_keys", None, "authorized_keys"))
     f = replace(P4D, ssh_files=files, ssh_listeners=())
