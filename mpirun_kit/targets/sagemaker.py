@@ -12,15 +12,17 @@ On every host SageMaker starts the training image, whose entrypoint is
 """
 from __future__ import annotations
 
+import json
 import re
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, SpecError
 from ..model import LAUNCH_SPEC_HYPERPARAMETER
 from ..spec.compile import CompiledJob, checkpoint_path
-from .base import DryRun, Progress
+from .base import DryRun, Progress, redact_value
 
 #: SageMaker's limit on one hyperparameter value.
 HYPERPARAMETER_MAX = 2500
@@ -43,9 +45,22 @@ def directory_path(mount_name: str, path: str) -> str:
     return f"/{mount_name}" + (f"/{inner}" if inner else "")
 
 
-def _channel(ch) -> dict:
+#: the one reference a channel URI may hold: per-job key material lives under the job's own name.
+JOB_NAME_REF = "${job_name}"
+
+
+def _channel_uri(ch, job_name: str, source: str) -> str:
+    uri = ch.s3.replace(JOB_NAME_REF, job_name)
+    left = re.search(r"\$\{[^}]*\}", uri)
+    if left:
+        raise SpecError(f"{source}: data.{ch.name}.s3: unknown reference {left.group(0)} in {ch.s3!r}; "
+                        f"channel URIs may use {JOB_NAME_REF} (the training job's name)")
+    return uri
+
+
+def _channel(ch, job_name: str, source: str) -> dict:
     if ch.kind == "s3":
-        source = {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": ch.s3,
+        source = {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": _channel_uri(ch, job_name, source),
                                    "S3DataDistributionType": "FullyReplicated"}}
     elif ch.kind == "fsx":
         source = {"FileSystemDataSource": {"FileSystemId": ch.fsx_id, "FileSystemType": "FSxLustre",
@@ -61,8 +76,13 @@ def _channel(ch) -> dict:
 def build_request(compiled: CompiledJob, job_name: str) -> dict:
     """The CreateTrainingJob request, as a plain dict.  Pure: the name is an argument.
 
+    ``${job_name}`` in a channel's S3 URI becomes ``job_name`` (the key channel: keys are
+    derived for the exact job name).  The request is checked against every AWS limit
+    (mpirun_kit.stack.limits: lengths, counts, patterns, enums, the 28-day runtime).
+
     Raises:
-        SpecError: the serialized LaunchSpec is longer than SageMaker accepts in a hyperparameter.
+        SpecError: the serialized LaunchSpec is longer than SageMaker accepts in a
+            hyperparameter, or the request breaks any other limit AWS enforces.
     """
     job = compiled.job
     sm = job.target.sagemaker
@@ -93,7 +113,7 @@ def build_request(compiled: CompiledJob, job_name: str) -> dict:
         "Tags": [{"Key": k, "Value": v} for k, v in sm.tags],
     }
     if job.data:
-        req["InputDataConfig"] = [_channel(ch) for ch in job.data]
+        req["InputDataConfig"] = [_channel(ch, job_name, job.source) for ch in job.data]
     if job.spot.enabled:
         req["StoppingCondition"]["MaxWaitTimeInSeconds"] = job.spot.max_wait_s or 2 * sm.max_run_s
     if job.checkpoint.s3:
@@ -102,14 +122,47 @@ def build_request(compiled: CompiledJob, job_name: str) -> dict:
         req["VpcConfig"] = {"Subnets": list(job.vpc.subnets), "SecurityGroupIds": list(job.vpc.security_groups)}
     if job.retries:
         req["RetryStrategy"] = {"MaximumRetryAttempts": job.retries}
+    from ..stack.limits import validate_request
+
+    validate_request("sagemaker", "CreateTrainingJob", req, source=job.source)
     return req
+
+
+def redact_request(request: dict) -> dict:
+    """The request as printed: secret-looking Environment and HyperParameters values as ``***``.
+
+    Only those two maps carry user values; everything else (Tags with their "Key",
+    KmsKeyId, ...) prints exactly as it is sent.
+    """
+    out = dict(request)
+    req = dict(out.get("CreateTrainingJob") or {})
+    for field in ("Environment", "HyperParameters"):
+        if field in req:
+            req[field] = redact_value(req[field])
+    out["CreateTrainingJob"] = req
+    return out
+
+
+@dataclass(frozen=True)
+class SageMakerDryRun(DryRun):
+    """A DryRun whose printed request differs from the sent one only in redacted values."""
+
+    def render(self) -> str:
+        lines = [f"target {self.target}: job {self.job}",
+                 json.dumps(redact_request(self.request), indent=2, sort_keys=True, default=str)]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> str:
+        return json.dumps({"target": self.target, "job": self.job, "request": redact_request(self.request),
+                           "files": {}, "notes": list(self.notes)}, indent=2, sort_keys=True, default=str)
 
 
 def dryrun(compiled: CompiledJob, *, job_name: str) -> DryRun:
     """The SageMaker submission as a value."""
     sm = compiled.job.target.sagemaker
-    return DryRun("sagemaker", compiled.job.name,
-                  {"region": sm.region, "logs": sm.logs, "CreateTrainingJob": build_request(compiled, job_name)})
+    return SageMakerDryRun("sagemaker", compiled.job.name,
+                           {"region": sm.region, "logs": sm.logs, "CreateTrainingJob": build_request(compiled, job_name)})
 
 
 def exit_code_for(desc: dict) -> int:

@@ -1,0 +1,75 @@
+"""The SageMaker request against AWS's real limits, the dry-run's redaction, and ``${job_name}``.
+
+Every request ``build_request`` returns has passed mpirun_kit.stack.limits (the checks
+botocore's ParamValidator skips); what AWS would refuse is a SpecError before anything is sent.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mpirun_kit.errors import SpecError
+from mpirun_kit.spec.compile import compile_job
+from mpirun_kit.spec.load import load_job_text
+from mpirun_kit.targets import sagemaker as T
+
+from .test_sagemaker import OUTPUTS, SPEC
+
+
+def compiled(text: str = SPEC):
+    return compile_job(load_job_text(text, "mrcnn.yaml"), python="python", resolver=OUTPUTS.__getitem__)
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("tags: {team: vision}", "tags: {team: 'vision, detection'}",
+     "Tags[0].Value: 'vision, detection' does not match AWS's pattern"),
+    ("tags: {team: vision}", "tags: {'aws:team': vision}", "Tags[0].Key: 'aws:team' starts with 'aws:'"),
+    ("tags: {team: vision}", "tags: {team: " + "v" * 257 + "}", "is 257 characters; AWS allows at most 256"),
+    ("max_run_s: 3600", "max_run_s: 2500000", "StoppingCondition.MaxRuntimeInSeconds: 2500000 s is over SageMaker's "
+     "limit of 28 days (2419200 s)"),
+    ("  extra:\n", "  " + "x" * 65 + ":\n", "is 65 characters; AWS allows at most 64"),
+    ("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, BIG: " + "y" * 513 + "}", "Environment['BIG']: 'yyyy"),
+])
+def test_request_outside_aws_limits_is_refused_before_sending(old, new, expected):
+    assert old in SPEC
+    with pytest.raises(SpecError) as e:
+        T.build_request(compiled(SPEC.replace(old, new)), "mrcnn-1")
+    assert str(e.value).startswith("mrcnn.yaml: the CreateTrainingJob request breaks AWS's limits")
+    assert expected in str(e.value)
+
+
+def test_too_many_environment_variables():
+    env = ", ".join(f"V{i}: x" for i in range(100))
+    with pytest.raises(SpecError, match=r"Environment: 10\d entries; AWS allows at most 100"):
+        T.build_request(compiled(SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {" + env + "}")), "mrcnn-1")
+
+
+def test_dry_run_redacts_only_environment_and_hyperparameter_values():
+    """Tags keep their "Key" (the printed request is what is sent); secret env values do not show."""
+    c = compiled(SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, WANDB_API_KEY: hunter2}"))
+    dry = T.dryrun(c, job_name="n")
+    shown = json.loads(dry.to_json())["request"]["CreateTrainingJob"]
+    assert shown["Tags"] == [{"Key": "team", "Value": "vision"}]
+    assert shown["Environment"]["WANDB_API_KEY"] == "***"
+    assert "hunter2" not in json.dumps(shown)
+    sent = dry.request["CreateTrainingJob"]
+    assert {k: v for k, v in shown.items() if k not in ("Environment", "HyperParameters")} == \
+        {k: v for k, v in sent.items() if k not in ("Environment", "HyperParameters")}
+    assert '"Key": "team"' in dry.render()
+
+
+def test_job_name_in_a_channel_uri_is_the_submitted_name():
+    """Keys are derived for the exact job name: the key channel names it through ${job_name}."""
+    text = SPEC.replace("  extra:\n    s3: s3://bucket/extra", "  mpirun-keys:\n    s3: s3://bucket/keys/${job_name}/")
+    req = T.build_request(compiled(text), "mrcnn-20261123-020000")
+    (keys,) = [ch for ch in req["InputDataConfig"] if ch["ChannelName"] == "mpirun-keys"]
+    assert keys["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bucket/keys/mrcnn-20261123-020000/"
+
+
+def test_unknown_reference_left_in_a_channel_uri():
+    text = SPEC.replace("s3://bucket/extra", "s3://bucket/keys/${jobname}/")
+    with pytest.raises(SpecError) as e:
+        T.build_request(compiled(text), "mrcnn-1")
+    assert str(e.value) == ("mrcnn.yaml: data.extra.s3: unknown reference ${jobname} in 's3://bucket/keys/${jobname}/'; "
+                            "channel URIs may use ${job_name} (the training job's name)")
