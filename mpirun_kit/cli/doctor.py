@@ -19,19 +19,32 @@ import socket
 import sys
 from pathlib import Path
 
-EPILOG = """exit codes:
-  0   every check ok (warn / absent / skip rows do not count)
-  1   one or more checks failed (each printed with its fix)
-  64  bad input: flags, host list
-  69  facts could not be gathered from a host (ssh failed, no answer)
+DESCRIPTION = """\
+Check this host, or every host of a job, before spending GPU hours on it: GPUs (count, model, memory,
+ECC, NVLink, GPU-NUMA map), EFA devices and libfabric, NCCL / aws-ofi-nccl versions, stale NCCL/EFA
+variables, ~/.ssh modes and sshd (multi-host runs only), name resolution of every peer, clock skew,
+free space on data/checkpoint mounts, and a cross-host allreduce reporting bus bandwidth. Each row is
+printed with its status and, when not ok, the fix. With --hosts or a job spec, every other host is
+reached over ssh and runs `mpirun_kit doctor --gather-only` (the same image everywhere).
 
 status: ok | WARN (works, worth fixing) | FAIL | absent (no such hardware here) | skip (not applicable)
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="check a host or a whole cluster (GPUs, EFA, NCCL, ssh, clocks, allreduce)",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ..errors import ExitCode
+    from .main import add_command, exit_codes
+
+    p = add_command(sub, "doctor", help="check a host or a whole cluster (GPUs, EFA, NCCL, ssh, clocks, allreduce)",
+                    description=DESCRIPTION,
+                    examples=["mpirun_kit doctor", "mpirun_kit doctor --no-allreduce --json",
+                              "mpirun_kit doctor jobs/maskrcnn.yaml --dry-run",
+                              "mpirun_kit doctor --hosts algo-1,algo-2 --mount /fsx --min-free-gb 100"],
+                    codes=exit_codes(ExitCode.FAILED, ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, notes={
+                        0: "every check ok (warn / absent / skip rows do not count)",
+                        1: "one or more checks failed (each printed with its fix)",
+                        64: "bad input: flags, host list, job spec",
+                        69: "facts could not be gathered from a host (ssh failed, no answer)"}))
     p.add_argument("spec", nargs="?", metavar="JOB.yaml",
                    help="take the hosts and the data/checkpoint paths from a job spec (instead of --hosts/--mount)")
     p.add_argument("--hosts", help="every host of the job, comma-separated, in rank order (default: this host only)")
