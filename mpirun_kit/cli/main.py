@@ -40,6 +40,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jobs",
     "doctor",
     "keys",
+    "timeline",
 )
 
 #: one line per code, the same wording in every command's epilog (generated from errors.ExitCode).

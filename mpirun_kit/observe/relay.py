@@ -1,0 +1,237 @@
+"""The rank wrapper's side of progress and stacks: program -> pipe -> wrapper -> signed channel.
+
+The rank wrapper (rank.py) calls ``prepare`` before it starts the program (a pipe whose
+write end the program inherits as ``MPIRUN_KIT_PROGRESS_FD``; mpirun_kit.progress writes
+step numbers to it), then runs a ``Relay`` thread next to ``child.wait()``.  The thread
+
+* forwards the program's latest step to the master as ``{"event": "progress", "step": N}``,
+  at most every ``PROGRESS_EVERY_S`` (the last step before a pause is always sent);
+* answers the master's ``{"type": "stacks"}`` request, sent on the wrapper's own channel
+  connection, with the program's Python stacks: ``py-spy dump`` (no cooperation needed;
+  the wrapper is the program's parent, so ptrace is allowed), else, if the program
+  uses mpirun_kit.progress, its faulthandler dump on SIGUSR1; else a reason why not.
+
+The program never sees the channel key: only the wrapper signs.  Stdlib only (it is
+imported by every rank, on the launch's critical path).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from ..exec.report import MAX_LINE, send_rank_event, verify
+from ..progress import PROGRESS_FD_VAR, STACK_FILE_VAR
+
+#: a progress report goes out at most this often per rank (the master's loop sees a few a second).
+PROGRESS_EVERY_S = 0.5
+#: how long one stack dump may take.
+DUMP_TIMEOUT_S = 8.0
+#: what a stacks reply may carry (it must fit one channel line).
+MAX_THREADS, MAX_FRAMES = 16, 40
+
+
+def find_pyspy() -> str | None:
+    """py-spy next to this Python (a venv's bin/) or on PATH."""
+    return shutil.which("py-spy", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+
+
+def prepare(env: dict) -> tuple[dict, int, int, str | None]:
+    """(program env, read fd, write fd to pass to the program, stack file or None).
+
+    The stack file is only offered when py-spy is missing: it is where the program's
+    faulthandler writes on SIGUSR1.
+    """
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    env = {**env, PROGRESS_FD_VAR: str(w)}
+    stack_file = None
+    if find_pyspy() is None:
+        fd, stack_file = tempfile.mkstemp(prefix="mpirun_kit-stacks.")
+        os.close(fd)
+        env[STACK_FILE_VAR] = stack_file
+    return env, r, w, stack_file
+
+
+def _frames_from_pyspy(text: str) -> list[dict]:
+    threads = []
+    for th in json.loads(text)[:MAX_THREADS]:
+        frames = [{"name": str(f.get("name", "?"))[:120], "file": str(f.get("filename", "?"))[-200:],
+                   "line": int(f.get("line") or 0)} for f in th.get("frames", [])[:MAX_FRAMES]]
+        threads.append({"thread": str(th.get("thread_name") or th.get("thread_id"))[:80], "frames": frames})
+    return threads
+
+
+def _frames_from_faulthandler(text: str) -> list[dict]:
+    """faulthandler's dump: 'Thread 0x... (most recent call first):' then '  File "f", line N in name'."""
+    threads: list[dict] = []
+    for line in text.splitlines():
+        if line.startswith(("Thread ", "Current thread ")):
+            threads.append({"thread": line.split(" (")[0][:80], "frames": []})
+        elif line.strip().startswith("File ") and threads:
+            try:
+                path, rest = line.strip()[6:].split('", line ', 1)
+                num, _, name = rest.partition(" in ")
+                threads[-1]["frames"].append({"name": name[:120], "file": path[-200:], "line": int(num)})
+            except ValueError:
+                continue
+    return [{"thread": t["thread"], "frames": t["frames"][:MAX_FRAMES]} for t in threads[:MAX_THREADS]]
+
+
+def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -> tuple[list[dict], str]:
+    """(threads with frames innermost first, how), or ([], why not)."""
+    pyspy = find_pyspy()
+    if pyspy:
+        try:
+            p = subprocess.run([pyspy, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,
+                               timeout=DUMP_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return [], f"py-spy failed: {exc}"
+        if p.returncode == 0:
+            try:
+                return _frames_from_pyspy(p.stdout), "py-spy"
+            except (ValueError, TypeError, AttributeError) as exc:
+                return [], f"py-spy's output was not understood ({exc})"
+        return [], f"py-spy exited {p.returncode}: {p.stderr.strip()[-200:]}"
+    if stack_file and faulthandler_ready:
+        before = os.path.getsize(stack_file) if os.path.exists(stack_file) else 0
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except OSError as exc:
+            return [], f"cannot signal the program ({exc.strerror})"
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            time.sleep(0.05)
+            size = os.path.getsize(stack_file) if os.path.exists(stack_file) else 0
+            if size > before:
+                time.sleep(0.1)  # let faulthandler finish writing every thread
+                with open(stack_file, errors="replace") as f:
+                    f.seek(before)
+                    return _frames_from_faulthandler(f.read()), "faulthandler"
+        return [], "the program did not write its stacks within 2 s of SIGUSR1"
+    return [], ("no stack source: py-spy is not installed (pip install 'mpirun_kit[stacks]') and the program "
+                "does not use mpirun_kit.progress")
+
+
+class Relay:
+    """The wrapper's thread: drains the progress pipe, forwards steps, answers stack requests."""
+
+    def __init__(self, addr: str, key: bytes, sock: socket.socket | None, ident: dict, read_fd: int,
+                 stack_file: str | None = None):
+        self.addr, self.key, self.sock, self.ident = addr, key, sock, dict(ident)
+        self.read_fd, self.stack_file = read_fd, stack_file
+        self.pid: int | None = None
+        self.step: int | None = None
+        self.sent_step: int | None = None
+        self.last_sent = 0.0
+        self.faulthandler_ready = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="mpirun_kit-relay")
+        self._inbuf = b""
+        self._pipebuf = b""
+
+    def start(self, pid: int) -> "Relay":
+        self.pid = pid
+        self._thread.start()
+        return self
+
+    def stop(self) -> socket.socket | None:
+        """Flush the last step, end the thread; returns the channel socket for the exit report."""
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self._drain_pipe()
+        self._send_progress(force=True)
+        try:
+            os.close(self.read_fd)
+        except OSError:
+            pass
+        if self.stack_file:
+            try:
+                os.unlink(self.stack_file)
+            except OSError:
+                pass
+        return self.sock
+
+    def _send(self, msg: dict) -> None:
+        if self.addr:
+            self.sock = send_rank_event(self.addr, {**self.ident, **msg, "t": time.time()}, self.key, sock=self.sock)
+
+    def _send_progress(self, force: bool = False) -> None:
+        if self.step is None or self.step == self.sent_step:
+            return
+        now = time.monotonic()
+        if force or now - self.last_sent >= PROGRESS_EVERY_S:
+            self._send({"event": "progress", "step": self.step})
+            self.sent_step, self.last_sent = self.step, now
+
+    def _drain_pipe(self) -> bool:
+        """Read what the program wrote; False once it closed its end."""
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            self._pipebuf += chunk
+            *lines, self._pipebuf = self._pipebuf.split(b"\n")
+            self._pipebuf = self._pipebuf[-64:]
+            for line in lines:
+                if line == b"F":
+                    self.faulthandler_ready = True
+                elif line.isdigit() and len(line) < 19:
+                    self.step = int(line)
+
+    def _on_channel(self) -> bool:
+        """Handle what the master sent on this rank's connection; False once it closed."""
+        try:
+            chunk = self.sock.recv(65536)
+        except (BlockingIOError, socket.timeout):
+            return True
+        except OSError:
+            return False
+        if not chunk:
+            return False
+        self._inbuf += chunk
+        while b"\n" in self._inbuf:
+            line, self._inbuf = self._inbuf.split(b"\n", 1)
+            body = verify(line, self.key)
+            try:
+                msg = json.loads(body) if body is not None else None
+            except (ValueError, RecursionError):
+                msg = None
+            if isinstance(msg, dict) and msg.get("type") == "stacks" and self.pid is not None:
+                threads, how = collect_stacks(self.pid, self.stack_file, self.faulthandler_ready)
+                reply = {"event": "stacks", "threads": threads, "how": how[:300]}
+                while len(json.dumps(reply)) > MAX_LINE - 400 and any(t["frames"] for t in threads):
+                    for t in threads:
+                        t["frames"] = t["frames"][:max(1, len(t["frames"]) // 2)]
+                    threads[:] = threads[:max(1, len(threads) // 2)]
+                self._send(reply)
+        if len(self._inbuf) > MAX_LINE:
+            self._inbuf = b""
+        return True
+
+    def _run(self) -> None:
+        pipe_open, chan_open = True, self.sock is not None
+        while not self._stop.is_set() and (pipe_open or chan_open):
+            fds = ([self.read_fd] if pipe_open else []) + ([self.sock] if chan_open and self.sock else [])
+            try:
+                ready, _, _ = select.select(fds, [], [], PROGRESS_EVERY_S)
+            except (OSError, ValueError):
+                return
+            if self.read_fd in ready:
+                pipe_open = self._drain_pipe()
+            if self.sock is not None and self.sock in ready:
+                chan_open = self._on_channel()
+            self._send_progress()

@@ -1,0 +1,337 @@
+"""The launch timeline as data: phases recorded by every entrypoint, merged by the master.
+
+Data flow: each entrypoint owns a ``Recorder`` and marks its phases as they happen
+(wall-clock ``t``, this host's ``mono``, and the entrypoint's own CPU time ``cpu_s``, so
+a slow phase can be told apart from a starved one).  A worker sends its records to the
+master with its ack (channel.py); the master adds the ranks' start/exit reports it
+received and writes ``<opt_ml>/output/timeline.json`` atomically.  ``mpirun_kit
+timeline FILE`` (cli/timeline.py) reads it back through ``load``: the critical path in
+text, a per-host Gantt chart as a PNG.
+
+Cross-host comparisons use ``t`` (wall-clock: hosts' clocks are NTP-synced on
+SageMaker); ``mono`` is only ever compared with the same host's.  A worker's records end
+at "acked": what it does after its ack cannot reach the master any more.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import SpecError
+
+VERSION = 1
+#: every phase an entrypoint records, in the order they happen on one host.
+#: master: started, sshd_up, ready (all workers' sshd answered), mpirun_started, mpirun_exited,
+#: result_published, acked (every worker acknowledged), exited.
+#: worker: started, sshd_up, ready (connected to the master), daemon_up, result_received, acked.
+PHASES = ("started", "sshd_up", "ready", "mpirun_started", "daemon_up", "mpirun_exited",
+          "result_published", "result_received", "acked", "exited")
+MASTER_PHASES = ("started", "sshd_up", "ready", "mpirun_started", "mpirun_exited", "result_published",
+                 "acked", "exited")
+WORKER_PHASES = ("started", "sshd_up", "ready", "daemon_up", "result_received", "acked")
+#: at most this many records per host are accepted from a worker (hostile input is capped).
+MAX_RECORDS = 32
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time (user + system), children that were waited for included."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@dataclass
+class Recorder:
+    """One entrypoint's phases, in the order marked.  ``mark`` never raises."""
+
+    host: str
+    role: str
+    clock: Clock = SYSTEM_CLOCK
+    records: list[dict] = field(default_factory=list)
+
+    def mark(self, phase: str, **extra) -> dict:
+        rec = {"phase": phase, "t": self.clock.time(), "mono": self.clock.monotonic(), "cpu_s": cpu_seconds(),
+               **extra}
+        self.records.append(rec)
+        return rec
+
+    def as_list(self) -> list[dict]:
+        return [dict(r) for r in self.records]
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def clean_records(raw) -> list[dict] | None:
+    """A worker's records reduced to known phases and finite numbers; None when not a list of them.
+
+    The list comes over the network (signed, but still validated like any peer input).
+    """
+    if not isinstance(raw, list) or len(raw) > MAX_RECORDS:
+        return None
+    out = []
+    for r in raw:
+        if not isinstance(r, dict) or r.get("phase") not in PHASES:
+            return None
+        if not all(_finite(r.get(k)) for k in ("t", "mono", "cpu_s")):
+            return None
+        out.append({"phase": r["phase"], "t": float(r["t"]), "mono": float(r["mono"]), "cpu_s": float(r["cpu_s"])})
+    return out
+
+
+def merge(master: Recorder, workers: Mapping[str, list[dict]], rank_events: Iterable[dict],
+          expected_workers: Iterable[str] = ()) -> dict:
+    """The job's timeline: every host's phases (master first), and every rank's start and exit."""
+    hosts = {master.host: {"role": "master", "phases": master.as_list()}}
+    for h in sorted(expected_workers):
+        hosts.setdefault(h, {"role": "worker", "phases": []})
+    for h, recs in sorted(workers.items()):
+        hosts[h] = {"role": "worker", "phases": list(recs)}
+    ranks: dict[int, dict] = {}
+    for ev in rank_events:
+        if ev.get("event") not in ("start", "exit"):
+            continue
+        r = ranks.setdefault(ev["rank"], {"rank": ev["rank"], "host": ev["host"]})
+        r["started" if ev["event"] == "start" else "exited"] = ev["t"]
+        if ev["event"] == "exit":
+            r["exit_code"], r["signal"] = ev.get("exit_code"), ev.get("signal")
+    return {"version": VERSION, "hosts": hosts, "ranks": [ranks[k] for k in sorted(ranks)]}
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Write ``path`` through a temporary file in its directory and a rename: a reader sees all or nothing.
+
+    Raises:
+        OSError: the directory cannot be written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write(opt_ml: Path, data: dict) -> Path:
+    """Write ``<opt_ml>/output/timeline.json`` atomically.
+
+    Raises:
+        OSError: the output directory cannot be written.
+    """
+    return write_text_atomic(Path(opt_ml) / "output" / "timeline.json", json.dumps(data, indent=1) + "\n")
+
+
+def load(path: Path) -> dict:
+    """Read and check a timeline file.
+
+    Raises:
+        SpecError: the file is missing, not JSON, or not a timeline (names the file and what is wrong).
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read the timeline ({exc.strerror}); give the timeline.json a job wrote "
+                        "to <opt_ml>/output/") from exc
+    except (ValueError, RecursionError) as exc:
+        raise SpecError(f"{path}: not a timeline: not valid JSON ({str(exc)[:80]}); give the timeline.json "
+                        "a job wrote to <opt_ml>/output/") from exc
+    why = _problem(data)
+    if why:
+        raise SpecError(f"{path}: not a timeline: {why}; give the timeline.json a job wrote to <opt_ml>/output/")
+    return data
+
+
+def _problem(data) -> str:
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        return f"expected a JSON object with \"version\": {VERSION}"
+    hosts = data.get("hosts")
+    if not isinstance(hosts, dict) or not hosts:
+        return "field 'hosts' is missing or empty"
+    for name, h in hosts.items():
+        if not isinstance(h, dict) or h.get("role") not in ("master", "worker"):
+            return f"host {name!r}: expected an object with role master or worker"
+        if clean_records(h.get("phases")) is None:
+            return f"host {name!r}: field 'phases' is not a list of known phases with finite times"
+    ranks = data.get("ranks")
+    if not isinstance(ranks, list) or not all(isinstance(r, dict) and r.get("host") in hosts for r in ranks):
+        return "field 'ranks' must be a list of ranks on the listed hosts"
+    for r in ranks:
+        if not all(_finite(r[k]) for k in ("started", "exited") if k in r):
+            return f"rank {r.get('rank')!r}: start/exit times must be finite numbers"
+    return ""
+
+
+def master_of(data: dict) -> str:
+    return next(h for h, v in data["hosts"].items() if v["role"] == "master")
+
+
+def _phase(data: dict, host: str, phase: str) -> float | None:
+    for r in data["hosts"][host]["phases"]:
+        if r["phase"] == phase:
+            return r["t"]
+    return None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One link of the critical path: ``what`` ended at ``t``, ``took`` seconds after the previous link."""
+
+    what: str
+    t: float
+    took: float
+
+
+def critical_path(data: dict) -> list[Step]:
+    """The chain of waits that decided how long the job took, from the first host's start to the master's exit.
+
+    Each link is the *last* of its kind (the slowest worker, the last rank to start),
+    because that one is what the next phase waited for.
+    """
+    master = master_of(data)
+    workers = [h for h, v in data["hosts"].items() if v["role"] == "worker"]
+    marks: list[tuple[str, float | None]] = []
+    starts = [(_phase(data, h, "started"), h) for h in data["hosts"]]
+    starts = [s for s in starts if s[0] is not None]
+    if starts:
+        t, h = min(starts)
+        marks.append((f"first entrypoint started ({h})", t))
+    marks.append((f"master {master} started", _phase(data, master, "started")))
+    if workers:
+        ready = [(_phase(data, h, "sshd_up"), h) for h in workers]
+        ready = [r for r in ready if r[0] is not None]
+        if ready:
+            t, h = max(ready)
+            marks.append((f"last worker sshd up ({h})", t))
+    marks.append(("every sshd answered the master", _phase(data, master, "ready")))
+    marks.append(("mpirun started", _phase(data, master, "mpirun_started")))
+    ranks = data["ranks"]
+    started = [(r["started"], r["rank"], r["host"]) for r in ranks if "started" in r]
+    if started:
+        t, rank, host = max(started)
+        marks.append((f"last rank started (rank {rank} on {host})", t))
+    exited = [(r["exited"], r["rank"], r["host"]) for r in ranks if "exited" in r]
+    if exited:
+        t, rank, host = max(exited)
+        marks.append((f"last rank exited (rank {rank} on {host})", t))
+    marks.append(("mpirun exited", _phase(data, master, "mpirun_exited")))
+    marks.append(("result published", _phase(data, master, "result_published")))
+    marks.append(("every worker acknowledged", _phase(data, master, "acked")))
+    marks.append((f"master {master} exited", _phase(data, master, "exited")))
+    out: list[Step] = []
+    for what, t in marks:
+        if t is None:
+            continue
+        out.append(Step(what, t, t - out[-1].t if out else 0.0))
+    return out
+
+
+def summary(data: dict) -> dict:
+    """Launch (first start -> last rank started), run, shutdown (last rank exit -> master exit) and CPU per host."""
+    path = critical_path(data)
+    t0 = path[0].t if path else 0.0
+    ranks = data["ranks"]
+    last_start = max((r["started"] for r in ranks if "started" in r), default=None)
+    last_exit = max((r["exited"] for r in ranks if "exited" in r), default=None)
+    end = _phase(data, master_of(data), "exited") or (path[-1].t if path else None)
+    cpu = {}
+    for h, v in data["hosts"].items():
+        # CPU time spent getting the job going: up to mpirun's start (master) or the daemon's (worker).
+        upto = [r["cpu_s"] for r in v["phases"] if r["phase"] in ("mpirun_started", "daemon_up")]
+        if upto:
+            cpu[h] = upto[0]
+    return {
+        "launch_s": None if last_start is None else last_start - t0,
+        "run_s": None if last_start is None or last_exit is None else last_exit - last_start,
+        "shutdown_s": None if last_exit is None or end is None else end - last_exit,
+        "total_s": None if end is None else end - t0,
+        "startup_cpu_s": cpu,
+    }
+
+
+def summary_line(data: dict) -> str:
+    s = summary(data)
+
+    def f(v):
+        return "-" if v is None else f"{v:.2f} s"
+
+    return (f"timeline: launch {f(s['launch_s'])}, run {f(s['run_s'])}, shutdown {f(s['shutdown_s'])}, "
+            f"total {f(s['total_s'])} on {len(data['hosts'])} host(s), {len(data['ranks'])} rank(s)")
+
+
+def render_text(data: dict) -> str:
+    path = critical_path(data)
+    t0 = path[0].t if path else 0.0
+    lines = ["critical path (seconds from the first entrypoint's start):"]
+    for s in path:
+        lines.append(f"  {s.t - t0:8.3f}  +{s.took:6.3f}  {s.what}")
+    cpu = summary(data)["startup_cpu_s"]
+    if cpu:
+        lines.append("entrypoint CPU time during start-up (to mpirun/daemon start): "
+                     + ", ".join(f"{h} {c:.2f} s" for h, c in cpu.items()))
+    lines.append(summary_line(data))
+    return "\n".join(lines)
+
+
+#: colours of the Gantt bars: one per span between consecutive phases, named by the phase it ends in.
+_COLOURS = {"sshd_up": "#9ecae1", "ready": "#6baed6", "mpirun_started": "#3182bd", "daemon_up": "#3182bd",
+            "mpirun_exited": "#a1d99b", "result_published": "#fdae6b", "result_received": "#fdae6b",
+            "acked": "#e6550d", "exited": "#756bb1"}
+
+
+def render_png(data: dict, out: Path) -> Path:
+    """A per-host Gantt chart: one row per host (its entrypoint's phases), one thin row per rank.
+
+    Raises:
+        SpecError: matplotlib is not installed (it is the optional extra ``mpirun_kit[timeline]``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise SpecError("rendering a timeline chart needs matplotlib, which is not installed: "
+                        "pip install 'mpirun_kit[timeline]' (or leave out --png)") from exc
+    path = critical_path(data)
+    t0 = path[0].t if path else 0.0
+    rows: list[tuple[str, list[tuple[float, float, str, str]]]] = []
+    for h, v in data["hosts"].items():
+        spans = []
+        recs = v["phases"]
+        for a, b in zip(recs, recs[1:]):
+            spans.append((a["t"] - t0, b["t"] - a["t"], _COLOURS.get(b["phase"], "#bbbbbb"), b["phase"]))
+        rows.append((f"{h} ({v['role']})", spans))
+        for r in data["ranks"]:
+            if r["host"] == h and "started" in r:
+                end = r.get("exited", path[-1].t if path else r["started"])
+                rows.append((f"  rank {r['rank']}", [(r["started"] - t0, end - r["started"], "#31a354", "rank")]))
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
+    seen: set[str] = set()
+    for i, (_, spans) in enumerate(rows):
+        y = len(rows) - 1 - i
+        for start, width, colour, phase in spans:
+            ax.barh(y, max(width, 0.002), left=start, color=colour, edgecolor="none",
+                    height=0.8 if phase != "rank" else 0.5, label=None if phase in seen else phase)
+            seen.add(phase)
+    ax.set_yticks(range(len(rows)), [name for name, _ in reversed(rows)], fontsize=7)
+    ax.set_xlabel("seconds since the first entrypoint started")
+    ax.set_title(summary_line(data), fontsize=8)
+    ax.legend(fontsize=6, loc="lower right", ncols=3)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out

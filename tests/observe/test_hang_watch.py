@@ -1,0 +1,170 @@
+"""The master's stall policy and hang report, driven by an injected clock (no processes needed)."""
+from pathlib import Path
+
+from mpirun_kit.observe.hang import (HangMonitor, HangWatch, Stall, check_observe_report, render_report, suspects,
+                                     write_report)
+
+HOSTS = {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def time(self):
+        return 1_700_000_000.0 + self.now
+
+    def sleep(self, s):
+        self.now += s
+
+
+def advance_all(w, clock, step, dt):
+    for r in HOSTS:
+        w.progress(r, step)
+    clock.now += dt
+
+
+def test_no_progress_reported_is_never_a_hang():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    clock.now += 3600
+    assert w.check() is None
+
+
+def test_slow_but_advancing_rank_is_never_reported():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    for step in range(50):
+        for r in (0, 1, 2):
+            w.progress(r, step * 10)          # fast ranks: 10 steps a second
+        if step % 4 == 0:
+            w.progress(3, step // 4)          # rank 3: one step every 4 s, far behind in steps
+        clock.now += 1.0
+        assert w.check() is None, step
+
+
+def test_all_stalled_after_stall_s():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    advance_all(w, clock, 1, 4.9)
+    assert w.check() is None
+    clock.now += 0.2
+    stall = w.check()
+    assert stall is not None and stall.all and set(stall.ranks) == set(HOSTS)
+
+
+def test_one_rank_behind_the_others():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    for step in range(7):
+        for r in (0, 1, 2):
+            w.progress(r, step)
+        if step == 0:
+            w.progress(3, 0)
+        clock.now += 1.0
+    stall = w.check()
+    assert stall is not None and not stall.all and list(stall.ranks) == [3]
+
+
+def test_rank_that_never_reports_while_others_do_is_behind():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    for step in range(7):
+        for r in (0, 1, 2):
+            w.progress(r, step)
+        clock.now += 1.0
+    stall = w.check()
+    assert stall is not None and list(stall.ranks) == [3]
+
+
+def test_report_once_then_rearmed_by_progress():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    advance_all(w, clock, 1, 6)
+    assert w.check() is not None
+    w.reported = True
+    clock.now += 60
+    assert w.check() is None
+    w.progress(0, 2)
+    clock.now += 6
+    assert w.check() is not None
+
+
+def test_exited_rank_is_not_judged():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    advance_all(w, clock, 1, 1)
+    w.exited(3)
+    for step in range(2, 10):
+        for r in (0, 1, 2):
+            w.progress(r, step)
+        clock.now += 1
+    assert w.check() is None
+
+
+def stacks_at(line):
+    return {"threads": [{"thread": "MainThread", "frames": [{"name": "f", "file": "prog.py", "line": line}]}],
+            "how": "py-spy"}
+
+
+def test_suspect_is_the_rank_waiting_where_the_majority_does_not():
+    stall = Stall({r: 6.0 for r in HOSTS}, True)
+    stacks = {0: stacks_at(10), 1: stacks_at(10), 2: stacks_at(10), 3: stacks_at(7)}
+    assert suspects(stall, stacks) == [3]
+    assert suspects(stall, {0: stacks_at(10), 1: stacks_at(7)}) == []   # a tie blames nobody
+    assert suspects(Stall({2: 6.0}, False), {}) == [2]
+
+
+def test_report_names_rank_host_step_duration_and_frames(tmp_path):
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    advance_all(w, clock, 7, 6.5)
+    stall = w.check()
+    stacks = {0: stacks_at(10), 1: stacks_at(10), 2: stacks_at(10), 3: stacks_at(7)}
+    text = render_report(stall, w.snapshot(), stacks, HOSTS, 5, clock.time(), clock.monotonic(), 30)
+    assert "no rank advanced for 6.5 s (timeouts.stall_s = 5 s)" in text
+    assert "suspect: rank 3 on algo-2 (waiting where the other ranks are not)" in text
+    assert "* rank 3 on algo-2: last step 7, 6.5 s ago" in text
+    assert "      f (prog.py:7)" in text and "      f (prog.py:10)" in text
+    assert "exit code 76 (hung) if no rank advances within 30 s (timeouts.hang_abort_s)" in text
+    path = write_report(tmp_path, text)
+    assert path == tmp_path / "output" / "hang-report.txt" and path.read_text() == text
+
+
+def test_check_observe_report_rejects_bad_fields():
+    assert check_observe_report({"event": "progress", "rank": 1, "step": -1}, HOSTS)[1] \
+        == "progress step '-1' is not a non-negative integer"
+    assert check_observe_report({"event": "progress", "rank": 1, "step": True}, HOSTS)[0] is None
+    ok, _ = check_observe_report({"event": "progress", "rank": 1, "step": 5, "host": "x"}, HOSTS)
+    assert ok == {"event": "progress", "rank": 1, "host": "algo-1", "step": 5}
+    bad, why = check_observe_report({"event": "stacks", "rank": 1, "threads": [{"frames": [{"name": 1}]}],
+                                     "how": ""}, HOSTS)
+    assert bad is None and why == "a stack frame needs a text name and file and an integer line"
+
+
+def test_monitor_reports_with_stacks_and_aborts_after_hang_abort_s(tmp_path):
+    clock = Clock()
+    asked = []
+
+    def request(ranks):
+        asked.append(list(ranks))
+        for r in ranks:   # the ranks answer at once (the channel's thread would call on_report)
+            mon.on_report({"event": "stacks", "rank": r, "host": HOSTS[r], **stacks_at(7 if r == 3 else 10)})
+        return ranks
+
+    mon = HangMonitor(HOSTS, 5, 20, tmp_path, request, clock=clock)
+    for r in HOSTS:
+        mon.on_report({"event": "progress", "rank": r, "step": 3})
+    clock.now += 6
+    mon._report(mon.watch.check())
+    assert asked == [[0, 1, 2, 3]]
+    assert (tmp_path / "output" / "hang-report.txt").read_text() == mon.last_report()
+    assert "suspect: rank 3 on algo-2" in mon.last_report()
+    assert mon.watch.check() is None and not mon.hung()
+    clock.now += 21
+    mon._stop.wait = lambda t, _n=[0]: _n.__setitem__(0, _n[0] + 1) or _n[0] > 1   # one tick, then stop
+    mon._run()
+    assert mon.hung()
