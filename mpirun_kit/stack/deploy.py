@@ -215,12 +215,7 @@ def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Chan
     create = existing is None or status == "REVIEW_IN_PROGRESS"
     previous = None if create else {p["ParameterKey"]: p.get("ParameterValue", "")
                                     for p in existing.get("Parameters") or ()}  # type: ignore[union-attr]
-    kwargs: dict[str, Any] = dict(
-        StackName=name, ChangeSetName=request.change_set_name, ChangeSetType="CREATE" if create else "UPDATE",
-        TemplateBody=request.template_body, Parameters=request.api_parameters(previous),
-        Description=f"mpirun_kit stack deploy {request.template_path}")
-    if request.capabilities:
-        kwargs["Capabilities"] = list(request.capabilities)
+    kwargs = request.api_request(create=create, existing=previous)
     report(f"{'creating' if create else 'updating'} stack {name} from {request.template_path} "
            f"(change set {request.change_set_name})")
     try:

@@ -77,6 +77,16 @@ class DeployRequest:
                     for k in self.template_parameters if k not in given and k in existing]
         return out
 
+    def api_request(self, *, create: bool, existing: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The CreateChangeSet arguments (deploy.py sends exactly these)."""
+        kwargs: dict[str, Any] = dict(
+            StackName=self.stack_name, ChangeSetName=self.change_set_name,
+            ChangeSetType="CREATE" if create else "UPDATE", TemplateBody=self.template_body,
+            Parameters=self.api_parameters(existing), Description=f"mpirun_kit stack deploy {self.template_path}")
+        if self.capabilities:
+            kwargs["Capabilities"] = list(self.capabilities)
+        return kwargs
+
     def render(self) -> str:
         """The plan as ``--dry-run`` prints it."""
         lines = [
@@ -119,7 +129,7 @@ def make_deploy_request(stack_name: str, template: Template, given: Mapping[str,
     if findings:
         raise SpecError(f"{template.path}: breaks mpirun_kit's template rules with these parameters:\n  "
                         + "\n  ".join(str(f) for f in findings))
-    return DeployRequest(
+    request = DeployRequest(
         stack_name=stack_name,
         template_path=template.path,
         change_set_name=change_set_name,
@@ -129,6 +139,10 @@ def make_deploy_request(stack_name: str, template: Template, given: Mapping[str,
         no_echo=frozenset(p.name for p in template.parameters if p.no_echo),
         template_body=template.body,
     )
+    from .limits import validate_request
+
+    validate_request("cloudformation", "CreateChangeSet", request.api_request(create=True), source=template.path)
+    return request
 
 
 def parse_param_args(items: list[str] | tuple[str, ...]) -> dict[str, str]:

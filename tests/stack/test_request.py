@@ -10,7 +10,8 @@ from mpirun_kit.stack.template import parse_template
 
 AZS = {"AvailabilityZone1": "us-west-2a", "AvailabilityZone2": "us-west-2b"}
 VPC_PARAMS = ("AvailabilityZone1", "AvailabilityZone2", "AvailabilityZone3", "VpcCidr", "PrivateSubnet1Cidr",
-              "PrivateSubnet2Cidr", "PrivateSubnet3Cidr", "PublicSubnetCidr", "CreateNatGateway")
+              "PrivateSubnet2Cidr", "PrivateSubnet3Cidr", "PublicSubnetCidr", "PublicSubnet2Cidr", "PublicSubnet3Cidr",
+              "CreateNatGateway", "NatGatewayPerZone")
 
 
 def test_vpc_request_value():
@@ -104,3 +105,13 @@ def test_parse_param_args_needs_key_value(item):
 def test_parse_param_args_twice():
     with pytest.raises(SpecError, match=r"--param A given twice \('1' and '2'\); give it once"):
         parse_param_args(["A=1", "A=2"])
+
+
+def test_parameter_value_over_cloudformation_limit_is_refused_locally():
+    """CloudFormation refuses a parameter value over 4096 bytes; botocore's validator does not."""
+    t = parse_template("t.yaml", "Parameters:\n  Note: {Type: String}\nResources:\n  T: {Type: AWS::SNS::Topic}\n")
+    with pytest.raises(SpecError) as e:
+        make_deploy_request("s", t, {"Note": "n" * 4097}, "c")
+    assert str(e.value) == ("t.yaml: the CreateChangeSet request breaks AWS's limits (1 problem(s)); AWS would refuse "
+                            "it:\n  Parameters[0].ParameterValue: 4097 bytes, over CloudFormation's 4096-byte parameter "
+                            "value limit")
