@@ -46,19 +46,21 @@ def test_stale_nccl_proto_fails_with_exit_1():
     assert allowed.returncode == 0, allowed.stderr
 
 
-def test_private_key_readable_by_others_fails(tmp_path):
+def test_private_key_readable_by_others_warns_on_a_single_host_run(tmp_path):
+    """Only multi-host jobs use ssh: on one host a loose key is worth fixing, not a failed doctor."""
     ssh = tmp_path / ".ssh"
     ssh.mkdir(mode=0o700)
     (ssh / "id_ed25519").write_text("k")
     os.chmod(ssh / "id_ed25519", 0o644)
     proc = doctor("--no-allreduce", home=tmp_path)
-    assert proc.returncode == 1
-    assert f"ssh-keys      FAIL    {ssh}/id_ed25519 is 644, expected 600 or 400" in proc.stdout
+    assert proc.returncode == 0, proc.stdout
+    assert (f"ssh-keys      WARN    {ssh}/id_ed25519 is 644, expected 600 or 400 (only multi-host jobs use ssh)"
+            in proc.stdout)
 
 
 def test_two_local_ranks_run_the_allreduce():
     proc = doctor("--json", "--ranks-per-host", "2", "--allreduce-mb", "1", "--allreduce-port", "29531",
-                  "--timeout", "120")
+                  "--timeout", "120", "-v")  # -v: progress lines
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["allreduce"]["backend"] == "gloo" and rep["allreduce"]["world_size"] == 2
