@@ -175,6 +175,8 @@ class JobTimeouts:
     worker_silence_s: float | None = None
     job_s: float | None = None
     grace_s: float | None = None
+    stall_s: float | None = None
+    hang_abort_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,8 @@ JOB_SCHEMA: dict = {
         "vpc": _obj({"subnets": _STRLIST, "security_groups": _STRLIST}),
         "timeouts": _obj({k: _SECONDS for k in (
             "ssh_ready_s", "ssh_ready_per_host_s", "daemon_wait_s", "daemon_wait_per_host_s",
-            "master_connect_s", "master_silence_s", "worker_silence_s", "job_s", "grace_s")}),
+            "master_connect_s", "master_silence_s", "worker_silence_s", "job_s", "grace_s",
+            "stall_s", "hang_abort_s")}),
         "retries": {"type": "integer", "minimum": 0, "maximum": 30},
         "spot": _obj({"enabled": {"type": "boolean"}, "max_wait_s": {"type": "integer", "minimum": 1}}),
     }, ("apiVersion", "kind", "name", "program")),
