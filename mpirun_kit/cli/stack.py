@@ -68,6 +68,9 @@ def register(subparsers: Any) -> None:
     d.add_argument("--yes", action="store_true",
                    help="execute the change set without asking (needed without a terminal)")
     d.add_argument("--dry-run", action="store_true", help="check locally and print the plan; no AWS call")
+    d.add_argument("--termination-protection", action="store_true",
+                   help="turn on the stack's termination protection after the deploy (the README does for the "
+                        "VPC and FSx stacks)")
     d.add_argument("--timeout", type=float, default=3600.0, metavar="S",
                    help="seconds to wait for the change set and then for the stack (default 3600)")
     d.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
@@ -151,7 +154,8 @@ def _deploy(args: argparse.Namespace) -> int:
     template = load_template(args.template)
     # The change set name is chosen here, not in the library, so a request is reproducible.
     cs_name = "mrk-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(SYSTEM_CLOCK.time()))
-    request = make_deploy_request(args.name, template, parse_param_args(args.param), cs_name)
+    request = make_deploy_request(args.name, template, parse_param_args(args.param), cs_name,
+                                  termination_protection=args.termination_protection)
     if args.dry_run:
         print(_request_json(request) if args.json else request.render())
         return 0

@@ -233,6 +233,7 @@ def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Chan
         if any(m in reason for m in _NO_CHANGE_MARKERS):
             call(client, "delete_change_set", name, ChangeSetName=cs_id)
             report(f"stack {name}: no changes; it already matches {request.template_path} and these parameters")
+            _protect(client, request, report)
             return DeployResult(name, "no-changes", (), tuple(sorted(outputs_of(existing or {}).items())))
         raise StackFailedError(f"change set {request.change_set_name} of stack {name!r} failed: {reason}; "
                                "fix the template or parameters and deploy again", name, "FAILED", None)
@@ -249,8 +250,19 @@ def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Chan
                                    report=report, action="create" if create else "update")
     if final not in SUCCESS_STATES:
         raise _failed(name, final, events, client)
+    _protect(client, request, report)
     outputs = outputs_of(describe_stack(name, client))
     return DeployResult(name, "created" if create else "updated", changes, tuple(sorted(outputs.items())))
+
+
+def _protect(client: Any, request: DeployRequest, report: Callable[[str], None]) -> None:
+    """Termination protection on (CreateChangeSet has no such parameter: it is a separate call)."""
+    if request.termination_protection:
+        call(client, "update_termination_protection", request.stack_name, StackName=request.stack_name,
+             EnableTerminationProtection=True)
+        report(f"stack {request.stack_name}: termination protection on (`aws cloudformation "
+               f"update-termination-protection --no-enable-termination-protection --stack-name "
+               f"{request.stack_name}` before deleting it)")
 
 
 def _continue_rollback(name: str) -> str:

@@ -62,6 +62,8 @@ class DeployRequest:
     capabilities: tuple[str, ...]
     no_echo: frozenset[str] = frozenset()
     template_body: str = field(default="", repr=False)
+    #: turn on termination protection once the stack exists (never turned off here).
+    termination_protection: bool = False
 
     def api_parameters(self, existing: Mapping[str, str] | None) -> list[dict[str, Any]]:
         """``Parameters`` for CreateChangeSet.
@@ -94,6 +96,7 @@ class DeployRequest:
             f"template:     {self.template_path}",
             f"change set:   {self.change_set_name} (CREATE if the stack does not exist, else UPDATE)",
             f"capabilities: {', '.join(self.capabilities) or '(none)'}",
+            f"termination protection: {'on after deploy' if self.termination_protection else 'unchanged'}",
             "parameters:",
         ]
         given = dict(self.parameters)
@@ -107,7 +110,7 @@ class DeployRequest:
 
 
 def make_deploy_request(stack_name: str, template: Template, given: Mapping[str, str],
-                        change_set_name: str) -> DeployRequest:
+                        change_set_name: str, *, termination_protection: bool = False) -> DeployRequest:
     """Check everything that can be checked locally and build the request.
 
     Args:
@@ -115,6 +118,9 @@ def make_deploy_request(stack_name: str, template: Template, given: Mapping[str,
         template: from ``load_template``.
         given: ``--param`` values, name -> value.
         change_set_name: chosen by the caller (the CLI uses the time), so the request is reproducible.
+        termination_protection: enable the stack's termination protection after the deploy
+            (``stack deploy --termination-protection``; the VPC and FSx stacks hold what other
+            stacks and running jobs depend on).
 
     Raises:
         SpecError: bad stack or change set name, bad parameters (all listed), or a
@@ -138,6 +144,7 @@ def make_deploy_request(stack_name: str, template: Template, given: Mapping[str,
         capabilities=required_capabilities(template),
         no_echo=frozenset(p.name for p in template.parameters if p.no_echo),
         template_body=template.body,
+        termination_protection=termination_protection,
     )
     from .limits import validate_request
 

@@ -290,3 +290,27 @@ def test_update_rollback_failed_points_to_continue_update_rollback(stubbed, cloc
         "accepts no update until the rollback finishes; fix what the rollback could not undo (see the stack "
         "events), then run `aws cloudformation continue-update-rollback --stack-name mrk-fsx` (add "
         "--resources-to-skip for resources that cannot be rolled back) and deploy again")
+
+
+def test_termination_protection_after_create(stubbed, clock, monkeypatch):
+    """CreateChangeSet has no termination-protection parameter: deploy turns it on once the stack exists."""
+    monkeypatch.chdir(REPO)
+    client, stub = stubbed
+    name = "mrk-fsx"
+    request = make_deploy_request(name, load_template("cfn/fsx.yaml"), FSX_PARAMS, "mrk-1", termination_protection=True)
+    assert "termination protection: on after deploy" in request.render().splitlines()
+    review = event(name, 0, 0, name, "AWS::CloudFormation::Stack", "REVIEW_IN_PROGRESS")
+    done = event(name, 1, 700, name, "AWS::CloudFormation::Stack", "CREATE_COMPLETE")
+    no_stack(stub, name)
+    stub.add_response("create_change_set", {"Id": CS_ID}, None)
+    stub.add_response("describe_change_set", {"Status": "CREATE_COMPLETE", "Changes": []}, {"ChangeSetName": CS_ID})
+    stub.add_response("describe_stack_events", events(review), {"StackName": name})
+    stub.add_response("execute_change_set", {}, {"ChangeSetName": CS_ID})
+    stub.add_response("describe_stack_events", events(review, done), {"StackName": name})
+    stub.add_response("describe_stacks", stack(name, "CREATE_COMPLETE"), {"StackName": name})
+    stub.add_response("update_termination_protection", {"StackId": stack_id(name)},
+                      {"StackName": name, "EnableTerminationProtection": True})
+    stub.add_response("describe_stacks", stack(name, "CREATE_COMPLETE"), {"StackName": name})
+    lines = []
+    assert deploy(request, client, confirm=lambda ch: True, report=lines.append, clock=clock).outcome == "created"
+    assert lines[-1].startswith("stack mrk-fsx: termination protection on")

@@ -27,11 +27,12 @@ def test_vpc_request_value():
 def test_render_is_the_dry_run_text():
     t = load_template("cfn/vpc.yaml")
     req = make_deploy_request("mrk-vpc", t, AZS, "mrk-1")
-    assert req.render().splitlines()[:7] == [
+    assert req.render().splitlines()[:8] == [
         "stack:        mrk-vpc",
         "template:     cfn/vpc.yaml",
         "change set:   mrk-1 (CREATE if the stack does not exist, else UPDATE)",
         "capabilities: (none)",
+        "termination protection: unchanged",
         "parameters:",
         "  AvailabilityZone1 = us-west-2a",
         "  AvailabilityZone2 = us-west-2b",
