@@ -43,6 +43,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "timeline",
 )
 
+#: commands whose stderr is the job's own log (CloudWatch on SageMaker, entrypoint.log on the sim), read
+#: after the fact rather than watched: their progress lines are on without -v.
+PROGRESS_BY_DEFAULT = ("entrypoint",)
+
 #: one line per code, the same wording in every command's epilog (generated from errors.ExitCode).
 EXIT_CODE_TEXT: dict[int, str] = {
     ExitCode.OK: "success",
@@ -230,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
     saved_level = base.OUTPUT_LEVEL
-    handler = configure_output(args.verbose, args.quiet)
+    verbose = args.verbose or (1 if args.command_name in PROGRESS_BY_DEFAULT else 0)
+    handler = configure_output(verbose, args.quiet)
     try:
         return int(args.func(args) or 0)
     except MpirunKitError as exc:
@@ -249,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         if known is not None:
             print(f"mpirun_kit: error: {args.command_name}: {known}", file=sys.stderr)
             return int(known.exit_code)
-        if args.verbose >= 2:
+        if verbose >= 2:
             raise
         print(f"mpirun_kit: error: internal error in `{args.command_name}`: {type(exc).__name__}: {exc}; rerun with "
               "-vv for the traceback and report it", file=sys.stderr)
