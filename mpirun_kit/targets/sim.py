@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..model import LAUNCH_SPEC_HYPERPARAMETER
@@ -45,12 +46,12 @@ def dryrun(compiled: CompiledJob, *, root: Path, name: str, mpirun_kit_exe: str)
 
 
 class _Tail:
-    """Follows one host's log file, printing complete new lines with a prefix."""
+    """Follows one host's log file, copying each complete new line, bytes unchanged, behind a prefix."""
 
     def __init__(self, path: Path, prefix: str):
-        self.path, self.prefix, self.pos, self.buf = path, prefix, 0, b""
+        self.path, self.prefix, self.pos, self.buf = path, prefix.encode(), 0, b""
 
-    def pump(self, out, final: bool = False) -> None:
+    def pump(self, out: BinaryIO, final: bool = False) -> None:
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.pos)
@@ -63,14 +64,15 @@ class _Tail:
         if final and self.buf:
             lines, self.buf = lines + [self.buf], b""
         for line in lines:
-            out.write(self.prefix + line.decode(errors="replace") + "\n")
+            out.write(self.prefix + line + b"\n")
         out.flush()
 
 
-def run_once(dry: DryRun, attempt: int, *, clock: Clock = SYSTEM_CLOCK, out=None, progress: Progress | None = None) -> int:
+def run_once(dry: DryRun, attempt: int, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
+             progress: Progress | None = None) -> int:
     from ..sim import SimCluster
 
-    out = out or sys.stdout
+    out = out or sys.stdout.buffer
     req = dry.request
     progress = progress or Progress(clock=clock)
     root = Path(req["root"]) / f"attempt-{attempt}"
@@ -104,7 +106,7 @@ def run_once(dry: DryRun, attempt: int, *, clock: Clock = SYSTEM_CLOCK, out=None
     return code
 
 
-def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out=None) -> int:
+def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None) -> int:
     """Run on a fresh simulated cluster (one per attempt); return the job's exit code."""
     progress = Progress(clock=clock)
     return retrying(lambda a: run_once(dry, a, clock=clock, out=out, progress=progress),

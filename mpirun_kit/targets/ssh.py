@@ -203,13 +203,11 @@ class _Session:
 
 
 def _pump(session: _Session, prefix: str, out, lock: threading.Lock) -> None:
-    """Copy one host's combined output line by line until the channel closes."""
-    buf = b""
+    """Copy one host's combined output line by line, bytes unchanged behind ``prefix``, until the channel closes."""
     f = session.channel.makefile("rb")
     for raw in iter(f.readline, b""):
-        buf = raw
         with lock:
-            out.write(prefix + buf.decode(errors="replace").rstrip("\n") + "\n")
+            out.write(prefix.encode() + (raw if raw.endswith(b"\n") else raw + b"\n"))
             out.flush()
     session.code = session.channel.recv_exit_status()
 
@@ -251,8 +249,8 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
 
 def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
         out=None) -> int:
-    """Run on the ssh hosts; return the job's exit code (the master's)."""
-    out = out or sys.stdout
+    """Run on the ssh hosts; return the job's exit code (the master's).  ``out`` takes bytes."""
+    out = out or sys.stdout.buffer
     req = dry.request
     progress = Progress(clock=clock)
     clients = connect_all(req, connect=connect, clock=clock, progress=progress)

@@ -9,6 +9,8 @@ import pytest
 
 from mpirun_kit.cli.main import main
 
+from . import exact_output
+
 pytestmark = pytest.mark.mpi
 
 # One write per line: mpirun --tag-output tags every write, so print() under PYTHONUNBUFFERED
@@ -75,35 +77,8 @@ def test_launcher_past_the_deadline_is_stopped_with_124(tmp_path):
     assert run_argv(["sleep", "30"], deadline_s=0.5, grace_s=1) == 124
 
 
-# Every kind of text a program prints, written in pieces (one os.write each) with pauses, by several ranks
-# at once so their writes interleave inside one another's lines.
-EXACT_PROGRAM = """\
-import os, sys, time
-r = int(os.environ["OMPI_COMM_WORLD_RANK"])
-pieces = [b"    indented %d\\n" % r, b"a", b" b ", b" c\\t", b"%d" % r, b" d\\n", b"\\ttab\\t\\n", b"trail   \\n",
-          b"\\n", b" \\n", b"\\xff\\xfe bin \\x00 %d\\r\\n" % r, b"l1\\nl2\\n"]
-pieces += [b"w%d-%d " % (r, i) for i in range(12)] + [b"\\n"]
-for p in pieces:
-    os.write(1, p)
-    time.sleep(0.01)
-os.write(2, b"  err %d  \\n" % r)
-os.write(1, b"no newline %d" % r)
-"""
-
-
-def expected_lines(r: int) -> list[bytes]:
-    text = [b"    indented %d" % r, b"a b  c\t%d d" % r, b"\ttab\t", b"trail   ", b"", b" ",
-            b"\xff\xfe bin \x00 %d\r" % r, b"l1", b"l2", b" ".join(b"w%d-%d" % (r, i) for i in range(12)) + b" ",
-            b"no newline %d" % r]
-    return [b"[%d localhost] " % r + t for t in text]
-
-
 def test_rank_output_is_byte_for_byte_what_each_rank_wrote(tmp_path, capfdbinary):
     """Issue 16 defect 1: only the launcher's tag is replaced by ``[rank host] ``; nothing else changes."""
-    assert main(["submit", str(job_file(tmp_path, EXACT_PROGRAM, 4))]) == 0
+    assert main(["submit", str(job_file(tmp_path, exact_output.PROGRAM, 4))]) == 0
     captured = capfdbinary.readouterr()
-    out, err = captured.out.split(b"\n"), captured.err.split(b"\n")
-    for r in range(4):
-        mine = [line for line in out if line.startswith(b"[%d localhost] " % r)]
-        assert mine == expected_lines(r)
-        assert b"[%d localhost]   err %d  " % (r, r) in err
+    exact_output.assert_exact(captured.out, captured.err, {r: "localhost" for r in range(4)})

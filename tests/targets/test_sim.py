@@ -32,17 +32,34 @@ def test_allreduce_bench_on_three_simulated_hosts(tmp_path, capfd):
     assert "[algo-2 entrypoint] mpirun_kit: worker algo-2: job result from master: exit code 0" in out
 
 
-def test_failing_rank_exit_code_comes_back_from_the_sim(tmp_path, capfd):
-    spec = tmp_path / "fail.yaml"
+def sim_job(tmp_path: Path, hosts: int, ppn: int, command: str, root: Path | None = None) -> Path:
+    """A sim-target job running ``command`` (a YAML flow sequence), cluster state under ``root``."""
+    spec = tmp_path / "job.yaml"
     spec.write_text(f"""\
 apiVersion: mpirun_kit/v1
 kind: Job
-name: sim-fail
-target: {{type: sim, sim: {{root: {tmp_path / 'sim'}}}}}
-resources: {{hosts: 2, processes_per_host: 1}}
+name: h5-sim-job
+target: {{type: sim, sim: {{root: {root or tmp_path / 'sim'}}}}}
+resources: {{hosts: {hosts}, processes_per_host: {ppn}}}
 program:
-  command: [sh, -c, 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 7; fi; sleep 1']
+  command: {command}
 """)
+    return spec
+
+
+def test_failing_rank_exit_code_comes_back_from_the_sim(tmp_path, capfd):
+    spec = sim_job(tmp_path, 2, 1, """[sh, -c, 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 7; fi; sleep 1']""")
     assert main(["submit", str(spec)]) == 7
     err = capfd.readouterr().err
     assert "sim: every host finished (algo-1=7, algo-2=7)" in err
+
+
+def test_rank_output_is_byte_for_byte_on_the_sim(tmp_path, capfdbinary):
+    """Issue 16 defect 1 on the sim target: mpirun's tags off exactly, then the host log copied unchanged."""
+    from . import exact_output
+
+    (tmp_path / "exact.py").write_text(exact_output.PROGRAM)
+    assert main(["submit", str(sim_job(tmp_path, 2, 2, f"[python3, {tmp_path / 'exact.py'}]"))]) == 0
+    out = capfdbinary.readouterr().out
+    # The host's log holds stdout and stderr together.
+    exact_output.assert_exact(out, out, {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"})

@@ -120,3 +120,19 @@ def test_preflight_names_hosts_without_mpirun_kit(tmp_path):
     assert r.returncode == 69, r.stdout + r.stderr
     assert "mpirun_kit is not importable with '/nonexistent/python' on 1 host(s) (algo-1: exit 127:" in r.stderr
     assert "or set target.ssh.python" in r.stderr
+
+
+def test_rank_output_is_byte_for_byte_over_ssh(tmp_path):
+    """Issue 16 defect 1 on the ssh target: the master's channel output is copied unchanged."""
+    import subprocess
+
+    from . import exact_output
+
+    (tmp_path / "exact.py").write_text(exact_output.PROGRAM)
+    with SimCluster(2, tmp_path / "c", "h5sshx") as sim:
+        job = spec(tmp_path, ["algo-1", "algo-2"], f"exec python3 {tmp_path / 'exact.py'}")
+        p = sim.popen("algo-1", [EXE, "submit", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = p.popen.communicate(timeout=120)
+    assert p.returncode == 0, (out + err).decode(errors="replace")
+    # The channel carries stdout and stderr together.
+    exact_output.assert_exact(out, out, {0: "algo-1", 1: "algo-2"})
