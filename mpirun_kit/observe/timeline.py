@@ -284,10 +284,12 @@ def render_text(data: dict) -> str:
     return "\n".join(lines)
 
 
-#: colours of the Gantt bars: one per span between consecutive phases, named by the phase it ends in.
-_COLOURS = {"sshd_up": "#9ecae1", "ready": "#6baed6", "mpirun_started": "#3182bd", "daemon_up": "#3182bd",
-            "mpirun_exited": "#a1d99b", "result_published": "#fdae6b", "result_received": "#fdae6b",
-            "acked": "#e6550d", "exited": "#756bb1"}
+#: the Gantt bars: one per span between consecutive phases, named (and coloured) by the phase it ends in.
+_SPANS = {"sshd_up": ("start-up", "#c6dbef"), "ready": ("waiting for sshd / the master", "#6baed6"),
+          "mpirun_started": ("planning", "#08519c"), "daemon_up": ("waiting for mpirun's daemon", "#9e9ac8"),
+          "mpirun_exited": ("job running", "#a1d99b"), "result_published": ("result out", "#fdae6b"),
+          "result_received": ("job running (worker)", "#c7e9c0"), "acked": ("acks", "#e6550d"),
+          "exited": ("exit", "#636363"), "rank": ("rank running", "#31a354")}
 
 
 def render_png(data: dict, out: Path) -> Path:
@@ -306,29 +308,30 @@ def render_png(data: dict, out: Path) -> Path:
                         "pip install 'mpirun_kit[timeline]' (or leave out --png)") from exc
     path = critical_path(data)
     t0 = path[0].t if path else 0.0
-    rows: list[tuple[str, list[tuple[float, float, str, str]]]] = []
+    rows: list[tuple[str, list[tuple[float, float, str]]]] = []
     for h, v in data["hosts"].items():
         spans = []
         recs = v["phases"]
         for a, b in zip(recs, recs[1:]):
-            spans.append((a["t"] - t0, b["t"] - a["t"], _COLOURS.get(b["phase"], "#bbbbbb"), b["phase"]))
+            spans.append((a["t"] - t0, b["t"] - a["t"], b["phase"]))
         rows.append((f"{h} ({v['role']})", spans))
         for r in data["ranks"]:
             if r["host"] == h and "started" in r:
                 end = r.get("exited", path[-1].t if path else r["started"])
-                rows.append((f"  rank {r['rank']}", [(r["started"] - t0, end - r["started"], "#31a354", "rank")]))
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(rows) + 1.5))
+                rows.append((f"  rank {r['rank']}", [(r["started"] - t0, end - r["started"], "rank")]))
+    fig, ax = plt.subplots(figsize=(11, 0.3 * len(rows) + 1.6))
     seen: set[str] = set()
     for i, (_, spans) in enumerate(rows):
         y = len(rows) - 1 - i
-        for start, width, colour, phase in spans:
+        for start, width, phase in spans:
+            label, colour = _SPANS.get(phase, (phase, "#bbbbbb"))
             ax.barh(y, max(width, 0.002), left=start, color=colour, edgecolor="none",
-                    height=0.8 if phase != "rank" else 0.5, label=None if phase in seen else phase)
-            seen.add(phase)
+                    height=0.8 if phase != "rank" else 0.5, label=None if label in seen else label)
+            seen.add(label)
     ax.set_yticks(range(len(rows)), [name for name, _ in reversed(rows)], fontsize=7)
     ax.set_xlabel("seconds since the first entrypoint started")
     ax.set_title(summary_line(data), fontsize=8)
-    ax.legend(fontsize=6, loc="lower right", ncols=3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     out = Path(out)

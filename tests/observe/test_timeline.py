@@ -1,0 +1,121 @@
+"""Timeline records, merge, file checks and the `mpirun_kit timeline` command.
+
+The job timelines here are recorded with real Recorders on the system clock (the
+simulated-cluster test, test_observe_sim.py, checks one written by a real job).
+"""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mpirun_kit.errors import SpecError
+from mpirun_kit.observe import timeline
+from mpirun_kit.observe.timeline import Recorder, clean_records, merge
+
+CLI = [sys.executable, "-m", "mpirun_kit.cli.main", "timeline"]
+
+
+def recorded_job():
+    """A 1-master, 2-worker timeline marked phase by phase, like the entrypoints do."""
+    master, workers = Recorder("algo-1", "master"), {h: Recorder(h, "worker") for h in ("algo-2", "algo-3")}
+    for w in workers.values():
+        w.mark("started")
+    master.mark("started")
+    for w in workers.values():
+        w.mark("sshd_up")
+        w.mark("ready")
+    master.mark("sshd_up")
+    master.mark("ready")
+    master.mark("mpirun_started")
+    for w in workers.values():
+        w.mark("daemon_up")
+    hosts = ["algo-1", "algo-2", "algo-3"]
+    ranks = []
+    for r, h in enumerate(hosts):
+        time.sleep(0.01)
+        ranks.append({"event": "start", "rank": r, "host": h, "t": time.time()})
+    for r, h in enumerate(hosts):
+        time.sleep(0.01)
+        ranks.append({"event": "exit", "rank": r, "host": h, "t": time.time(), "exit_code": 0, "signal": None})
+    master.mark("mpirun_exited")
+    master.mark("result_published")
+    for w in workers.values():
+        w.mark("result_received")
+        w.mark("acked")
+    master.mark("acked")
+    master.mark("exited")
+    return merge(master, {h: w.as_list() for h, w in workers.items()}, ranks, workers)
+
+
+def test_merge_write_load_roundtrip(tmp_path):
+    data = recorded_job()
+    path = timeline.write(tmp_path, data)
+    assert path == tmp_path / "output" / "timeline.json"
+    assert timeline.load(path) == json.loads(json.dumps(data))
+    assert [r["phase"] for r in data["hosts"]["algo-1"]["phases"]] == list(timeline.MASTER_PHASES)
+    assert [r["phase"] for r in data["hosts"]["algo-2"]["phases"]] == list(timeline.WORKER_PHASES)
+    assert not list((tmp_path / "output").glob(".timeline*"))   # no temporary file left behind
+
+
+def test_critical_path_names_the_last_rank_and_is_in_order():
+    data = recorded_job()
+    path = timeline.critical_path(data)
+    whats = [s.what for s in path]
+    assert whats[0].startswith("first entrypoint started (algo-")
+    assert "last rank started (rank 2 on algo-3)" in whats and "last rank exited (rank 2 on algo-3)" in whats
+    assert whats[-1] == "master algo-1 exited"
+    assert [s.t for s in path] == sorted(s.t for s in path)
+    s = timeline.summary(data)
+    assert set(s["startup_cpu_s"]) == {"algo-1", "algo-2", "algo-3"} and s["launch_s"] > 0
+
+
+def test_clean_records_rejects_hostile_input():
+    good = [{"phase": "started", "t": 1.0, "mono": 2.0, "cpu_s": 0.1}]
+    assert clean_records(good) == good
+    assert clean_records([{**good[0], "phase": "rm -rf"}]) is None
+    assert clean_records([{**good[0], "t": float("nan")}]) is None
+    assert clean_records(good * 33) is None
+    assert clean_records({"phase": "started"}) is None
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("{ nope", "not a timeline: not valid JSON"),
+    ('{"version": 1, "hosts": {}}', "not a timeline: field 'hosts' is missing or empty"),
+    ('{"version": 1, "hosts": {"a": {"role": "master", "phases": [{"phase": "x"}]}}, "ranks": []}',
+     "not a timeline: host 'a': field 'phases' is not a list of known phases with finite times"),
+])
+def test_bad_file_is_an_error_naming_it(tmp_path, content, expected):
+    bad = tmp_path / "t.json"
+    bad.write_text(content)
+    with pytest.raises(SpecError, match="give the timeline.json a job wrote"):
+        timeline.load(bad)
+    out = subprocess.run([*CLI, str(bad)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 64
+    assert out.stderr.startswith(f"mpirun_kit: error: {bad}: {expected}"), out.stderr
+
+
+def test_cli_prints_critical_path_and_renders_png(tmp_path):
+    path = timeline.write(tmp_path, recorded_job())
+    png = tmp_path / "chart.png"
+    out = subprocess.run([*CLI, str(path), "--png", str(png)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("critical path (seconds from the first entrypoint's start):\n")
+    assert "last rank started (rank 2 on algo-3)" in out.stdout
+    assert "entrypoint CPU time during start-up (to mpirun/daemon start): algo-1 " in out.stdout
+    assert f"chart written to {png}" in out.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    js = json.loads(subprocess.run([*CLI, str(path), "--json"], capture_output=True, text=True, timeout=60).stdout)
+    assert js["critical_path"][-1]["what"] == "master algo-1 exited"
+
+
+def test_png_without_matplotlib_names_the_extra(tmp_path):
+    path = timeline.write(tmp_path, recorded_job())
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "from mpirun_kit.cli.main import main\n"
+            f"sys.exit(main(['timeline', {str(path)!r}, '--png', {str(tmp_path / 'x.png')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 64, out.stderr
+    assert ("mpirun_kit: error: rendering a timeline chart needs matplotlib, which is not installed: "
+            "pip install 'mpirun_kit[timeline]' (or leave out --png)") in out.stderr
