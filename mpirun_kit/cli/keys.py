@@ -24,23 +24,51 @@ import sys
 from pathlib import Path
 
 
+_KEYS_HELP = {
+    "new": ("write a fresh job secret",
+            "Write a fresh 32-byte job secret to --out (mode 600, written atomically); the only random step. "
+            "Every host derives the job's ssh keys from it and the job name.",
+            ["mpirun_kit keys new --out job-secret", "mpirun_kit keys new --out job-secret --force"]),
+    "show": ("print the job's public keys and fingerprints",
+             "Print the public keys and fingerprints derived for job --job from --secret-file (never a private "
+             "key), to compare with what a host presents.",
+             ["mpirun_kit keys show --secret-file job-secret --job maskrcnn-20261123-101500",
+              "mpirun_kit keys show --secret-file job-secret --job maskrcnn-20261123-101500 --json"]),
+    "install": ("write the job's ssh files on this host",
+                "Write the job's ssh files on this host: ~/.ssh keys, authorized_keys, known_hosts and the sshd "
+                "host key. --sagemaker takes hosts, interface, job and secret from the SageMaker host (see "
+                "`mpirun_kit keys --help`); --dry-run prints the files, private keys redacted.",
+                ["mpirun_kit keys install --secret-file job-secret --job j1 --hosts algo-1,algo-2 --dry-run",
+                 "mpirun_kit keys install --sagemaker"]),
+}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("keys", help="per-job ssh key material (new secret, show, install on a host)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog="exit codes: 0 ok; 64 bad input (secret file, job name, hosts, existing --out)")
+    from ..errors import ExitCode
+    from .main import add_command, exit_codes
+
+    codes = exit_codes(ExitCode.BAD_INPUT, notes={
+        64: "bad input: secret file, job name, hosts, an existing or unwritable --out"})
+    p = add_command(sub, "keys", help="per-job ssh key material (new secret, show, install on a host)",
+                    # The module docstring minus its first line (which names the library module).
+                    description="Per-job ssh key material.\n\n" + __doc__.split("\n", 2)[2], codes=codes,
+                    examples=["mpirun_kit keys new --out job-secret", "mpirun_kit keys ACTION --help"])
     ksub = p.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
 
-    new = ksub.add_parser("new", help="write a fresh job secret")
+    def action(name: str) -> argparse.ArgumentParser:
+        helptext, description, examples = _KEYS_HELP[name]
+        return add_command(ksub, name, help=helptext, description=description, examples=examples, codes=codes)
+
+    new = action("new")
     new.add_argument("--out", required=True, help="file to create (mode 600)")
     new.add_argument("--force", action="store_true", help="replace an existing file")
     new.set_defaults(func=_new)
 
-    for name, helptext, func in (("show", "print the job's public keys and fingerprints", _show),
-                                 ("install", "write the job's ssh files on this host", _install)):
-        k = ksub.add_parser(name, help=helptext)
+    for name, func in (("show", _show), ("install", _install)):
+        k = action(name)
         k.add_argument("--secret-file", required=(name == "show"),
-                       help="the job secret (from `keys new`); with --sagemaker default "
-                            "/opt/ml/input/data/mpirun-keys/job-secret")
+                       help="the job secret (from `keys new`)" + ("; with --sagemaker default "
+                            "/opt/ml/input/data/mpirun-keys/job-secret" if name == "install" else ""))
         k.add_argument("--job", default=None,
                        help="job name the keys are bound to (default: $TRAINING_JOB_NAME, set by SageMaker)")
         k.add_argument("--json", action="store_true", help="machine-readable output")
