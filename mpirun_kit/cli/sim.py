@@ -18,31 +18,57 @@ def _root(args) -> Path:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sim", help="simulated multi-host cluster (namespaces + sshd per host)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ..errors import ExitCode
+    from .main import add_command, exit_codes
+
+    codes = exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, notes={
+        64: "bad input: cluster name, host count, not root", 69: "the cluster is not up, or a host did not start"})
+
+    def action(parent, name: str, helptext: str, description: str, examples: list[str], **kw):
+        return add_command(parent, name, help=helptext, description=description, examples=examples,
+                           codes=kw.pop("codes", codes), **kw)
+
+    p = action(sub, "sim", "simulated multi-host cluster (namespaces + sshd per host)",
+               "A simulated multi-host cluster on this machine (root only): one network namespace, sshd and "
+               "/opt/ml tree per host, algo-1..algo-N, as SageMaker lays them out. A cluster stays up between "
+               "commands; its files live under --root (default /var/tmp/mpirun-kit-sim/NAME).",
+               ["mpirun_kit sim up --hosts 2", "mpirun_kit sim exec algo-2 -- hostname", "mpirun_kit sim down"])
     ssub = p.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
 
-    up = ssub.add_parser("up", help="bring up N hosts algo-1..algo-N")
+    def name_root(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--name", default="sim", help="cluster name, 1-12 lowercase letters/digits (default sim)")
+        sp.add_argument("--root", help="the cluster's state directory (default /var/tmp/mpirun-kit-sim/NAME)")
+
+    up = action(ssub, "up", "bring up N hosts algo-1..algo-N",
+                "Bring up a simulated cluster of --hosts hosts and print each host's address (--json: as JSON).",
+                ["mpirun_kit sim up", "mpirun_kit sim up --hosts 4 --name big --json"])
     up.add_argument("--hosts", type=int, default=3, help="number of hosts (default 3)")
-    up.add_argument("--name", default="sim", help="cluster name, 1-12 lowercase letters/digits (default sim)")
-    up.add_argument("--root", help="state directory (default /var/tmp/mpirun-kit-sim/NAME)")
+    name_root(up)
     up.add_argument("--instance-type", default="ml.c5.xlarge", help="instance type in resourceconfig.json")
     up.add_argument("--json", action="store_true", help="print hosts as JSON")
     up.set_defaults(func=_up)
 
-    down = ssub.add_parser("down", help="tear a cluster down (idempotent)")
-    down.add_argument("--name", default="sim")
-    down.add_argument("--root")
+    down = action(ssub, "down", "tear a cluster down (idempotent)",
+                  "Stop every process of a simulated cluster and remove its namespaces; a cluster that is not "
+                  "up is not an error.", ["mpirun_kit sim down", "mpirun_kit sim down --name big",
+                                          "mpirun_kit sim down --all"])
+    name_root(down)
     down.add_argument("--all", action="store_true", help="tear down every simulated cluster on this machine")
     down.set_defaults(func=_down)
 
-    ls = ssub.add_parser("list", help="list simulated clusters on this machine")
-    ls.add_argument("--json", action="store_true")
+    ls = action(ssub, "list", "list simulated clusters on this machine",
+                "Print the names of the simulated clusters that are up (--json: a JSON list).",
+                ["mpirun_kit sim list", "mpirun_kit sim list --json"])
+    ls.add_argument("--json", action="store_true", help="a JSON list of cluster names")
     ls.set_defaults(func=_list)
 
-    ex = ssub.add_parser("exec", help="run a command on one host: sim exec [--name N] HOST -- CMD...")
-    ex.add_argument("--name", default="sim")
-    ex.add_argument("--root")
+    ex = action(ssub, "exec", "run a command on one host: sim exec [--name N] HOST -- CMD...",
+                "Run a command inside one simulated host's namespace and exit with its exit code.",
+                ["mpirun_kit sim exec algo-1 -- hostname", "mpirun_kit sim exec --name big algo-3 -- ip addr"],
+                codes=exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, notes={
+                    0: "the command succeeded", 64: "no command given",
+                    69: "the cluster is not up"}, extra="other codes: the command's own exit code"))
+    name_root(ex)
     ex.add_argument("host", help="host name, e.g. algo-2")
     ex.add_argument("argv", nargs=argparse.REMAINDER, help="command and arguments")
     ex.set_defaults(func=_exec)
