@@ -9,6 +9,7 @@ EFA, MPI flavour) and building the stack-output resolver.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -181,6 +182,12 @@ def compile_with_stack_values(args, facts: HostFacts | None = None, *, python: s
     compiled = compile_job(job, python=python, resolver=outputs.__getitem__, efa=facts.efa if local else None,
                            local_gpus=facts.gpus)
     values = tuple((f"{s}.{k}", str(outputs[s][k])) for s, k in refs if k in outputs.get(s, {}))
+    # The job against the stacks it names (role reach, key channel, FSx subnet): before anything is sent.
+    from ..stack.infra import check_job_infrastructure
+
+    infra = check_job_infrastructure(job, compiled.job, outputs)
+    if infra:
+        compiled = dataclasses.replace(compiled, warnings=compiled.warnings + infra)
     return compiled, facts, values
 
 

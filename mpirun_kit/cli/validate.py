@@ -60,8 +60,11 @@ def validate_file(path: Path, target: str | None = None) -> tuple[bool, str]:
     except SpecError as exc:
         return False, str(exc)
     summary = f"{path}: ok ({job.name}, target {job.target.type}, {len(compiled.hosts)} host(s))"
-    if compiled.warnings:
-        summary += "".join(f"\n  warning: {w}" for w in compiled.warnings)
+    from ..stack.infra import key_channel_warnings
+
+    warnings = compiled.warnings + key_channel_warnings(job)
+    if warnings:
+        summary += "".join(f"\n  warning: {w}" for w in warnings)
     return True, summary
 
 

@@ -1,0 +1,163 @@
+"""A job against the infrastructure it names: what ``plan`` reports before anything is sent.
+
+Place in the data flow: after a job spec is loaded and its ``${stack:NAME.Key}``
+references resolved (cli/plan.py ``compile_with_stack_values``), before any request
+is built.  Inputs are values: the job as written (to see which stack a value came
+from), the job as resolved, and the outputs of the stacks it names.  Nothing here
+calls AWS; every check whose facts are missing (a stack output given by hand
+without the role's outputs, a literal role ARN) is skipped, never guessed.
+
+Checks (each a warning line; SageMaker would fail the job, not refuse the request):
+
+  keys       a multi-host SageMaker job without the ``mpirun-keys`` channel (``keys
+             install --sagemaker`` fails on every host), or with one whose URI does not
+             name ``${job_name}`` (keys are derived for the exact training-job name).
+  image      the image is not in the ECR repository the role may pull from
+             (role stack output ``RoleImageRepository``).
+  s3         an S3 URI (output, checkpoints, channels) outside ``s3://RoleBucket/RolePrefix/``.
+  kms        an S3 KMS key the job's objects use that the role may not decrypt with
+             (``RoleKmsKeyArn``).
+  fsx        an FSx channel whose file system lives in a subnet the job does not run in
+             only (fsx stack output ``SubnetId``), or a read-write channel on SCRATCH_2
+             (nothing written there is exported to S3).
+
+cfn/sagemaker-role.yaml's defaults are checked against jobs/ with the same function
+(``role_outputs_from_template``; rule DEFAULTS_AGREE in tests/cfn/test_defaults_agree.py).
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+from ..spec import schema as S
+from .template import Template
+
+#: the input channel ``keys install --sagemaker`` reads the job secret from (sshkeys.SAGEMAKER_SECRET_PATH).
+KEY_CHANNEL = "mpirun-keys"
+JOB_NAME_REF = "${job_name}"
+_STACK_REF = re.compile(r"^\$\{stack:([A-Za-z][A-Za-z0-9-]*)\.([A-Za-z0-9]+)\}$")
+_S3_URI = re.compile(r"^s3://([^/]+)/?(.*)$")
+
+
+def _stack_of(value: str | None, key: str) -> str | None:
+    """The stack a value was taken from, when it is exactly ``${stack:NAME.key}``."""
+    m = _STACK_REF.match(value or "")
+    return m.group(1) if m and m.group(2) == key else None
+
+
+def key_channel_warnings(job: S.JobSpec) -> tuple[str, ...]:
+    """The ssh key channel of a multi-host SageMaker job (needs no stack outputs: validate runs it too)."""
+    if job.target.type != "sagemaker" or (job.resources.hosts or 1) < 2:
+        return ()
+    channel = next((c for c in job.data if c.name == KEY_CHANNEL), None)
+    if channel is None:
+        return (f"data: {job.resources.hosts}-host SageMaker job without the '{KEY_CHANNEL}' channel: `keys install "
+                "--sagemaker` fails on every host. Make the keys for the name submit will use (bash "
+                "ops/make-job-keys.sh --job NAME --out s3://BUCKET/PREFIX/keys/NAME/), add data: "
+                f"{{{KEY_CHANNEL}: {{s3: s3://BUCKET/PREFIX/keys/{JOB_NAME_REF}/}}}} and submit with --job-name NAME",)
+    if channel.kind == "s3" and JOB_NAME_REF not in (channel.s3 or ""):
+        return (f"data.{KEY_CHANNEL}.s3: {channel.s3} does not name {JOB_NAME_REF}; the keys are derived for the "
+                "exact training-job name, so every job needs its own secret under its own name",)
+    return ()
+
+
+def role_outputs_from_template(template: Template, given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the role stack's outputs would be for these parameters (defaults where not given).
+
+    ``RoleImageRepository`` is the repository name only here (no account or region).
+    """
+    values = {p.name: p.default for p in template.parameters if p.default is not None}
+    values.update(given or {})
+    out = {k: v for k, v in (("RoleBucket", values.get("BucketName")), ("RolePrefix", values.get("Prefix")),
+                             ("RoleImageRepository", values.get("ImageRepositoryName")),
+                             ("RoleKmsKeyArn", values.get("KmsKeyArn"))) if v}
+    return out
+
+
+def _image_repository(image: str) -> str:
+    """``HOST/REPO:TAG`` or ``HOST/REPO@sha256:..`` -> ``HOST/REPO``."""
+    base = image.split("@", 1)[0]
+    head, _, last = base.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
+def _split_registry(repo: str) -> tuple[str, str]:
+    """``HOST/NAME`` -> (HOST, NAME); a bare repository name (may hold '/') -> ("", NAME)."""
+    head, sep, rest = repo.partition("/")
+    return (head, rest) if sep and ("." in head or ":" in head) else ("", repo)
+
+
+def _repo_matches(image_repo: str, allowed: str) -> bool:
+    # A deployed role stack gives the full URI; the template's parameters give the name only.
+    a_host, a_name = _split_registry(allowed)
+    i_host, i_name = _split_registry(image_repo)
+    return i_name == a_name and (not a_host or i_host == a_host)
+
+
+def _s3_uris(job: S.JobSpec) -> Iterable[tuple[str, str]]:
+    sm = job.target.sagemaker
+    if sm.output_s3:
+        yield "target.sagemaker.output_s3", sm.output_s3
+    if job.checkpoint.s3:
+        yield "checkpoint.s3", job.checkpoint.s3
+    for ch in job.data:
+        if ch.s3:
+            yield f"data.{ch.name}.s3", ch.s3
+
+
+def check_job_infrastructure(written: S.JobSpec, resolved: S.JobSpec,
+                             outputs: Mapping[str, Mapping[str, str]], *,
+                             kms_keys: Iterable[str] = ()) -> tuple[str, ...]:
+    """Warnings for a SageMaker job whose role, storage or network does not fit it.
+
+    Args:
+        written: the job as loaded (``${stack:...}`` still in it).
+        resolved: the same job with stack outputs substituted.
+        outputs: stack name -> its outputs (those known; missing keys skip their check).
+        kms_keys: KMS key ARNs the job's S3 objects are encrypted with, where known.
+    """
+    if resolved.target.type != "sagemaker":
+        return ()
+    out = list(key_channel_warnings(resolved))
+    role_stack = _stack_of(written.target.sagemaker.role, "RoleArn")
+    role = outputs.get(role_stack or "", {})
+    where = f"role stack {role_stack}" if role_stack else "the role"
+    allowed_repo = role.get("RoleImageRepository")
+    if allowed_repo and resolved.image and not _repo_matches(_image_repository(resolved.image), allowed_repo):
+        out.append(f"image: {resolved.image} is not in the ECR repository {where} may pull from ({allowed_repo}); "
+                   "push it there (docker/build.sh --repository) or deploy the role with "
+                   "--param ImageRepositoryName=<its repository>")
+    bucket, prefix = role.get("RoleBucket"), role.get("RolePrefix")
+    if bucket:
+        scope = f"s3://{bucket}/{prefix}/" if prefix else f"s3://{bucket}/"
+        for path, uri in _s3_uris(resolved):
+            m = _S3_URI.match(uri)
+            key = m.group(2) if m else ""
+            inside = m is not None and m.group(1) == bucket and (
+                not prefix or key == prefix or key.startswith(prefix.rstrip("/") + "/"))
+            if not inside:
+                out.append(f"{path}: {uri} is outside what {where} may read and write ({scope}...); move it under "
+                           "that prefix or deploy the role with --param BucketName=/Prefix= to match")
+    if role_stack is not None and role:
+        allowed_key = role.get("RoleKmsKeyArn", "")
+        for key in dict.fromkeys(kms_keys):
+            if key != allowed_key:
+                out.append(f"kms: the job's objects are encrypted with {key}, but {where} may decrypt "
+                           f"{'with ' + allowed_key if allowed_key else 'with no customer-managed key'}; deploy the "
+                           f"role with --param KmsKeyArn={key}")
+    subnets = set(resolved.vpc.subnets)
+    for w_ch, r_ch in zip(written.data, resolved.data):
+        if r_ch.kind != "fsx":
+            continue
+        fsx = outputs.get(_stack_of(w_ch.fsx_id, "FileSystemId") or "", {})
+        fs_subnet = fsx.get("SubnetId")
+        if fs_subnet and subnets and subnets != {fs_subnet}:
+            others = ", ".join(sorted(subnets - {fs_subnet})) or "none of them"
+            out.append(f"data.{r_ch.name}.fsx: file system {r_ch.fsx_id} is in subnet {fs_subnet}, but the job may "
+                       f"run in {others} (vpc.subnets); set vpc.subnets to [{fs_subnet}]")
+        if fsx.get("DeploymentType", "").startswith("SCRATCH") and r_ch.mode == "rw":
+            out.append(f"data.{r_ch.name}: read-write channel on a {fsx['DeploymentType']} file system: nothing "
+                       "written there is exported to S3 and it is lost with the stack; write to checkpoint.s3 / "
+                       "output_s3, or use PERSISTENT_2 (automatic export)")
+    return tuple(out)
+

@@ -1,0 +1,146 @@
+"""mpirun_kit.stack.infra: a job against the stacks it names, each check with its message."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpirun_kit.spec.compile import resolve_stack_refs
+from mpirun_kit.spec.load import load_job_text
+from mpirun_kit.stack import load_template
+from mpirun_kit.stack.infra import check_job_infrastructure, key_channel_warnings, role_outputs_from_template
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = textwrap.dedent("""\
+    apiVersion: mpirun_kit/v1
+    kind: Job
+    name: j
+    target:
+      type: sagemaker
+      sagemaker:
+        role: ${stack:mrk-role.RoleArn}
+        output_s3: s3://mrk-artifacts/mpirun-kit/j/output
+    image: 123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit:0.1.0
+    resources: {instance_type: ml.p4d.24xlarge, hosts: 2}
+    program: {module: m}
+    data:
+      coco:
+        fsx: {file_system_id: "${stack:mrk-fsx.FileSystemId}", mount_name: abcd, path: /coco}
+      mpirun-keys:
+        s3: s3://mrk-artifacts/mpirun-kit/keys/${job_name}/
+    checkpoint: {s3: s3://mrk-artifacts/mpirun-kit/j/checkpoints}
+    vpc: {subnets: ["${stack:mrk-vpc.PrivateSubnet1Id}"], security_groups: [sg-1]}
+    """)
+OUTPUTS = {
+    "mrk-role": {"RoleArn": "arn:aws:iam::123456789012:role/r", "RoleBucket": "mrk-artifacts", "RolePrefix": "mpirun-kit",
+                 "RoleImageRepository": "123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit"},
+    "mrk-fsx": {"FileSystemId": "fs-0123456789abcdef0", "SubnetId": "subnet-a", "DeploymentType": "SCRATCH_2"},
+    "mrk-vpc": {"PrivateSubnet1Id": "subnet-a", "PrivateSubnet2Id": "subnet-b"},
+}
+
+
+def check(text=SPEC, outputs=OUTPUTS, **kw):
+    written = load_job_text(text, "j.yaml")
+    return check_job_infrastructure(written, resolve_stack_refs(written, outputs.__getitem__), outputs, **kw)
+
+
+def test_a_fitting_job_has_no_warning():
+    assert check() == ()
+
+
+def test_image_in_another_repository():
+    (w,) = check(SPEC.replace("/mpirun-kit:0.1.0", "/mpirun_kit:0.1.0"))
+    assert w == ("image: 123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun_kit:0.1.0 is not in the ECR repository "
+                 "role stack mrk-role may pull from (123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit); push it "
+                 "there (docker/build.sh --repository) or deploy the role with --param ImageRepositoryName=<its "
+                 "repository>")
+
+
+def test_s3_outside_the_role_prefix():
+    warnings = check(SPEC.replace("s3://mrk-artifacts/mpirun-kit/j/output", "s3://mrk-artifacts/maskrcnn/output")
+                     .replace("s3://mrk-artifacts/mpirun-kit/j/checkpoints", "s3://other/mpirun-kit/c"))
+    assert warnings == (
+        "target.sagemaker.output_s3: s3://mrk-artifacts/maskrcnn/output is outside what role stack mrk-role may read "
+        "and write (s3://mrk-artifacts/mpirun-kit/...); move it under that prefix or deploy the role with "
+        "--param BucketName=/Prefix= to match",
+        "checkpoint.s3: s3://other/mpirun-kit/c is outside what role stack mrk-role may read and write "
+        "(s3://mrk-artifacts/mpirun-kit/...); move it under that prefix or deploy the role with --param "
+        "BucketName=/Prefix= to match")
+
+
+def test_prefix_is_a_path_segment_not_a_string_prefix():
+    (w,) = check(SPEC.replace("s3://mrk-artifacts/mpirun-kit/j/output", "s3://mrk-artifacts/mpirun-kit-old/out"))
+    assert w.startswith("target.sagemaker.output_s3: s3://mrk-artifacts/mpirun-kit-old/out is outside")
+
+
+def test_multi_host_without_key_channel():
+    text = SPEC.replace("  mpirun-keys:\n    s3: s3://mrk-artifacts/mpirun-kit/keys/${job_name}/\n", "")
+    (w,) = check(text)
+    assert w.startswith("data: 2-host SageMaker job without the 'mpirun-keys' channel: `keys install --sagemaker` "
+                        "fails on every host. Make the keys for the name submit will use")
+    one_host = text.replace("hosts: 2", "hosts: 1")
+    assert check(one_host) == ()
+
+
+def test_key_channel_not_per_job():
+    (w,) = key_channel_warnings(load_job_text(SPEC.replace("keys/${job_name}/", "keys/"), "j.yaml"))
+    assert w == ("data.mpirun-keys.s3: s3://mrk-artifacts/mpirun-kit/keys/ does not name ${job_name}; the keys are "
+                 "derived for the exact training-job name, so every job needs its own secret under its own name")
+
+
+def test_kms_key_the_role_cannot_decrypt():
+    key = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    (w,) = check(kms_keys=[key])
+    assert w == (f"kms: the job's objects are encrypted with {key}, but role stack mrk-role may decrypt with no "
+                 f"customer-managed key; deploy the role with --param KmsKeyArn={key}")
+    allowed = {**OUTPUTS, "mrk-role": {**OUTPUTS["mrk-role"], "RoleKmsKeyArn": key}}
+    assert check(outputs=allowed, kms_keys=[key]) == ()
+
+
+def test_fsx_channel_in_another_subnet():
+    (w,) = check(SPEC.replace("PrivateSubnet1Id", "PrivateSubnet2Id"))
+    assert w == ("data.coco.fsx: file system fs-0123456789abcdef0 is in subnet subnet-a, but the job may run in "
+                 "subnet-b (vpc.subnets); set vpc.subnets to [subnet-a]")
+
+
+def test_read_write_channel_on_scratch():
+    (w,) = check(SPEC.replace("path: /coco}", "path: /coco}\n    mode: rw"))
+    assert w.startswith("data.coco: read-write channel on a SCRATCH_2 file system: nothing written there is exported")
+
+
+def test_unknown_outputs_skip_their_checks():
+    partial = {"mrk-role": {"RoleArn": "arn:aws:iam::123456789012:role/r"}, "mrk-fsx": {"FileSystemId": "fs-0123456789abcdef0"},
+               "mrk-vpc": {"PrivateSubnet1Id": "subnet-z"}}
+    assert check(SPEC.replace("/mpirun-kit:0.1.0", "/other:1"), outputs=partial) == ()
+
+
+@pytest.mark.parametrize("job", ["maskrcnn.yaml"])
+def test_role_template_defaults_fit_the_jobs(job):
+    """Rule DEFAULTS_AGREE: cfn/sagemaker-role.yaml's defaults reach what jobs/ use (bucket from the README)."""
+    role = role_outputs_from_template(load_template(str(REPO / "cfn" / "sagemaker-role.yaml")),
+                                      {"BucketName": "mrk-artifacts"})
+    assert role == {"RoleBucket": "mrk-artifacts", "RolePrefix": "mpirun-kit", "RoleImageRepository": "mpirun-kit"}
+    text = (REPO / "jobs" / job).read_text()
+    written = load_job_text(text, job)
+    outputs = {"mrk-role": {"RoleArn": "arn:aws:iam::123456789012:role/r", **role},
+               "mrk-fsx": {"FileSystemId": "fs-0123456789abcdef0", "LustreMountName": "abcd"},
+               "mrk-vpc": {"PrivateSubnet1Id": "subnet-a", "SecurityGroupId": "sg-1"}}
+    assert check_job_infrastructure(written, resolve_stack_refs(written, outputs.__getitem__), outputs) == ()
+
+
+def test_build_script_pushes_where_the_role_pulls():
+    """docker/build.sh's default repository is the role template's default ImageRepositoryName."""
+    import re
+    build = (REPO / "docker" / "build.sh").read_text()
+    (pushed,) = re.findall(r'^repository="([^"]+)"$', build, re.M)
+    assert load_template(str(REPO / "cfn" / "sagemaker-role.yaml")).parameter("ImageRepositoryName").default == pushed
+
+
+def test_validate_notices_the_missing_key_channel(tmp_path, capsys):
+    from mpirun_kit.cli.main import main
+    spec = tmp_path / "j.yaml"
+    spec.write_text(SPEC.replace("  mpirun-keys:\n    s3: s3://mrk-artifacts/mpirun-kit/keys/${job_name}/\n", ""))
+    assert main(["validate", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert "  warning: data: 2-host SageMaker job without the 'mpirun-keys' channel" in out
