@@ -47,8 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from ..errors import ExitCode
     from .main import add_command, exit_codes
 
-    codes = exit_codes(ExitCode.BAD_INPUT, notes={
-        64: "bad input: secret file, job name, hosts, an existing or unwritable --out"})
+    codes = exit_codes(ExitCode.BAD_INPUT, notes={64: "bad input: secret file, job name, hosts"})
     p = add_command(sub, "keys", help="per-job ssh key material (new secret, show, install on a host)",
                     # The module docstring minus its first line (which names the library module).
                     description="Per-job ssh key material.\n\n" + __doc__.split("\n", 2)[2], codes=codes,
@@ -57,7 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     def action(name: str) -> argparse.ArgumentParser:
         helptext, description, examples = _KEYS_HELP[name]
-        return add_command(ksub, name, help=helptext, description=description, examples=examples, codes=codes)
+        return add_command(ksub, name, help=helptext, description=description, examples=examples,
+                           codes=codes if name != "new" else exit_codes(ExitCode.BAD_INPUT, notes={
+                               64: "--out exists (without --force), is a directory, or cannot be written"}))
 
     new = action("new")
     new.add_argument("--out", required=True, help="file to create (mode 600)")
