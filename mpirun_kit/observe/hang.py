@@ -254,7 +254,8 @@ class HangMonitor:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=STACKS_WAIT_S + 1)
+        if self._thread.ident is not None:
+            self._thread.join(timeout=STACKS_WAIT_S + 1)
 
     def hung(self) -> bool:
         """True once hang_abort_s ran out after a report: the master stops mpirun."""

@@ -24,7 +24,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -55,6 +54,8 @@ def prepare(env: dict) -> tuple[dict, int, int, str | None]:
     env = {**env, PROGRESS_FD_VAR: str(w)}
     stack_file = None
     if find_pyspy() is None:
+        import tempfile
+
         fd, stack_file = tempfile.mkstemp(prefix="mpirun_kit-stacks.")
         os.close(fd)
         env[STACK_FILE_VAR] = stack_file

@@ -45,6 +45,18 @@ def cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc; 10 ms resolution), or None."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @dataclass
 class Recorder:
     """One entrypoint's phases, in the order marked.  ``mark`` never raises."""
@@ -57,6 +69,16 @@ class Recorder:
     def mark(self, phase: str, **extra) -> dict:
         rec = {"phase": phase, "t": self.clock.time(), "mono": self.clock.monotonic(), "cpu_s": cpu_seconds(),
                **extra}
+        self.records.append(rec)
+        return rec
+
+    def mark_process_start(self) -> dict | None:
+        """Mark "started" at this process's start (from /proc: its age in clock ticks), so the
+        interpreter's own start-up and imports count; None where /proc does not say."""
+        age = process_age_s()
+        if age is None:
+            return None
+        rec = {"phase": "started", "t": self.clock.time() - age, "mono": self.clock.monotonic() - age, "cpu_s": 0.0}
         self.records.append(rec)
         return rec
 
