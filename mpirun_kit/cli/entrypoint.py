@@ -9,16 +9,22 @@ import argparse
 import os
 from pathlib import Path
 
-EXIT_CODES = ("exit codes: 0 ok; 1-63 the job's own code (first failing rank); 64 bad input "
-              "(resourceconfig, hyperparameters, flags); 69 a worker's sshd never answered; 70 launcher failure "
-              "(MPI daemon never started, result port taken); 75 worker lost its master; 124 job deadline; "
-              "128+N ended by signal N (143 SIGTERM).")
+def _codes(bad_input: str, unreachable: str) -> str:
+    from ..errors import ExitCode
+    from .main import exit_codes
+
+    """The exit codes of entrypoint and launch; 64 and 69 worded for each."""
+    return exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED, ExitCode.HOST_LOST,
+                      ExitCode.MASTER_LOST, ExitCode.TIMEOUT, job=True, notes={
+                          0: "the job succeeded (--dry-run: the plan was printed)",
+                          70: "launcher failure (MPI daemon never started, result port taken)",
+                          64: bad_input, 69: unreachable})
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, spec_help: str) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the resolved launch plan and exit 0")
     p.add_argument("--json", action="store_true", help="machine-readable output (plan with --dry-run, else a result line)")
-    p.add_argument("--spec", type=Path, metavar="FILE", help="a LaunchSpec JSON file (overrides hyperparameters)")
+    p.add_argument("--spec", type=Path, metavar="FILE", help=spec_help)
     p.add_argument("-n", "--processes-per-host", type=int, metavar="N", help="ranks per host (default: GPUs, else 1)")
     p.add_argument("--mpi-flavour", choices=("auto", "openmpi4", "openmpi5", "mpich"),
                    help="MPI dialect (default: detected from `mpirun --version`)")
@@ -30,14 +36,22 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "entrypoint", help="per-host entrypoint: elect a master, run mpirun across hosts, share the exit code",
+    from .main import add_command
+
+    p = add_command(
+        subparsers, "entrypoint",
+        help="per-host entrypoint: elect a master, run mpirun across hosts, share the exit code",
         description="Run on every host of a job (SageMaker: the container's entrypoint). Reads "
                     "OPT_ML/input/config/resourceconfig.json and hyperparameters.json (LaunchSpec under key "
                     "'mpirun_kit_launch'), elects algo-1 (else the first sorted host name) as master. The master "
                     "waits for every worker's sshd, runs mpirun, writes OPT_ML/output/failure on failure and tells "
-                    "every worker the result; each worker serves sshd and exits with the job's code.",
-        epilog=EXIT_CODES)
+                    "every worker the result; each worker serves sshd and exits with the job's code. Its "
+                    "progress lines are on by default (its stderr is the job's log).",
+        examples=["mpirun_kit entrypoint", "mpirun_kit entrypoint --dry-run --hosts algo-1:2,algo-2:2 "
+                  "--current-host algo-1 -- python train.py",
+                  "mpirun_kit entrypoint --opt-ml /var/tmp/opt_ml --role worker --no-sshd"],
+        codes=_codes("bad input: resourceconfig.json, hyperparameters.json, flags",
+                     "a worker's sshd never answered"))
     p.add_argument("--opt-ml", type=Path, default=Path("/opt/ml"), metavar="DIR", help="SageMaker root (default /opt/ml)")
     p.add_argument("--role", choices=("auto", "master", "worker"), default="auto",
                    help="force a role (default: elected)")
@@ -46,20 +60,23 @@ def register(subparsers) -> None:
     p.add_argument("--hosts", metavar="H1:N,H2:N", help="host list instead of resourceconfig.json")
     p.add_argument("--hostfile", type=Path, metavar="FILE", help="'host slots=N' file instead of resourceconfig.json")
     p.add_argument("--current-host", metavar="NAME", help="this host's name in --hosts/--hostfile")
-    _common(p)
+    _common(p, "a LaunchSpec JSON file (overrides the one in hyperparameters.json)")
     p.set_defaults(func=_entrypoint, launch=False)
 
-    q = subparsers.add_parser(
-        "launch", help="run mpirun across a host list from this machine (no SageMaker needed)",
+    q = add_command(
+        subparsers, "launch", help="run mpirun across a host list from this machine (no SageMaker needed)",
         description="Plain multi-host launch from this machine: hosts must already run sshd. Same plan, "
                     "output prefixes, failure reporting and signal handling as the entrypoint's master.",
-        epilog=EXIT_CODES)
+        examples=["mpirun_kit launch --hosts localhost:2 -- python -c 'print(1)'",
+                  "mpirun_kit launch --hostfile hosts.txt --spec launch.json",
+                  "mpirun_kit launch --hosts node1:8,node2:8 --dry-run --json -- python train.py"],
+        codes=_codes("bad input: --hosts, --hostfile, --spec, flags", "a host's sshd never answered"))
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--hosts", metavar="H1:N,H2:N", help="hosts with slots, e.g. localhost:2")
     g.add_argument("--hostfile", type=Path, metavar="FILE", help="'host slots=N' per line")
     q.add_argument("--opt-ml", type=Path, default=Path("/tmp/mpirun-kit-launch"), metavar="DIR",
                    help="where output/failure is written (default /tmp/mpirun-kit-launch)")
-    _common(q)
+    _common(q, "a LaunchSpec JSON file: the program, env, MPI options and timeouts")
     q.set_defaults(func=_entrypoint, launch=True, role="master", no_sshd=True, sshd_config=None, current_host=None)
 
 
