@@ -5,7 +5,9 @@ what mpirun's own messages often lose: which rank on which host ended how
 (exit code, or signal *name*), and when.  It
 
 1. reports the rank's start and exit to the master's result channel
-   (``MPIRUN_KIT_RESULT_ADDR`` = host:port, set by the plan);
+   (``MPIRUN_KIT_RESULT_ADDR`` = host:port, set by the plan), signed with the key the
+   master hands every rank through mpirun's environment (``MPIRUN_KIT_CHANNEL_KEY``,
+   forwarded by ``-x NAME`` only); the key is removed from the program's environment;
 2. forwards SIGTERM/SIGINT/SIGHUP to the program, and SIGTERMs it when the MPI
    daemon that started the rank dies (no orphaned ranks);
 3. exits the way the program did (same code; same signal, re-raised on itself).
@@ -27,7 +29,7 @@ import time
 
 # Only the stdlib and one stdlib-only module: every rank imports this at start, on the
 # launch's critical path (the rest of the package is imported lazily where needed).
-from .exec.report import send_rank_event
+from .exec.report import CHANNEL_KEY_VAR, send_rank_event
 
 #: env vars the plan (plan/launch_plan.py) sets for this wrapper.
 RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
@@ -84,6 +86,9 @@ def child_env(env: dict) -> dict:
     """The program's environment: torch-style names added where the user has not set them."""
     rank, host, local, size = rank_identity(env)
     out = dict(env)
+    # The channel key is the wrapper's, not the program's: a program that printed its
+    # environment would otherwise hand the key to whoever reads the job's logs.
+    out.pop(CHANNEL_KEY_VAR, None)
     if rank >= 0:
         out.setdefault("RANK", str(rank))
         out.setdefault("LOCAL_RANK", str(local))
@@ -142,6 +147,14 @@ def die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _channel_key(text: str) -> bytes | None:
+    """The channel key from its hex form; None (no reports) when absent or malformed."""
+    try:
+        return bytes.fromhex(text) or None
+    except ValueError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:
@@ -150,17 +163,18 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m mpirun_kit.rank -- PROGRAM [ARGS...]", file=sys.stderr)
         return 2
     die_with_parent()
+    key = _channel_key(os.environ.get(CHANNEL_KEY_VAR, ""))
     env = child_env(dict(os.environ))
     rank, host, local, _ = rank_identity(env)
-    addr = env.get(RESULT_ADDR_VAR)
+    addr = env.get(RESULT_ADDR_VAR) if key else None
     sock = send_rank_event(addr, {"event": "start", "rank": rank, "host": host, "local_rank": local,
-                                  "pid": os.getpid(), "t": time.time()}) if addr else None
+                                  "pid": os.getpid(), "t": time.time()}, key) if addr else None
 
     def early_exit(code: int, why: str) -> int:
         print(f"mpirun_kit.rank: rank {rank} on {host}: {why}", file=sys.stderr, flush=True)
         if addr:
             send_rank_event(addr, {"event": "exit", "rank": rank, "host": host, "exit_code": code, "signal": None,
-                                   "t": time.time()}, sock=sock)
+                                   "t": time.time()}, key, sock=sock)
         return code
 
     from .errors import MpirunKitError
@@ -196,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if addr:
         s2 = send_rank_event(addr, {"event": "exit", "rank": rank, "host": host,
                                     "exit_code": None if sig else status,
-                                    "signal": signal_name(sig) if sig else None, "t": time.time()}, sock=sock)
+                                    "signal": signal_name(sig) if sig else None, "t": time.time()}, key, sock=sock)
         if s2 is not None:
             s2.close()
     if sig:

@@ -60,6 +60,9 @@ def register(subparsers) -> None:
     p.add_argument("--hosts", metavar="H1:N,H2:N", help="host list instead of resourceconfig.json")
     p.add_argument("--hostfile", type=Path, metavar="FILE", help="'host slots=N' file instead of resourceconfig.json")
     p.add_argument("--current-host", metavar="NAME", help="this host's name in --hosts/--hostfile")
+    p.add_argument("--secret-file", type=Path, metavar="FILE",
+                   help="the job secret (`mpirun_kit keys new`) that authenticates workers on the result channel "
+                        "(default: OPT_ML/input/data/mpirun-keys/job-secret when present)")
     _common(p, "a LaunchSpec JSON file (overrides the one in hyperparameters.json)")
     p.set_defaults(func=_entrypoint, launch=False)
 
@@ -77,7 +80,8 @@ def register(subparsers) -> None:
     q.add_argument("--opt-ml", type=Path, default=Path("/tmp/mpirun-kit-launch"), metavar="DIR",
                    help="where output/failure is written (default /tmp/mpirun-kit-launch)")
     _common(q, "a LaunchSpec JSON file: the program, env, MPI options and timeouts")
-    q.set_defaults(func=_entrypoint, launch=True, role="master", no_sshd=True, sshd_config=None, current_host=None)
+    q.set_defaults(func=_entrypoint, launch=True, role="master", no_sshd=True, sshd_config=None, current_host=None,
+                   secret_file=None)
 
 
 def options_from_args(args):
@@ -92,7 +96,7 @@ def options_from_args(args):
     opts = EntrypointOptions(
         opt_ml=args.opt_ml, role=args.role, dry_run=args.dry_run, json=args.json, start_sshd=not args.no_sshd,
         sshd_config=args.sshd_config, hosts=args.hosts, hostfile=args.hostfile, current_host=args.current_host,
-        spec_file=args.spec, program=program, overrides=tuple(overrides.items()))
+        spec_file=args.spec, secret_file=args.secret_file, program=program, overrides=tuple(overrides.items()))
     return opts, args.grace
 
 

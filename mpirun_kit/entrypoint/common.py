@@ -1,10 +1,13 @@
-"""Small pieces both roles share: the failure file and the result line."""
+"""Small pieces both roles share: the failure file and the channel keys."""
 from __future__ import annotations
 
 import logging
 import os
 import tempfile
 from pathlib import Path
+
+from ..exec.channel import worker_key_from_secret
+from ..exec.result import failure_file_text
 
 log = logging.getLogger(__name__)
 
@@ -13,16 +16,53 @@ def failure_path(opt_ml: Path) -> Path:
     return Path(opt_ml) / "output" / "failure"
 
 
-def write_failure(opt_ml: Path, text: str) -> Path | None:
-    """Write ``<opt_ml>/output/failure`` atomically (SageMaker shows its first 1024 chars as FailureReason)."""
+def write_failure(opt_ml: Path, exit_code: int, text: str) -> Path | None:
+    """Write ``<opt_ml>/output/failure`` atomically (SageMaker shows its first 1024 chars as FailureReason).
+
+    Its first line is ``mpirun_kit exit_code=N`` (exec/result.py), the only part a program reads.
+    """
     path = failure_path(opt_ml)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".failure.")
         with os.fdopen(fd, "w") as f:
-            f.write(text.rstrip("\n") + "\n")
+            f.write(failure_file_text(exit_code, text) + "\n")
         os.replace(tmp, path)
         return path
     except OSError as exc:
         log.warning("could not write the failure file %s: %s", path, exc)
         return None
+
+
+def default_secret_file(opt_ml: Path) -> Path:
+    """Where a SageMaker host finds the job secret: the ``mpirun-keys`` input channel."""
+    from ..sshkeys import SECRET_FILE_NAME
+
+    return Path(opt_ml) / "input" / "data" / "mpirun-keys" / SECRET_FILE_NAME
+
+
+def channel_worker_key(secret_file: Path | None, opt_ml: Path, plan) -> bytes | None:
+    """The workers' result-channel key from the job secret; None when a multi-host job has none.
+
+    An explicit ``--secret-file`` must be readable and valid; the default one may be absent
+    (a single-host job, or a cluster set up without `mpirun_kit keys`), in which case the
+    workers' messages are only checked against the plan, and a warning says so.
+
+    Raises:
+        SpecError: ``secret_file`` cannot be read or is not a job secret.
+    """
+    from ..errors import SpecError
+    from ..sshkeys import parse_secret
+
+    path = Path(secret_file) if secret_file is not None else default_secret_file(opt_ml)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        if secret_file is not None:
+            raise SpecError(f"--secret-file {path}: cannot read the job secret ({exc.strerror}); pass the file "
+                            "written by `mpirun_kit keys new`") from exc
+        if plan.workers:
+            log.warning("no job secret at %s: the result channel authenticates ranks (a key made per run) but "
+                        "not workers; deliver the secret (input channel mpirun-keys) or pass --secret-file", path)
+        return None
+    return worker_key_from_secret(parse_secret(text, str(path)))

@@ -4,6 +4,10 @@ Inputs merge in this order (later wins): the LaunchSpec in hyperparameters.json,
 a ``--spec`` JSON file, then individual CLI flags.  The plan is built the same
 way on every host, so each host knows the master, the result port and the MPI
 daemon without asking anyone.
+
+Signal handling starts before anything else: a SIGTERM while the plan is being
+made (``mpirun --version`` included) is held, and the master still writes the
+failure file and tells every worker the result.
 """
 from __future__ import annotations
 
@@ -18,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, discover_spec, gpu_count
-from ..errors import SpecError
+from ..errors import LaunchError, SpecError
 from ..exec.signals import SignalLatch
 from ..model import LaunchSpec
 from ..plan.launch_plan import LaunchPlan, build_launch_plan, render, to_json
@@ -41,6 +45,8 @@ class EntrypointOptions:
     hostfile: Path | None = None
     current_host: str | None = None
     spec_file: Path | None = None
+    #: the job secret (``mpirun_kit keys new``); default: the SageMaker input channel's, when present.
+    secret_file: Path | None = None
     program: tuple[str, ...] = ()
     #: LaunchSpec fields given on the command line (name -> value); they win.
     overrides: tuple[tuple[str, object], ...] = ()
@@ -72,17 +78,52 @@ def resolve_spec(opts: EntrypointOptions) -> LaunchSpec:
     return dataclasses.replace(spec, **changes)
 
 
-def _run_text(argv) -> str:
-    res = subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
-    return res.stdout + res.stderr
+#: how long ``mpirun --version`` may take.
+VERSION_TIMEOUT_S = 30.0
+#: the flavour a plan is built with when a signal stopped detection: that plan only carries
+#: the stop to the workers (master, port, hosts), it never runs.
+_STOPPED_FLAVOUR = "openmpi4"
 
 
-def make_plan(opts: EntrypointOptions, environ: Mapping[str, str]) -> tuple[LaunchPlan, str]:
+class _Stopped(Exception):
+    pass
+
+
+def _run_text(argv, cancelled=lambda: None, clock: Clock = SYSTEM_CLOCK) -> str:
+    """Combined output of ``argv``; stops (and kills it) at once when ``cancelled()``.
+
+    Raises:
+        LaunchError: it did not finish within VERSION_TIMEOUT_S.
+    """
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, text=True)
+    deadline = Deadline(clock, VERSION_TIMEOUT_S)
+    while True:
+        try:
+            return proc.communicate(timeout=0.1)[0]
+        except subprocess.TimeoutExpired:
+            if cancelled() or deadline.expired():
+                proc.kill()
+                proc.communicate()
+                if cancelled():
+                    raise _Stopped() from None
+                raise LaunchError(f"{' '.join(argv)} gave no answer within {VERSION_TIMEOUT_S:g} s; the MPI "
+                                  "installation is broken or its launcher hangs: set mpi_flavour in the launch "
+                                  "spec to skip detection") from None
+
+
+def make_plan(opts: EntrypointOptions, environ: Mapping[str, str],
+              cancelled=lambda: None) -> tuple[LaunchPlan, str]:
     """Discover and plan; returns (plan, this host's name)."""
     cluster = discover_cluster(opts.opt_ml, environ, hosts=opts.hosts, hostfile=opts.hostfile,
                                current_host=opts.current_host)
     spec = resolve_spec(opts)
-    detected = detect_with(_run_text) if spec.mpi_flavour == "auto" else spec.mpi_flavour
+    detected = spec.mpi_flavour
+    if spec.mpi_flavour == "auto":
+        try:
+            detected = detect_with(lambda argv: _run_text(argv, cancelled))
+        except _Stopped:
+            detected = _STOPPED_FLAVOUR
     # A forced master (``--role master``, ``mpirun_kit launch``) is this host, whatever the election says.
     plan = build_launch_plan(spec, cluster, environ, gpu_count(), detected_flavour=detected,
                              run_as_root=os.geteuid() == 0, cpu_count=os.cpu_count(), python=sys.executable,
@@ -95,23 +136,25 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
     """Run this host's part of the job; return its exit code (the job's, on every host)."""
     out = out or sys.stdout
     log.info("entrypoint started")
-    plan, me = make_plan(opts, environ)
-    log.info("plan ready: %s is %s", me, "master" if me == plan.master else "worker")
-    role = opts.role if opts.role != "auto" else ("master" if me == plan.master else "worker")
-    if opts.dry_run:
-        if opts.json:
-            d = json.loads(to_json(plan))
-            d.update(role=role, current_host=me)
-            print(json.dumps(d, indent=2, sort_keys=True), file=out)
-        else:
-            out.write(f"this host  {me} (role {role})\n" + render(plan))
-        return 0
-    from .master import run_master
-    from .worker import run_worker
-
     with SignalLatch() as latch:
+        plan, me = make_plan(opts, environ, cancelled=latch)
+        log.info("plan ready: %s is %s", me, "master" if me == plan.master else "worker")
+        role = opts.role if opts.role != "auto" else ("master" if me == plan.master else "worker")
+        if opts.dry_run:
+            if opts.json:
+                d = json.loads(to_json(plan))
+                d.update(role=role, current_host=me)
+                print(json.dumps(d, indent=2, sort_keys=True), file=out)
+            else:
+                out.write(f"this host  {me} (role {role})\n" + render(plan))
+            return 0
+        from .common import channel_worker_key
+        from .master import run_master
+        from .worker import run_worker
+
+        worker_key = channel_worker_key(opts.secret_file, opts.opt_ml, plan)
         if role == "master":
-            result = run_master(plan, environ, opts.opt_ml, latch, clock=clock)
+            result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key)
         else:
             sshd = None
             if opts.start_sshd:
@@ -119,7 +162,7 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
 
                 sshd = start_sshd(plan.ssh_port, opts.sshd_config, clock=clock,
                                   probe_host=_local_probe_address(me))
-            result = run_worker(plan, me, opts.opt_ml, latch, clock=clock, sshd=sshd)
+            result = run_worker(plan, me, opts.opt_ml, latch, clock=clock, sshd=sshd, worker_key=worker_key)
     if opts.json:
         print(json.dumps({"host": me, "role": role, "exit_code": result.exit_code, "summary": result.summary}),
               file=out)

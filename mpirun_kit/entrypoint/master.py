@@ -3,13 +3,18 @@
 Order matters: the result channel starts first (workers connect to it while
 they start sshd, and ranks report into it), then the parallel sshd wait, then
 mpirun.  Whatever happens after the channel is up (sshd never answers, mpirun
-fails, SIGTERM), the master ends by writing the failure file, publishing the
-result to every worker in parallel, and waiting briefly for their acks, so no
+fails, SIGTERM, a worker host lost), the master ends by writing the failure file,
+publishing the result to every worker, and waiting briefly for their acks, so no
 worker is left guessing.
+
+The ranks' channel key is made here, once per run, and reaches the ranks only
+through mpirun's environment (the plan's argv names it with ``-x``).  A worker
+silent for ``timeouts.worker_silence_s`` (its host died or its network was cut:
+no FIN ever arrives, and mpirun does not notice) stops mpirun like a SIGTERM
+would, and every host exits with ``ExitCode.HOST_LOST``, naming the lost host.
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import signal
 import socket
@@ -19,9 +24,10 @@ from pathlib import Path
 from typing import Mapping, TextIO
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import LaunchError, SSHUnreachableError
-from ..exec.channel import ResultServer
+from ..errors import ExitCode, LaunchError, SSHUnreachableError
+from ..exec.channel import ResultServer, new_rank_key, worker_key_without_secret
 from ..exec.process import LauncherExit, run_launcher
+from ..exec.report import CHANNEL_KEY_VAR
 from ..exec.result import JobResult, job_result
 from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable
@@ -37,19 +43,6 @@ REPORT_GRACE_S = 1.0
 ACK_WAIT_S = 2.0
 
 
-def _parent_death_signal():
-    """A preexec_fn giving mpirun SIGTERM when the entrypoint dies (so it never outlives a SIGKILLed
-    master), or None where prctl is unavailable.  mpirun may exit at once on it, without stopping
-    its ranks (it gets the signal once per thread, and a second SIGTERM means "exit now"); the rank
-    wrappers then see their parent die and stop their programs (rank.die_with_parent).  prctl is looked up here, before the fork: the child
-    of a multi-threaded parent must not run the dynamic loader."""
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-
-
 def bind_address(plan: LaunchPlan) -> str:
     """The address workers and ranks reach the master at: its name as this host resolves it.
 
@@ -63,17 +56,39 @@ def bind_address(plan: LaunchPlan) -> str:
                           "fix /etc/hosts or DNS so every host resolves every host name") from exc
 
 
+def peer_addresses(plan: LaunchPlan, bind: str) -> frozenset[str]:
+    """The addresses the job's hosts connect from: each host name as this host resolves it."""
+    found = {bind}
+    for h in plan.hosts:
+        try:
+            found.add(socket.gethostbyname(h.name))
+        except OSError as exc:
+            log.warning("host %s does not resolve here (%s); its connections to the result channel will be "
+                        "refused", h.name, exc)
+    return frozenset(found)
+
+
 def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch: SignalLatch, *,
-               clock: Clock = SYSTEM_CLOCK, bind: str | None = None, log_stream: TextIO | None = None) -> JobResult:
+               clock: Clock = SYSTEM_CLOCK, bind: str | None = None, log_stream: TextIO | None = None,
+               worker_key: bytes | None = None) -> JobResult:
     """Run the job as master; return the JobResult every host exits with.
+
+    Args:
+        worker_key: the workers' channel key (entrypoint/common.py); None = the job has no secret.
 
     Raises:
         LaunchError: the result channel cannot be opened (port taken, name unresolvable).
     """
     out = log_stream or sys.stderr
     bind = bind or bind_address(plan)
+    rank_key = new_rank_key()
+    t = plan.timeouts
     try:
-        server = ResultServer(bind, plan.result_port, clock=clock).start()
+        server = ResultServer(
+            bind, plan.result_port, rank_key=rank_key,
+            worker_key=worker_key or worker_key_without_secret(plan.workers, plan.result_port),
+            rank_hosts={r.rank: r.host for r in plan.ranks}, workers=plan.workers,
+            allowed_peers=peer_addresses(plan, bind), worker_silence_s=t.worker_silence_s, clock=clock).start()
     except OSError as exc:
         raise LaunchError(f"cannot open the result channel on {bind}:{plan.result_port} ({exc.strerror}); "
                           "another job may hold the port: set result_port in the launch spec") from exc
@@ -96,28 +111,40 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                     result = JobResult(exc.exit_code, summary=str(exc))
                     raise
         if latch.received:
-            result = JobResult(128 + signal.Signals[latch.received].value,
+            result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value),
                                summary=f"the master entrypoint received {latch.received} before mpirun started")
             return result
-        env = {**environ, **dict(plan.env)}
+        env = {**environ, **dict(plan.env), CHANNEL_KEY_VAR: rank_key.hex()}
         print(f"mpirun_kit: launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)", file=out, flush=True)
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         lex = run_launcher(
             plan.argv, env, rank_hosts={r.rank: r.host for r in plan.ranks},
             tag_regex=get_flavour(plan.mpi_flavour).tag_regex,
-            cancelled=lambda: latch.received, grace_s=plan.timeouts.grace_s,
-            job_timeout_s=plan.timeouts.job_s, cwd=plan.working_dir, clock=clock,
-            preexec_fn=_parent_death_signal())
+            cancelled=lambda: latch.received or ("SIGTERM" if server.lost_workers() else None),
+            grace_s=t.grace_s, job_timeout_s=t.job_s, cwd=plan.working_dir, clock=clock,
+            parent_death_signal=signal.SIGTERM)
         log.info("mpirun exited: code %s, signal %s", lex.returncode, lex.signal)
-        result = _result_of(lex, server, plan)
+        result = _result_of(lex, server, plan, latch.received)
         return result
     finally:
         if result is None:
-            result = JobResult(70, summary="the master entrypoint failed before the job ran; see its log")
+            result = JobResult(ExitCode.LAUNCH_FAILED,
+                               summary="the master entrypoint failed before the job ran; see its log")
         _finish(server, plan, result, opt_ml, out)
 
 
-def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan) -> JobResult:
+def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signalled: str | None) -> JobResult:
+    """The job's result; ``signalled``: the signal the entrypoint itself received, if any."""
+    lost = server.lost_workers()
+    if lost and lex.interrupted_by is not None and signalled is None:
+        hosts = ", ".join(sorted(lost))
+        silent = ", ".join(f"{h} for {s:.1f} s" for h, s in sorted(lost.items()))
+        tail = ("\nmpirun output (last lines):\n" + "\n".join(lex.tail)) if lex.tail else ""
+        return JobResult(ExitCode.HOST_LOST, summary=(
+            f"host lost: worker {hosts} stopped answering on the result channel (silent {silent}; limit "
+            f"timeouts.worker_silence_s = {plan.timeouts.worker_silence_s:g} s): its host died or its network "
+            f"was cut; mpirun was stopped.  Check that host's instance and network; resume from the last "
+            f"checkpoint{tail}"))
     failed = lex.returncode != 0 or lex.signal is not None
     if failed and not server.rank_failures():
         # mpirun can exit before the failing rank's report has been read; wait for it briefly.
@@ -125,7 +152,7 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan) -> Job
                                                 for e in evs), REPORT_GRACE_S)
     result = job_result(lex.returncode, lex.signal, server.rank_failures(), lex.tail, lex.interrupted_by)
     if lex.timed_out and lex.interrupted_by is None:
-        result = replace(result, exit_code=124,
+        result = replace(result, exit_code=ExitCode.TIMEOUT,
                          summary=f"the job ran past its deadline of {plan.timeouts.job_s:g} s and was stopped\n"
                                  + result.summary)
     return result
@@ -134,12 +161,13 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan) -> Job
 def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: Path, out: TextIO) -> None:
     try:
         if result.exit_code != 0:
-            path = write_failure(opt_ml, result.summary)
+            path = write_failure(opt_ml, result.exit_code, result.summary)
             print(f"mpirun_kit: job failed with exit code {result.exit_code}"
                   + (f"; failure written to {path}" if path else "") + "\n" + result.summary, file=out, flush=True)
         sent = server.publish(result)
-        connected = server.connected_workers()
-        late = server.wait_acks(connected, ACK_WAIT_S) if connected else frozenset()
+        # Every reachable worker, connected yet or not: one still connecting gets the result on hello.
+        waiting_for = set(plan.workers) - set(server.lost_workers())
+        late = server.wait_acks(waiting_for, ACK_WAIT_S) if waiting_for else frozenset()
         log.info("result %d published to %d worker(s); not acknowledged: %s", result.exit_code, sent,
                  sorted(late) or "none")
     finally:

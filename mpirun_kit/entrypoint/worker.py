@@ -11,6 +11,9 @@ bounded wait that ends in a clear non-zero exit, so a worker never hangs:
   master is alive -> 70;
 * SIGTERM/SIGINT: forwarded to the local MPI daemons; the master's result is
   awaited for ``grace_s``, else 128+N.
+
+Meanwhile the worker sends the master a heartbeat every ``HEARTBEAT_S``, so the
+master can tell a lost worker host from a quiet one (``timeouts.worker_silence_s``).
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ from pathlib import Path
 from typing import TextIO
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
-from ..errors import LaunchError, MasterLostError
-from ..exec.channel import MasterLink
+from ..errors import ExitCode, LaunchError, MasterLostError
+from ..exec.channel import HEARTBEAT_S, MasterLink, worker_key_without_secret
 from ..exec.daemon import alive, find_daemons, signal_pids
 from ..exec.result import JobResult
 from ..exec.signals import SignalLatch
@@ -37,8 +40,11 @@ DAEMON_SCAN_S = 0.2
 
 
 def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, clock: Clock = SYSTEM_CLOCK,
-               sshd: subprocess.Popen | None = None, log_stream: TextIO | None = None) -> JobResult:
+               sshd: subprocess.Popen | None = None, log_stream: TextIO | None = None,
+               worker_key: bytes | None = None) -> JobResult:
     """Follow the job as worker ``me``; return the master's result.
+
+    ``worker_key``: the workers' channel key (entrypoint/common.py); None = the job has no secret.
 
     Raises:
         MasterLostError: the master never connected, died, or went silent.
@@ -48,23 +54,24 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     t = plan.timeouts
     try:
         link = MasterLink.connect(plan.master, plan.result_port, me, Deadline(clock, t.master_connect_s),
+                                  key=worker_key or worker_key_without_secret(plan.workers, plan.result_port),
                                   clock=clock, cancelled=latch)
     except MasterLostError as exc:
-        write_failure(opt_ml, f"worker {me}: {exc}")
+        write_failure(opt_ml, exc.exit_code, f"worker {me}: {exc}")
         raise
     print(f"mpirun_kit: worker {me}: connected to master {plan.master}; waiting for {'/'.join(plan.daemons)}",
           file=out, flush=True)
     try:
         result = _follow(plan, me, link, latch, clock, out)
     except (MasterLostError, LaunchError) as exc:
-        write_failure(opt_ml, f"worker {me}: {exc}")
+        write_failure(opt_ml, exc.exit_code, f"worker {me}: {exc}")
         raise
     finally:
         link.close()
         if sshd is not None and sshd.poll() is None:
             sshd.terminate()
     if result.exit_code != 0:
-        write_failure(opt_ml, result.summary or f"the job failed with exit code {result.exit_code}")
+        write_failure(opt_ml, result.exit_code, result.summary or f"the job failed with exit code {result.exit_code}")
     return result
 
 
@@ -75,8 +82,12 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
     daemons: tuple[int, ...] = ()
     daemon_state = "waiting"          # waiting -> running -> ended
     next_scan = 0.0
+    next_beat = 0.0
     stop_deadline: Deadline | None = None
     while True:
+        if clock.monotonic() >= next_beat:
+            next_beat = clock.monotonic() + HEARTBEAT_S
+            link.send({"type": "heartbeat"})
         try:
             msg = link.recv(RECV_TICK_S)
         except EOFError:
@@ -89,7 +100,7 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
             last_heard = now
             if msg.get("type") == "result":
                 link.send({"type": "ack", "host": me})
-                code = int(msg.get("exit_code", 1))
+                code = msg["exit_code"]  # validated by MasterLink: an int 0-255
                 print(f"mpirun_kit: worker {me}: job result from master: exit code {code}", file=out, flush=True)
                 return JobResult(code, summary=str(msg.get("summary", "")))
         if now - last_heard > t.master_silence_s:
@@ -103,7 +114,7 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
             signal_pids(alive(daemons), signal.SIGTERM)
             stop_deadline = Deadline(clock, t.grace_s)
         if stop_deadline is not None and stop_deadline.expired():
-            code = 128 + signal.Signals[latch.received].value
+            code = ExitCode.for_signal(signal.Signals[latch.received].value)
             return JobResult(code, summary=f"worker {me} stopped by {latch.received}; the master sent no result "
                                            f"within the {t.grace_s:g} s grace period")
         if now >= next_scan:

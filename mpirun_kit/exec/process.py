@@ -10,9 +10,11 @@ period does the group get SIGKILL.  Output lines tagged by mpirun
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,7 +125,7 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                  cwd: str | None = None, clock: Clock = SYSTEM_CLOCK, stdout: BinaryIO | None = None,
                  stderr: BinaryIO | None = None, tail_lines: int = 12,
                  on_start: Callable[[subprocess.Popen], None] | None = None,
-                 preexec_fn: Callable[[], None] | None = None) -> LauncherExit:
+                 parent_death_signal: int | None = None) -> LauncherExit:
     """Run ``argv`` to the end and return how it ended.
 
     Args:
@@ -137,9 +139,13 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
     try:
-        proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=preexec_fn)
+        full = list(argv)
+        if parent_death_signal is not None:
+            full = with_parent_death_signal(full, parent_death_signal, env.get("PATH"))
+        # start_new_session is done by subprocess's C code, not a Python preexec_fn: nothing
+        # Python runs between fork and exec while the result channel's thread is running.
+        proc = subprocess.Popen(full, env=dict(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as exc:
         raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}; install the MPI launcher or fix PATH "
                           f"(argv: {' '.join(argv[:3])} ...)") from exc
@@ -187,6 +193,34 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     if rc < 0:
         return LauncherExit(None, signal_name(-rc), lines, timed_out, interrupted)
     return LauncherExit(rc, None, lines, timed_out, interrupted)
+
+
+#: a last resort where util-linux's setpriv is missing: set the signal, check the parent is still
+#: the one that started us (else it died before prctl took effect), then exec the launcher.
+_PDEATHSIG_HELPER = ("import ctypes,os,sys\n"
+                     "ctypes.CDLL(None,use_errno=True).prctl(1,int(sys.argv[1]))\n"
+                     "os.getppid()==int(sys.argv[2]) or os.kill(os.getpid(),int(sys.argv[1]))\n"
+                     "os.execvp(sys.argv[3],sys.argv[3:])")
+
+
+def with_parent_death_signal(argv: list[str], signum: int, path: str | None) -> list[str]:
+    """``argv`` run so that it gets ``signum`` when this process dies (PR_SET_PDEATHSIG).
+
+    Set by a tiny exec helper rather than a ``preexec_fn``: Python code between fork and
+    exec in a multi-threaded parent can deadlock (a lock held by another thread at fork).
+    ``setpriv --pdeathsig`` (util-linux, in every Debian/Ubuntu image) is a C binary that
+    costs ~1 ms; the Python helper is the fallback.  The launcher is looked up on PATH
+    first so a missing one still fails as an OSError, not as the helper's exit 127.
+
+    Raises:
+        FileNotFoundError: ``argv[0]`` is not found on ``path``.
+    """
+    if shutil.which(argv[0], path=path) is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
+    setpriv = shutil.which("setpriv")
+    if setpriv is not None:
+        return [setpriv, "--pdeathsig", signal.Signals(signum).name, "--", *argv]
+    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_HELPER, str(int(signum)), str(os.getpid()), *argv]
 
 
 def _signal_pid(pid: int, signum: int) -> None:

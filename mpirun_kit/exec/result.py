@@ -5,14 +5,24 @@ wall-clock time) to the master; ``job_result`` picks the root cause as the first
 failure by time (torch elastic's "first observed failure"), because mpirun kills
 every other rank after it and those later deaths are consequences.  The failure
 text is ordered by importance and fits SageMaker's 1024-character FailureReason.
+
+The failure file (``failure_file_text``) opens with one fixed machine-readable line,
+``mpirun_kit exit_code=N``; everything after it is for people and may quote the
+program's own output, so ``exit_code_from_failure`` reads that first line only.
 """
 from __future__ import annotations
 
+import re
 import signal
 import time
 from dataclasses import dataclass
 
+from ..errors import ExitCode
+
 FAILURE_REASON_LIMIT = 1024
+FAILURE_HEADER = "mpirun_kit exit_code="
+# SageMaker puts "AlgorithmError: " (or another "<Kind>Error: ") in front of the file's text.
+_HEADER_RE = re.compile(r"(?:[A-Za-z]+Error: )?" + re.escape(FAILURE_HEADER) + r"(\d{1,3})")
 
 
 def signal_name(signum: int) -> str:
@@ -23,7 +33,7 @@ def signal_name(signum: int) -> str:
 
 
 def exit_code_for_signal(signum: int) -> int:
-    return 128 + signum
+    return ExitCode.for_signal(signum)
 
 
 @dataclass(frozen=True)
@@ -42,8 +52,8 @@ class RankFailure:
             try:
                 return exit_code_for_signal(signal.Signals[self.signal].value)
             except KeyError:
-                return 1
-        return self.exit_code if self.exit_code else 1
+                return ExitCode.FAILED
+        return self.exit_code if self.exit_code else ExitCode.FAILED
 
     def describe(self) -> str:
         how = f"was killed by {self.signal}" if self.signal else f"exited with code {self.exit_code}"
@@ -92,14 +102,14 @@ def job_result(launcher_code: int | None, launcher_signal: str | None, failures:
         try:
             code = exit_code_for_signal(signal.Signals[interrupted_by].value)
         except KeyError:
-            code = 143
+            code = ExitCode.SIGTERM
     elif root is not None:
         code = root.job_exit_code
     elif launcher_signal is not None:
         try:
             code = exit_code_for_signal(signal.Signals[launcher_signal].value)
         except KeyError:
-            code = 1
+            code = ExitCode.FAILED
     else:
         code = launcher_code or 0
     if code == 0:
@@ -129,3 +139,17 @@ def failure_text(parts: list[str], limit: int = FAILURE_REASON_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 4] + "\n..."
+
+
+def failure_file_text(exit_code: int, summary: str, limit: int = FAILURE_REASON_LIMIT) -> str:
+    """The failure file: the machine-readable first line, then the summary, cut to ``limit``."""
+    return failure_text([f"{FAILURE_HEADER}{int(exit_code)}", summary.rstrip("\n")], limit)
+
+
+def exit_code_from_failure(text: str) -> int | None:
+    """The exit code on the failure file's first line (optionally after SageMaker's ``AlgorithmError: ``);
+    None when the first line is not ours.  Nothing after the first line is ever read."""
+    m = _HEADER_RE.fullmatch(text.split("\n", 1)[0].strip())
+    if m is None or int(m.group(1)) > 255:
+        return None
+    return int(m.group(1))

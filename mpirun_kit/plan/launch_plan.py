@@ -19,7 +19,7 @@ from ..model import LaunchSpec, Timeouts
 from .env import redact, redact_arg, resolve_env
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
-from ..rank import HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
+from ..rank import CHANNEL_KEY_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
 from .ranks import RankSlot, assign_ranks, encode_host_slots
 
 RANK_MODULE = "mpirun_kit.rank"
@@ -113,8 +113,10 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
                                     PINNING_VAR: spec.pinning}).items()))
     oversubscribed = cpu_count is not None and max(h.slots for h in hosts) > cpu_count
     command = (python, "-m", RANK_MODULE, "--", *spec.program)
+    # The channel key's value is made by the master at run time (never in the plan, never in
+    # argv): mpirun forwards it by name from its own environment.
     argv, conflicts = build_mpirun_argv(
-        flavour, host_slots, [n for n, _ in env], command, mca=spec.mca, options=spec.mpi_options,
+        flavour, host_slots, [n for n, _ in env] + [CHANNEL_KEY_VAR], command, mca=spec.mca, options=spec.mpi_options,
         network_interface=cluster.network_interface, ssh_port=spec.ssh_port, run_as_root=run_as_root,
         oversubscribed=oversubscribed, launcher=launcher)
     return LaunchPlan(
@@ -159,12 +161,13 @@ def render(plan: LaunchPlan) -> str:
         lines.append(f"    {h.name:<20} slots={h.slots}  ranks {rr[0]}-{rr[-1]}" if rr else f"    {h.name}")
     lines.append("  env (every rank)")
     lines += [f"    {n}={v}" for n, v in redact(plan.env)]
+    lines.append(f"    {CHANNEL_KEY_VAR}=*** (result channel key, made by the master for each run)")
     for n, why in plan.env_dropped:
         lines.append(f"    dropped {n}: {why}")
     for c in plan.conflicts:
         lines.append(f"  conflict   {c}")
     lines.append(f"  timeouts   ssh {plan.ssh_deadline_s():g}s, daemon {plan.daemon_deadline_s():g}s, "
-                 f"master silence {t.master_silence_s:g}s, grace {t.grace_s:g}s, job "
+                 f"master silence {t.master_silence_s:g}s, worker silence {t.worker_silence_s:g}s, grace {t.grace_s:g}s, job "
                  f"{'none' if t.job_s is None else f'{t.job_s:g}s'}")
     if plan.working_dir:
         lines.append(f"  cwd        {plan.working_dir}")

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
-from ..errors import ClusterError, SpecError
+from ..errors import ClusterError, ExitCode, SpecError
+from ..exec.result import exit_code_from_failure
 from ..model import LAUNCH_SPEC_HYPERPARAMETER
 from ..spec.compile import CompiledJob, checkpoint_path
 from .base import DryRun, Progress, redact_value
@@ -174,10 +175,11 @@ def exit_code_for(desc: dict) -> int:
         return 143
     reason = desc.get("FailureReason", "")
     if desc.get("SecondaryStatus") == "MaxRuntimeExceeded" or "MaxRuntimeExceeded" in reason:
-        return 124
-    # The entrypoint's failure file (the FailureReason) names the job's own code.
-    m = re.search(r"exit(?:ed with)? code (\d+)", reason)
-    return int(m.group(1)) if m else 1
+        return ExitCode.TIMEOUT
+    # Only the failure file's fixed first line is read: the rest quotes the program's own output.
+    # A Failed job never maps to 0, whatever that line says.
+    code = exit_code_from_failure(reason)
+    return code if code else ExitCode.FAILED
 
 
 class LogFollower:

@@ -35,15 +35,22 @@ def test_rank_exit_code_and_failure_file(tmp_path):
     res = cli(launch_args(tmp_path, [PY, str(BIN / "exit_with.py"), "3", "1"]))
     assert res.returncode == 3, res.stderr
     failure = (tmp_path / "opt_ml" / "output" / "failure").read_text()
-    assert failure.startswith("root cause: rank 1 on localhost exited with code 3 (first seen ")
+    assert failure.startswith("mpirun_kit exit_code=3\nroot cause: rank 1 on localhost exited with code 3 (first seen ")
     assert len(failure) <= 1025
+    # what `submit --wait` makes of it once SageMaker has put it in FailureReason (issue 12 finding 4)
+    from mpirun_kit.targets.sagemaker import exit_code_for
+
+    assert exit_code_for({"TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: " + failure}) == 3
 
 
 def test_rank_signal_by_name(tmp_path):
     res = cli(launch_args(tmp_path, [PY, str(BIN / "kill_self.py"), "SIGKILL", "1", "0.2"]))
     assert res.returncode == 137, res.stderr
     failure = (tmp_path / "opt_ml" / "output" / "failure").read_text()
-    assert failure.startswith("root cause: rank 1 on localhost was killed by SIGKILL")
+    assert failure.startswith("mpirun_kit exit_code=137\nroot cause: rank 1 on localhost was killed by SIGKILL")
+    from mpirun_kit.targets.sagemaker import exit_code_for
+
+    assert exit_code_for({"TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: " + failure}) == 137
 
 
 def test_sigterm_reaches_ranks(tmp_path):
@@ -65,14 +72,14 @@ def test_sigterm_reaches_ranks(tmp_path):
     assert p.returncode == 143, (tmp_path / "entrypoint.log").read_text()
     assert sorted(x.name for x in marks.glob("sigterm.*")) == ["sigterm.0", "sigterm.1"]
     assert (tmp_path / "opt_ml" / "output" / "failure").read_text().startswith(
-        "the job was stopped by SIGTERM sent to the master entrypoint")
+        "mpirun_kit exit_code=143\nthe job was stopped by SIGTERM sent to the master entrypoint")
 
 
 def test_job_deadline_124(tmp_path):
     res = cli(launch_args(tmp_path, [PY, str(BIN / "sleep_forever.py")], timeouts=Timeouts(job_s=2.0, grace_s=2.0)))
     assert res.returncode == 124, res.stderr
     assert (tmp_path / "opt_ml" / "output" / "failure").read_text().startswith(
-        "the job ran past its deadline of 2 s and was stopped")
+        "mpirun_kit exit_code=124\nthe job ran past its deadline of 2 s and was stopped")
 
 
 def test_result_port_taken(tmp_path):
@@ -105,3 +112,40 @@ def test_master_sigkilled_takes_mpirun_and_ranks_with_it(tmp_path):
     p.wait(10)
     gone, alive = psutil.wait_procs(tree, timeout=30)
     assert alive == [], [c.cmdline() for c in alive]
+
+
+def test_sigterm_while_planning_still_fails_cleanly_and_releases_the_worker(tmp_path):
+    """Issue 12 finding 9: a SIGTERM during `mpirun --version` used to kill the master with no failure file,
+    leaving its workers to wait out master_connect_s.  Here mpirun is a stand-in whose --version hangs."""
+    import os
+    import time
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mpirun").write_text(f"#!/bin/sh\ntouch {tmp_path}/version-asked\nexec sleep 60\n")
+    (fake / "mpirun").chmod(0o755)
+    port = free_port()
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "PYTHONUNBUFFERED": "1"}
+    env.pop("SM_HOSTS", None)
+
+    def entry(name, role, flavour):
+        spec = LaunchSpec(program=("true",), mpi_flavour=flavour, result_port=port,
+                          timeouts=Timeouts(master_connect_s=120.0, master_silence_s=120.0, daemon_wait_s=120.0))
+        args = ["entrypoint", "--role", role, "--no-sshd", "--hosts", "127.0.0.1,localhost", "--current-host", name,
+                "--opt-ml", str(tmp_path / name), "--spec", str(write_spec(tmp_path / f"{name}.json", spec))]
+        return subprocess.Popen(CLI + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    worker = entry("localhost", "worker", "openmpi5")
+    master = entry("127.0.0.1", "master", "auto")
+    deadline = Deadline(SYSTEM_CLOCK, 60)
+    while not (tmp_path / "version-asked").exists():
+        assert not deadline.expired() and master.poll() is None
+        time.sleep(0.05)
+    master.send_signal(signal.SIGTERM)
+    _, merr = master.communicate(timeout=30)
+    _, werr = worker.communicate(timeout=30)  # released at once, not after master_connect_s (120 s)
+    assert master.returncode == 143, merr
+    assert (tmp_path / "127.0.0.1" / "output" / "failure").read_text() == (
+        "mpirun_kit exit_code=143\nthe master entrypoint received SIGTERM before mpirun started\n")
+    assert worker.returncode == 143, werr
+    assert "job result from master: exit code 143" in werr

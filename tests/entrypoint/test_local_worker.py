@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mpirun_kit.exec.channel import ResultServer
+from mpirun_kit.exec.channel import ResultServer, worker_key_from_secret
 from mpirun_kit.exec.result import JobResult
 from mpirun_kit.model import LaunchSpec, Timeouts
 
@@ -21,13 +21,25 @@ from entrypoint_helpers import CLI, free_port, write_spec
 pytestmark = pytest.mark.timeout(120)
 
 
-def start_worker(tmp_path, port, **timeouts):
+SECRET = bytes(range(32))
+
+
+def master(port, heartbeat_s=0.2, **kw):
+    """The real ResultServer as the master would run it for hosts 127.0.0.1 (master) and localhost."""
+    return ResultServer("127.0.0.1", port, rank_key=os.urandom(32), worker_key=worker_key_from_secret(SECRET),
+                        rank_hosts={0: "127.0.0.1"}, workers=["localhost"], heartbeat_s=heartbeat_s, **kw)
+
+
+def start_worker(tmp_path, port, secret=SECRET, **timeouts):
     spec = LaunchSpec(program=("true",), mpi_flavour="openmpi5", result_port=port,
                       timeouts=Timeouts(**{"master_connect_s": 10.0, "master_silence_s": 10.0,
                                            "daemon_wait_s": 60.0, "daemon_wait_per_host_s": 0.0, **timeouts}))
     args = ["entrypoint", "--role", "worker", "--no-sshd", "--hosts", "127.0.0.1,localhost",
             "--current-host", "localhost", "--opt-ml", str(tmp_path / "opt_ml"),
             "--spec", str(write_spec(tmp_path / "spec.json", spec))]
+    if secret is not None:
+        (tmp_path / "job-secret").write_text(secret.hex() + "\n")
+        args += ["--secret-file", str(tmp_path / "job-secret")]
     return subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -43,7 +55,7 @@ def test_follows_daemon_then_exits_with_masters_code(tmp_path):
     port = free_port()
     daemon = tmp_path / "prted"
     os.symlink("/bin/sleep", daemon)
-    with ResultServer("127.0.0.1", port, heartbeat_s=0.2) as server:
+    with master(port) as server:
         w = start_worker(tmp_path, port)
         wait_connected(server)
         d = subprocess.Popen([str(daemon), "1"])
@@ -52,13 +64,13 @@ def test_follows_daemon_then_exits_with_masters_code(tmp_path):
         server.publish(JobResult(3, summary="root cause: rank 5 on algo-3 exited with code 3"))
         out, err = w.communicate(timeout=30)
     assert w.returncode == 3, err
-    assert "MPI daemon up" in err and "job result from master: exit code 3" in err
-    assert failure(tmp_path) == "root cause: rank 5 on algo-3 exited with code 3\n"
+    assert "job result from master: exit code 3" in err
+    assert failure(tmp_path) == "mpirun_kit exit_code=3\nroot cause: rank 5 on algo-3 exited with code 3\n"
 
 
 def test_master_connection_closed_exit_75(tmp_path):
     port = free_port()
-    with ResultServer("127.0.0.1", port, heartbeat_s=0.2) as server:
+    with master(port) as server:
         w = start_worker(tmp_path, port)
         wait_connected(server)
     out, err = w.communicate(timeout=30)
@@ -66,7 +78,7 @@ def test_master_connection_closed_exit_75(tmp_path):
     msg = ("worker localhost: master 127.0.0.1 closed the result channel before sending a result "
            "(MPI daemon waiting); the master entrypoint died or was killed: see its log")
     assert f"mpirun_kit: error: {msg}" in err
-    assert failure(tmp_path) == f"worker localhost: {msg}\n"
+    assert failure(tmp_path) == f"mpirun_kit exit_code=75\nworker localhost: {msg}\n"
 
 
 def test_master_silent_exit_75(tmp_path):
@@ -96,7 +108,7 @@ def test_master_never_up_exit_75(tmp_path):
 
 def test_daemon_never_starts_exit_70(tmp_path):
     port = free_port()
-    with ResultServer("127.0.0.1", port, heartbeat_s=0.2):
+    with master(port):
         w = start_worker(tmp_path, port, daemon_wait_s=0.5)
         out, err = w.communicate(timeout=60)
     assert w.returncode == 70
@@ -106,7 +118,7 @@ def test_daemon_never_starts_exit_70(tmp_path):
 
 def test_sigterm_to_worker_without_result_143(tmp_path):
     port = free_port()
-    with ResultServer("127.0.0.1", port, heartbeat_s=0.2) as server:
+    with master(port) as server:
         w = start_worker(tmp_path, port, grace_s=0.5)
         wait_connected(server)
         w.send_signal(15)
@@ -114,3 +126,31 @@ def test_sigterm_to_worker_without_result_143(tmp_path):
     assert w.returncode == 143
     assert "worker localhost stopped by SIGTERM; the master sent no result within the 0.5 s grace period" in \
         failure(tmp_path)
+
+
+def test_worker_heartbeats_keep_it_alive_and_its_silence_is_noticed(tmp_path):
+    """Issue 12 finding 2: the master hears from the worker; a stopped worker goes silent and is lost."""
+    port = free_port()
+    with master(port, worker_silence_s=2.0) as server:
+        w = start_worker(tmp_path, port)
+        wait_connected(server)
+        time.sleep(3.0)  # longer than worker_silence_s: only heartbeats keep it from being lost
+        assert server.lost_workers() == {}
+        w.send_signal(19)  # SIGSTOP: the process is there, its heartbeats stop (like a cut network)
+        try:
+            assert server.wait_rank_events(lambda _: "localhost" in server.lost_workers(), 30.0)
+        finally:
+            w.send_signal(18)
+            server.publish(JobResult(0))
+            w.communicate(timeout=30)
+
+
+def test_wrong_secret_is_never_served(tmp_path):
+    """A worker (or anyone) with another job's secret is not a worker of this job."""
+    port = free_port()
+    with master(port) as server:
+        w = start_worker(tmp_path, port, secret=bytes(32), master_silence_s=2.0)
+        out, err = w.communicate(timeout=60)
+        assert server.connected_workers() == frozenset()
+        assert any(r.reason == "bad or missing MAC" for r in server.rejected())
+    assert w.returncode == 75  # the master never speaks to it: it gives up after master_silence_s

@@ -4,6 +4,7 @@ import io
 import os
 import re
 import sys
+import time
 
 import pytest
 
@@ -115,3 +116,47 @@ def test_real_mpirun_line_printed_in_two_writes_comes_out_whole(tmp_path):
     assert res.returncode == 0, err.getvalue()
     lines = sorted(out.getvalue().decode().splitlines())
     assert lines == sorted(f"[{r} localhost] rank {r} step {i}" for r in (0, 1) for i in range(3))
+
+
+# -- issue 12 finding 9: the parent-death signal without a preexec_fn -------------------------------------
+@pytest.mark.parametrize("with_setpriv", [True, False])
+def test_parent_death_signal_reaches_the_launcher_when_its_parent_dies(monkeypatch, with_setpriv):
+    """The launcher (here `sleep`) gets SIGTERM when the process that started it is SIGKILLed,
+    through setpriv or, where that is missing, the tiny Python exec helper."""
+    import shutil
+    import signal
+    import subprocess
+
+    import psutil
+
+    from mpirun_kit.exec import process
+
+    if with_setpriv and shutil.which("setpriv") is None:
+        pytest.skip("no setpriv here")
+    real = shutil.which
+    if not with_setpriv:
+        monkeypatch.setattr(process.shutil, "which", lambda n, path=None: None if n == "setpriv" else real(n, path=path))
+    argv = process.with_parent_death_signal(["sleep", "60"], signal.SIGTERM, os.environ["PATH"])
+    assert (argv[0] == real("setpriv")) is with_setpriv
+    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               "p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); time.sleep(60)", *argv],
+                              stdout=subprocess.PIPE, text=True)
+    child = psutil.Process(int(parent.stdout.readline()))
+    deadline = time.monotonic() + 10
+    while child.name() != "sleep" and time.monotonic() < deadline:  # the helper has exec'd the launcher
+        time.sleep(0.01)
+    parent.kill()
+    parent.wait(10)
+    gone, alive = psutil.wait_procs([child], timeout=10)
+    assert alive == []
+
+
+def test_parent_death_signal_keeps_the_missing_launcher_error():
+    import signal
+
+    from mpirun_kit.errors import LaunchError
+
+    with pytest.raises(LaunchError) as e:
+        run_launcher(["/nonexistent/mpirun", "-np", "1"], {"PATH": "/usr/bin"}, rank_hosts={}, tag_regex=TAG,
+                     cancelled=lambda: None, grace_s=1.0, parent_death_signal=signal.SIGTERM)
+    assert str(e.value).startswith("cannot start '/nonexistent/mpirun': No such file or directory; install the MPI")

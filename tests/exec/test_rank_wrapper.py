@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit.exec.channel import ResultServer
+from mpirun_kit.exec.report import CHANNEL_KEY_VAR
 from mpirun_kit.rank import apply_pinning, child_env, rank_identity
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.mpi]
@@ -19,15 +20,17 @@ PY = sys.executable
 def mpirun(server, n, program, **kw):
     if shutil.which("mpirun") is None:
         pytest.skip("no mpirun")
-    env = {**os.environ, "MPIRUN_KIT_RESULT_ADDR": f"127.0.0.1:{server.port}", "MPIRUN_KIT_HOSTS": f"hostx:{n}"}
+    env = {**os.environ, "MPIRUN_KIT_RESULT_ADDR": f"127.0.0.1:{server.port}", "MPIRUN_KIT_HOSTS": f"hostx:{n}",
+           CHANNEL_KEY_VAR: server.rank_key.hex()}
     argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "MPIRUN_KIT_RESULT_ADDR",
-            "-x", "MPIRUN_KIT_HOSTS", PY, "-m", "mpirun_kit.rank", "--", *program]
+            "-x", "MPIRUN_KIT_HOSTS", "-x", CHANNEL_KEY_VAR, PY, "-m", "mpirun_kit.rank", "--", *program]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90, **kw)
 
 
 @pytest.fixture
 def server():
-    s = ResultServer("127.0.0.1", 0).start()
+    s = ResultServer("127.0.0.1", 0, rank_key=os.urandom(32), worker_key=os.urandom(32),
+                     rank_hosts={r: "hostx" for r in range(4)}).start()
     yield s
     s.close()
 
@@ -40,6 +43,14 @@ def test_identity_and_env():
     assert (out["RANK"], out["LOCAL_RANK"], out["WORLD_SIZE"], out["LOCAL_WORLD_SIZE"], out["SM_CURRENT_HOST"]) == \
         ("3", "1", "4", "2", "algo-2")
     assert child_env({**env, "RANK": "9"})["RANK"] == "9"  # the user's value wins
+    assert CHANNEL_KEY_VAR not in child_env({**env, CHANNEL_KEY_VAR: "00" * 32})  # the program never sees it
+
+
+def test_program_never_sees_the_channel_key(server):
+    res = mpirun(server, 1, [PY, "-c", f"import os; print('KEY', os.environ.get({CHANNEL_KEY_VAR!r}))"])
+    assert res.returncode == 0, res.stderr
+    assert "KEY None" in res.stdout
+    assert server.wait_rank_events(lambda evs: len(evs) == 2, 10)  # yet the wrapper reported with it
 
 
 def test_pinning_hook(tmp_path):

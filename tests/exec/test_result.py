@@ -46,3 +46,48 @@ def test_interrupted_wins():
 def test_failure_text_limit():
     text = failure_text(["root cause: x", "y" * 5000])
     assert len(text) == FAILURE_REASON_LIMIT and text.startswith("root cause: x\n") and text.endswith("\n...")
+
+
+# -- issue 12, finding 4: the exit code travels in one fixed first line, and only that line is read ----------
+import pytest  # noqa: E402
+
+from mpirun_kit.exec.result import exit_code_from_failure, failure_file_text  # noqa: E402
+from mpirun_kit.targets.sagemaker import exit_code_for  # noqa: E402
+
+
+def _sagemaker_failed(text: str) -> dict:
+    """What DescribeTrainingJob returns for a failed job: SageMaker prefixes the failure file's text."""
+    return {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed",
+            "FailureReason": ("AlgorithmError: " + text)[:FAILURE_REASON_LIMIT]}
+
+
+@pytest.mark.parametrize("result", [
+    job_result(137, None, (RankFailure(5, "algo-3", None, "SIGKILL", 5.0),)),
+    job_result(None, "SIGKILL", ()),                       # mpirun itself killed: the master lost
+    job_result(1, None, (), ("worker exited with code 0",)),  # the program's own last line names code 0
+    job_result(3, None, (RankFailure(1, "h", 3, None, 1.0),), ("exit code 9",) * 200),
+    job_result(0, None, (), interrupted_by="SIGTERM"),
+])
+def test_sagemaker_exit_code_round_trips_through_the_failure_file(result):
+    text = failure_file_text(result.exit_code, result.summary)
+    assert text.startswith(f"mpirun_kit exit_code={result.exit_code}\n") and len(text) <= FAILURE_REASON_LIMIT
+    assert exit_code_for(_sagemaker_failed(text)) == result.exit_code != 0
+
+
+@pytest.mark.parametrize("reason", [
+    "AlgorithmError: worker exited with code 0",
+    "AlgorithmError: root cause: rank 0 on algo-1 exited with code 0",
+    "AlgorithmError: mpirun_kit exit_code=0\nroot cause: nothing",
+    "AlgorithmError: some text\nmpirun_kit exit_code=0",
+    "InternalServerError: We encountered an internal error.",
+    "",
+])
+def test_a_failed_job_never_maps_to_0(reason):
+    assert exit_code_for({"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed", "FailureReason": reason}) == 1
+
+
+def test_only_the_first_line_is_read():
+    assert exit_code_from_failure("mpirun_kit exit_code=137\nmpirun_kit exit_code=3") == 137
+    assert exit_code_from_failure("x\nmpirun_kit exit_code=3") is None
+    assert exit_code_from_failure("mpirun_kit exit_code=999") is None
+    assert exit_code_from_failure("ClientError: mpirun_kit exit_code=74") == 74

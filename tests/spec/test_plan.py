@@ -39,6 +39,7 @@ def test_demo_plan_on_this_kind_of_machine():
     assert list(p.launch.argv) == ["mpirun", "--allow-run-as-root", "-np", "2", "-H", "localhost:2", *COMMON,
                                    "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_MASTER_ADDR", "-x", "MPIRUN_KIT_PINNING",
                                    "-x", "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", "PATH",
+                                   "-x", "MPIRUN_KIT_CHANNEL_KEY",
                                    "/venv/bin/python", "-m", "mpirun_kit.rank", "--", *program]
     assert p.env == (
         EnvRow("MPIRUN_KIT_HOSTS", "localhost:2", "launcher"),

@@ -205,7 +205,8 @@ def _desc(status, secondary, reason=None):
 
 
 @pytest.mark.parametrize("final,code", [
-    (_desc("Failed", "Failed", "AlgorithmError: rank 3 on algo-2 exited with code 7 (first seen 12:00:01Z)"), 7),
+    (_desc("Failed", "Failed", "AlgorithmError: mpirun_kit exit_code=7\n"
+                               "root cause: rank 3 on algo-2 exited with code 7 (first seen 12:00:01Z)"), 7),
     (_desc("Failed", "MaxRuntimeExceeded", "MaxRuntimeExceeded"), 124),
     (_desc("Stopped", "Stopped"), 143),
     (_desc("Failed", "Failed", "ClientError: out of capacity"), 1),
