@@ -92,11 +92,11 @@ def _from_spec(path: str, hosts_flag: str | None, me: str) -> tuple[tuple[str, .
     """(hosts, data and checkpoint paths) of a job spec, as the job's target names them."""
     from ..errors import SpecError
     from ..spec.compile import channel_paths, checkpoint_path, planned_hosts
-    from ..spec.load import load_job
+    from .plan import load_spec
 
     if hosts_flag is not None:
         raise SpecError(f"doctor: got both --hosts and {path}; the job spec names the hosts, pass one or the other")
-    job = load_job(path)
+    job = load_spec(path)
     # A local-target job runs on this host, whatever its hostname.
     hosts = tuple(me if h.name == "localhost" else h.name for h in planned_hosts(job, 1))
     # Relative paths resolve against each rank's working directory, unknown here: only absolute ones.

@@ -156,6 +156,14 @@ def host_facts() -> HostFacts:
                      os.cpu_count() or 1, os.geteuid() == 0)
 
 
+def load_spec(path, target: str | None = None):
+    """load_job, with the spec's relative paths resolved against its own directory."""
+    from ..spec.compile import resolve_relative_paths
+    from ..spec.load import load_job
+
+    return resolve_relative_paths(load_job(path, target=target), os.path.dirname(os.path.abspath(path)))
+
+
 def compile_from_args(args, facts: HostFacts | None = None, *, python: str | None = None):
     """Load, validate and compile the spec named on the command line -> (compiled, facts)."""
     compiled, facts, _ = compile_with_stack_values(args, facts, python=python)
@@ -165,11 +173,10 @@ def compile_from_args(args, facts: HostFacts | None = None, *, python: str | Non
 def compile_with_stack_values(args, facts: HostFacts | None = None, *, python: str | None = None):
     """compile_from_args, plus the ``("STACK.Key", value)`` pairs the spec was compiled with."""
     from ..spec.compile import compile_job
-    from ..spec.load import load_job
 
     if not args.spec.strip():
         raise SpecError("JOB.yaml is an empty string; name a job spec file, e.g. jobs/maskrcnn-demo.yaml")
-    job = load_job(args.spec, target=args.target)
+    job = load_spec(args.spec, args.target)
     facts = facts or host_facts()
     region = args.region or job.target.sagemaker.region
     refs = stack_refs(job)

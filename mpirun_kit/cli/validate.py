@@ -52,10 +52,10 @@ def spec_files(paths: list[str]) -> list[Path]:
 def validate_file(path: Path, target: str | None = None) -> tuple[bool, str]:
     """(ok, message) for one spec; the message lists every problem."""
     from ..spec.compile import compile_job
-    from ..spec.load import load_job
+    from .plan import load_spec
 
     try:
-        job = load_job(path, target=target)
+        job = load_spec(path, target)
         compiled = compile_job(job, resolver=_PlaceholderOutputs)
     except SpecError as exc:
         return False, str(exc)

@@ -17,6 +17,7 @@ What happens here, in order:
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -78,6 +79,33 @@ def resolve_stack_refs(job: S.JobSpec, resolver: StackResolver | None) -> S.JobS
         return MACRO_RE.sub(one, text)
 
     return _map_strings(job, sub)
+
+
+def resolve_relative_paths(job: S.JobSpec, base_dir: str) -> S.JobSpec:
+    """Relative paths of this machine's files, joined to ``base_dir`` (the spec file's directory, as
+    compose and kubectl resolve them), so a spec means the same from any working directory.
+
+    Local and sim targets: data ``local``/``mount``, checkpoint/output ``local_path``, ``working_dir``,
+    ``target.sim.root``.  ssh: the identity and known_hosts files (the rest is on the remote hosts).
+    SageMaker paths are inside the container and stay as written; so do ``~`` and ``${...}`` values.
+    """
+    def fix(p: str | None) -> str | None:
+        if not p or os.path.isabs(p) or p.startswith("~") or "${" in p:
+            return p
+        return os.path.normpath(os.path.join(base_dir, p))
+
+    t = job.target
+    if t.type == "ssh":
+        return dataclasses.replace(job, target=dataclasses.replace(t, ssh=dataclasses.replace(
+            t.ssh, identity_file=fix(t.ssh.identity_file), known_hosts=fix(t.ssh.known_hosts))))
+    if t.type not in ("local", "sim"):
+        return job
+    return dataclasses.replace(
+        job, data=tuple(dataclasses.replace(ch, local=fix(ch.local), mount=fix(ch.mount)) for ch in job.data),
+        checkpoint=dataclasses.replace(job.checkpoint, local_path=fix(job.checkpoint.local_path)),
+        output=dataclasses.replace(job.output, local_path=fix(job.output.local_path)),
+        program=dataclasses.replace(job.program, working_dir=fix(job.program.working_dir)),
+        target=dataclasses.replace(t, sim=dataclasses.replace(t.sim, root=fix(t.sim.root))))
 
 
 def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:

@@ -30,7 +30,7 @@ def topo(name: str) -> Topology:
 def test_demo_plan_on_this_kind_of_machine():
     c = compile_job(load_job(REPO / "jobs" / "maskrcnn-demo.yaml"), python="/venv/bin/python")
     program = ("/venv/bin/python", "-m", "mpirun_kit.maskrcnn.train", "--config", "demo", "--data-dir",
-               "./data/shapes", "--output-dir", "./runs/maskrcnn-demo", "--synthetic-if-missing", "--resume", "auto")
+               "../data/shapes", "--output-dir", "../runs/maskrcnn-demo", "--synthetic-if-missing", "--resume", "auto")
     assert c.launch == LaunchSpec(program=program, processes_per_host=2,
                                   env=(("OMP_NUM_THREADS", "1"),),
                                   timeouts=Timeouts(job_s=10800))

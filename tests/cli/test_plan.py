@@ -1,0 +1,73 @@
+"""`mpirun_kit plan` says everything once (issue 16, defect 7), and relative paths in a
+spec resolve against the spec file's directory, as compose and kubectl resolve them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .conftest import REPO
+
+OUTPUTS = ["mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk", "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
+           "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]
+STACK_FLAGS = [a for o in OUTPUTS for a in ("--stack-output", o)]
+
+
+def test_plan_prints_each_fact_once(cli):
+    r = cli("plan", "jobs/maskrcnn.yaml", *STACK_FLAGS)
+    assert r.rc == 0, r.err
+    out = r.out
+    # the rank variables, the host list and the preset's reasons: once each
+    assert out.count("MPIRUN_KIT_HOSTS=algo-1:8,algo-2:8,algo-3:8,algo-4:8") == 1
+    assert out.count("NCCL_DEBUG=WARN") == 1
+    assert out.count("keep NCCL's bootstrap/socket traffic off docker") == 1
+    assert out.count("hosts ") == 1
+    # 32 ranks computed on the hosts: one row per host, not 32 identical rows
+    rows = [ln for ln in out.splitlines() if "NUMA-local (resolved on the host)" in ln]
+    assert [ln.split()[:4] for ln in rows] == [["0-7", "algo-1", "0-7", "0-7"], ["8-15", "algo-2", "0-7", "0-7"],
+                                              ["16-23", "algo-3", "0-7", "0-7"], ["24-31", "algo-4", "0-7", "0-7"]]
+    # what each ${stack:...} resolved to
+    assert "  stack      mrk-fsx.FileSystemId = fs-0123456789abcdef0\n" in out
+    assert "  stack      mrk-vpc.SecurityGroupId = sg-1\n" in out
+
+
+def test_plan_json_has_the_stack_values(cli):
+    r = cli("plan", "jobs/maskrcnn.yaml", "--json", *STACK_FLAGS)
+    assert r.rc == 0, r.err
+    d = json.loads(r.out)
+    assert d["stack_outputs"] == dict(o.split("=", 1) for o in OUTPUTS)
+
+
+def test_plan_without_credentials_names_every_missing_stack_and_the_flags(cli, bare_env, monkeypatch):
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
+    r = cli("plan", "jobs/maskrcnn.yaml", "--stack-output", OUTPUTS[0])
+    assert r.rc == 69
+    assert r.err == ("mpirun_kit: error: could not read the outputs of stack(s) mrk-fsx, mrk-vpc: CloudFormation "
+                     "describe_stacks: no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
+                     "AWS_SECRET_ACCESS_KEY; or give the values on the command line: --stack-output "
+                     "mrk-fsx.FileSystemId=VALUE --stack-output mrk-fsx.LustreMountName=VALUE --stack-output "
+                     "mrk-vpc.PrivateSubnet1Id=VALUE --stack-output mrk-vpc.SecurityGroupId=VALUE\n")
+
+
+def test_plan_of_a_missing_stack_in_cloudformation_names_them_all(cli, moto, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto)
+    r = cli("plan", "jobs/maskrcnn.yaml")
+    assert r.rc == 64, r.err
+    assert "stack(s) mrk-role, mrk-fsx, mrk-vpc: stack 'mrk-role' does not exist in region us-west-2" in r.err
+    assert "stack 'mrk-vpc' does not exist" in r.err and "--stack-output mrk-role.RoleArn=VALUE" in r.err
+
+
+def test_relative_paths_resolve_against_the_spec_files_directory(cli, tmp_path, monkeypatch):
+    spec_dir = tmp_path / "specs"
+    spec_dir.mkdir()
+    (spec_dir / "j.yaml").write_text(
+        "apiVersion: mpirun_kit/v1\nkind: Job\nname: j\nprogram: {command: [./a, '${data:d}', '${output}'], "
+        "working_dir: run}\ndata: {d: {local: ../data/d}}\noutput: {local_path: out}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = cli("plan", str(Path("..") / "specs" / "j.yaml"), "--json")
+    assert r.rc == 0, r.err
+    d = json.loads(r.out)
+    assert d["channels"] == {"d": str(tmp_path / "data" / "d")}
+    assert d["launch_spec"]["program"][-2:] == [str(tmp_path / "data" / "d"), str(spec_dir / "out")]
+    assert d["launch_spec"]["working_dir"] == str(spec_dir / "run")
