@@ -92,25 +92,27 @@ class LaunchSpec:
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "launch spec") -> "LaunchSpec":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise SpecError(f"{source}: unknown key(s) {unknown}; valid keys are {sorted(known)}")
-        if "program" not in raw or not raw["program"]:
-            raise SpecError(f"{source}: 'program' is required: the argv every rank runs, e.g. [\"python\", \"train.py\"]")
-        t_raw = raw.get("timeouts") or {}
-        t_known = {f.name for f in fields(Timeouts)}
-        t_unknown = sorted(set(t_raw) - t_known)
-        if t_unknown:
-            raise SpecError(f"{source}: unknown timeouts key(s) {t_unknown}; valid keys are {sorted(t_known)}")
+        """Build from a decoded JSON object, checked first against ``spec.schema.LAUNCH_SCHEMA``.
+
+        Raises:
+            SpecError: naming ``source``, every offending key, what was expected and what was found.
+        """
+        from .spec.load import launch_spec_findings  # spec/ imports this module: import at call time
+
+        if not isinstance(raw, dict):
+            raise SpecError(f"{source}: expected a JSON object (a serialized LaunchSpec), got {type(raw).__name__}")
+        problems = launch_spec_findings(raw, source)
+        if problems:
+            head = f"{source}: invalid launch spec ({len(problems)} problem(s)):\n  " if len(problems) > 1 else ""
+            raise SpecError(head + "\n  ".join(problems[:20]) + "\nwrite it with LaunchSpec.to_json() "
+                            "(or fix the keys named above)")
         vals = dict(raw)
-        vals["timeouts"] = Timeouts(**t_raw)
+        vals["timeouts"] = Timeouts(**(raw.get("timeouts") or {}))
         for key in ("program", "env_forward", "mpi_options"):
             if key in vals:
-                vals[key] = tuple(str(x) for x in vals[key])
+                vals[key] = tuple(vals[key])
         for key in ("env", "mca"):
             if key in vals:
                 v = vals[key]
-                items = v.items() if isinstance(v, dict) else v
-                vals[key] = tuple((str(k), str(x)) for k, x in items)
+                vals[key] = tuple((k, x) for k, x in (v.items() if isinstance(v, dict) else v))
         return cls(**vals)

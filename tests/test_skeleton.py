@@ -12,12 +12,12 @@ def test_launch_spec_json_round_trip():
 
 
 def test_launch_spec_unknown_key_named():
-    with pytest.raises(SpecError, match=r"hyperparameters.json: unknown key\(s\) \['programme'\]"):
+    with pytest.raises(SpecError, match=r"hyperparameters.json: programme: unknown key; did you mean 'program'\? "):
         LaunchSpec.from_dict({"programme": ["x"]}, "hyperparameters.json")
 
 
 def test_launch_spec_program_required():
-    with pytest.raises(SpecError, match="'program' is required"):
+    with pytest.raises(SpecError, match=r"^spec: 'program' is required: the argv every rank runs, e.g. \[\"python\", \"train.py\"\]\n"):
         LaunchSpec.from_dict({}, "spec")
 
 
@@ -29,5 +29,35 @@ def test_launch_spec_bad_json():
 
 
 def test_launch_spec_unknown_timeout_key():
-    with pytest.raises(SpecError, match=r"unknown timeouts key\(s\) \['ssh_s'\]"):
+    with pytest.raises(SpecError, match=r"spec: timeouts.ssh_s: unknown key; did you mean 'ssh_ready_s'\? valid keys"):
         LaunchSpec.from_dict({"program": ["x"], "timeouts": {"ssh_s": 1}}, "spec")
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"program": ["x"], "timeouts": {"grace_s": "x"}}, "spec: timeouts.grace_s: expected a number >= 0; got string 'x'"),
+    ({"program": ["x"], "timeouts": {"grace_s": -1}}, "spec: timeouts.grace_s: expected a number >= 0; got number -1"),
+    ({"program": "python train.py"}, "spec: program: expected a list; got string 'python train.py'"),
+    ({"program": ["x", 3]}, "spec: program[1]: expected a string; got number 3"),
+    ({"program": ["x"], "processes_per_host": True}, "spec: processes_per_host: expected an integer >= 1 or null; "
+                                                     "got boolean true"),
+    ({"program": ["x"], "env": {"A B": "1"}}, "spec: env: expected a mapping of NAME: string, or a list of "
+                                              "[NAME, string] pairs; got a mapping"),
+    ({"program": ["x"], "mca": [["btl"]]}, "spec: mca: expected a mapping of name: string, or a list of "
+                                           "[name, string] pairs; got a list"),
+    ({"program": ["x"], "ssh_port": 70000}, "spec: ssh_port: expected an integer >= 1 <= 65535; got number 70000"),
+    ({"program": ["x"], "timeouts": {"job_s": float("inf")}},
+     "spec: timeouts.job_s: expected a finite number; got NaN or Infinity"),
+    ({"program": ["x"], "timeouts": []}, "spec: timeouts: expected a mapping; got a list"),
+])
+def test_launch_spec_wrong_types_are_clear_errors(raw, message):
+    """hyperparameters.json and --spec go through this one check: no raw TypeError/ValueError, no bad value kept."""
+    with pytest.raises(SpecError) as e:
+        LaunchSpec.from_dict(raw, "spec")
+    assert message in str(e.value).splitlines()[0] or message in str(e.value)
+
+
+def test_launch_spec_accepts_what_to_json_writes_and_hand_written_mappings():
+    spec = LaunchSpec.from_dict({"program": ["python", "t.py"], "env": {"A": "1"}, "mca": {"btl": "tcp"},
+                                 "timeouts": {"job_s": None, "grace_s": 0}}, "spec")
+    assert spec.env == (("A", "1"),) and spec.mca == (("btl", "tcp"),) and spec.timeouts.grace_s == 0
+    assert LaunchSpec.from_json(spec.to_json()) == spec

@@ -10,7 +10,8 @@ import re
 from ..errors import SpecError
 from . import Cluster, Host
 
-_LINE_RE = re.compile(r"^(?P<host>[A-Za-z0-9_.:\-\[\]]+)(?:\s+slots\s*=\s*(?P<slots>\S+))?\s*$")
+# A host never starts with '-': ssh and mpirun would take it as an option (-oProxyCommand=...).
+_LINE_RE = re.compile(r"^(?P<host>[A-Za-z0-9_.:\[\]][A-Za-z0-9_.:\-\[\]]*)(?:\s+slots\s*=\s*(?P<slots>\S+))?\s*$")
 
 
 def parse_hostfile(text: str, source: str) -> tuple[Host, ...]:

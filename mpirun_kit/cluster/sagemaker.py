@@ -39,6 +39,9 @@ def read_json(path: Path) -> dict:
 def _host_list(value, source: str, field: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(h, str) and h for h in value):
         raise SpecError(f"{source}: field '{field}' must be a non-empty list of host names, got {value!r}")
+    if any(h.startswith("-") or any(c.isspace() for c in h) for h in value):  # would reach ssh as an option
+        raise SpecError(f"{source}: field '{field}' holds {value!r}; a host name has no whitespace and does not "
+                        "start with '-'")
     seen: set[str] = set()
     dups = sorted({h for h in value if h in seen or seen.add(h)})
     if dups:

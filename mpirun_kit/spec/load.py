@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +65,8 @@ Path_ = tuple  # a key path: tuple of str keys and int indexes
 
 #: deeper than any spec needs; bounds recursion on hostile input.
 MAX_DEPTH = 32
+#: a spec is a few KiB; anything past this is refused before it is parsed.
+MAX_SPEC_BYTES = 1 << 20
 
 
 class _Unwalkable(Exception):
@@ -74,16 +77,24 @@ class _Unwalkable(Exception):
         self.finding = finding
 
 
-def _positions(node: yaml.Node, path: Path_, out: dict, findings: list, active: frozenset = frozenset()) -> None:
+def _positions(node: yaml.Node, path: Path_, out: dict, findings: list, active: frozenset = frozenset(),
+               visited: set | None = None) -> None:
     """Record the 1-based line of every key/item; flag duplicate keys (YAML keeps the last silently).
 
     Raises:
-        _Unwalkable: an anchor used inside itself (the value would be infinite) or nesting past MAX_DEPTH.
+        _Unwalkable: an alias (``*name``: a node reached twice; nested aliases multiply a 300-byte
+            file into billions of values, so none are accepted), an anchor used inside itself (the
+            value would be infinite) or nesting past MAX_DEPTH.
     """
     line = node.start_mark.line + 1
     if id(node) in active:
         raise _Unwalkable(Finding(line, render_path(path), "an anchor is used inside itself (a recursive alias); "
                                                            "a spec must be a plain tree"))
+    visited = set() if visited is None else visited
+    if id(node) in visited:
+        raise _Unwalkable(Finding(out.get(path, line), render_path(path), "YAML aliases (*name) are not accepted in a spec "
+                                                           "(each can multiply the file's size); write the value out"))
+    visited.add(id(node))
     if len(path) > MAX_DEPTH:
         raise _Unwalkable(Finding(line, render_path(path[:3]) + "...",
                                   f"nested more than {MAX_DEPTH} levels deep; no spec key goes that deep"))
@@ -99,10 +110,10 @@ def _positions(node: yaml.Node, path: Path_, out: dict, findings: list, active: 
             if key is not None:
                 seen.setdefault(key, knode.start_mark.line + 1)
                 out[path + (key,)] = knode.start_mark.line + 1
-                _positions(vnode, path + (key,), out, findings, active)
+                _positions(vnode, path + (key,), out, findings, active, visited)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _positions(item, path + (i,), out, findings, active)
+            _positions(item, path + (i,), out, findings, active, visited)
 
 
 def render_path(path: Path_) -> str:
@@ -119,14 +130,24 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict]:
         JobSpecError: not YAML, several documents, or duplicate keys.
     """
     findings: list[Finding] = []
+    if len(text) > MAX_SPEC_BYTES:
+        raise JobSpecError(source, [Finding(None, "", f"{len(text)} characters; a spec is at most {MAX_SPEC_BYTES} "
+                                                      "(a few KiB is usual): is this the right file?")])
     try:
         # The reader checks for unprintable characters already in the constructor.
         loader = yaml.SafeLoader(text)
     except yaml.YAMLError as exc:
         raise JobSpecError(source, [Finding(None, "", f"not valid YAML: {exc}; remove control characters")]) from exc
+    pos: dict = {}
     try:
         node = loader.get_single_node()
+        # Aliases are refused on the node graph (linear) before anything walks the value, whose
+        # expansion is what makes an alias bomb slow.
+        if node is not None:
+            _positions(node, (), pos, findings)
         value = loader.construct_document(node) if node is not None else None
+    except _Unwalkable as exc:
+        raise JobSpecError(source, [exc.finding]) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
@@ -137,12 +158,6 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict]:
         raise JobSpecError(source, [Finding(None, "", f"not valid YAML: {exc}")]) from exc
     finally:
         loader.dispose()
-    pos: dict = {}
-    if node is not None:
-        try:
-            _positions(node, (), pos, findings)
-        except _Unwalkable as exc:
-            raise JobSpecError(source, [exc.finding]) from None
     if findings:
         raise JobSpecError(source, findings)
     return value, pos
@@ -185,7 +200,7 @@ def _lit(value: Any) -> str:
 
 def _expected(schema: dict) -> str:
     """Words for what a subschema accepts."""
-    if "description" in schema and schema.get("pattern"):
+    if "description" in schema and (schema.get("pattern") or "anyOf" in schema):
         return schema["description"]
     if "const" in schema:
         return _lit(schema["const"])
@@ -228,10 +243,10 @@ def _check_keys(value: Any, path: Path_, pos: dict, findings: list) -> bool:
     return ok
 
 
-def _schema_findings(value: dict, pos: dict) -> list[Finding]:
+def _schema_findings(value: dict, pos: dict, schema: dict = S.JOB_SCHEMA) -> list[Finding]:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(S.JOB_SCHEMA)
+    validator = jsonschema.Draft202012Validator(schema)
     findings = []
     for err in validator.iter_errors(value):
         path = tuple(err.absolute_path)
@@ -270,6 +285,28 @@ def _schema_findings(value: dict, pos: dict) -> list[Finding]:
         findings.append(Finding(_line(pos, path), where, f"expected {_expected(err.schema)}; got {_kind(err.instance)}"))
     # One "required" error per missing key, each carrying the whole list: keep each finding once.
     return list(dict.fromkeys(findings))
+
+
+def _non_finite(value: Any, path: Path_ = ()) -> Iterable[Path_]:
+    """Paths of NaN/Infinity numbers (JSON parsers accept them; a schema's bounds do not catch them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _non_finite(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _non_finite(v, path + (i,))
+
+
+def launch_spec_findings(raw: dict, source: str) -> list[str]:
+    """Every way ``raw`` differs from ``schema.LAUNCH_SCHEMA`` (the one LaunchSpec schema), as messages."""
+    findings = [Finding(None, "", "'program' is required: the argv every rank runs, e.g. [\"python\", \"train.py\"]")
+                if f.message == "missing required key 'program'" and not f.path else f
+                for f in _schema_findings(raw, {}, S.LAUNCH_SCHEMA)]
+    findings += [Finding(None, render_path(p), "expected a finite number; got NaN or Infinity")
+                 for p in _non_finite(raw)]
+    return [f.render(source) for f in findings]
 
 
 # --- building the JobSpec ----------------------------------------------------------------
@@ -497,6 +534,9 @@ def load_job(path: str | Path, *, target: str | None = None) -> S.JobSpec:
     """Read and validate a job spec file (see ``load_job_text``)."""
     p = Path(path)
     try:
+        if p.stat().st_size > MAX_SPEC_BYTES:  # before reading: a huge file is never loaded into memory
+            raise JobSpecError(str(p), [Finding(None, "", f"{p.stat().st_size} bytes; a spec is at most "
+                                                          f"{MAX_SPEC_BYTES} bytes: is this the right file?")])
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise JobSpecError(str(p), [Finding(None, "", f"cannot read the spec ({exc}); expected a UTF-8 YAML file")]) from exc

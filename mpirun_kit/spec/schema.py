@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from .. import model as _model
 
 API_VERSION = "mpirun_kit/v1"
 KIND = "Job"
@@ -224,6 +226,9 @@ _STRLIST = {"type": "array", "items": _STR}
 _SECONDS = {"type": "number", "exclusiveMinimum": 0}
 _S3 = {"type": "string", "pattern": r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|\$\{stack:.+\}.*)$"}
 _ABS = {"type": "string", "pattern": "^/"}
+# A leading '-' would reach ssh/mpirun as an option (-oProxyCommand=...), so names start with anything else.
+_HOST_SLOTS = {"type": "string", "pattern": r"^[^\s:\-][^\s:]*(:[1-9][0-9]*)?$",
+               "description": "'name' or 'name:slots' (no whitespace; not starting with '-')"}
 
 JOB_SCHEMA: dict = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -240,8 +245,7 @@ JOB_SCHEMA: dict = {
             "local": _obj({}),
             "sim": _obj({"root": _STR}),
             "ssh": _obj({
-                "hosts": {"type": "array", "minItems": 1,
-                          "items": {"type": "string", "pattern": r"^[^\s:]+(:[1-9][0-9]*)?$"}},
+                "hosts": {"type": "array", "minItems": 1, "items": _HOST_SLOTS},
                 "user": _STR, "port": {"type": "integer", "minimum": 1, "maximum": 65535},
                 "identity_file": _STR, "known_hosts": _STR, "python": _STR, "workdir": _ABS,
                 "connect_timeout_s": _SECONDS,
@@ -302,6 +306,37 @@ JOB_SCHEMA: dict = {
         "spot": _obj({"enabled": {"type": "boolean"}, "max_wait_s": {"type": "integer", "minimum": 1}}),
     }, ("apiVersion", "kind", "name", "program")),
 }
+
+
+#: the one schema of a serialized ``model.LaunchSpec`` (hyperparameters.json, ``entrypoint --spec``):
+#: ``LaunchSpec.from_dict`` checks every input against it before building anything.
+_PAIRS = {"anyOf": [{"type": "object", "propertyNames": _NAME, "additionalProperties": _STR},
+                    {"type": "array", "items": {"type": "array", "prefixItems": [_NAME, _STR],
+                                                "minItems": 2, "maxItems": 2}}],
+          "description": "a mapping of NAME: string, or a list of [NAME, string] pairs"}
+_MCA = {"anyOf": [{"type": "object", "additionalProperties": _STR},
+                  {"type": "array", "items": {"type": "array", "prefixItems": [_STR, _STR],
+                                              "minItems": 2, "maxItems": 2}}],
+        "description": "a mapping of name: string, or a list of [name, string] pairs"}
+_NONNEG = {"type": "number", "minimum": 0}
+LAUNCH_SCHEMA: dict = _obj({
+    "program": {"type": "array", "minItems": 1, "items": _STR},
+    "processes_per_host": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
+    "env": _PAIRS,
+    "env_forward": {"type": "array", "items": _NAME},
+    "mpi_flavour": {"enum": ["auto", "openmpi4", "openmpi5", "mpich"]},
+    "mpi_options": _STRLIST,
+    "mca": _MCA,
+    "pinning": {"enum": ["auto", "none"]},
+    "working_dir": {"type": ["string", "null"]},
+    # From model.Timeouts itself, so a new timeout is accepted here the day it exists: None-default
+    # fields may be null; per-host increments and the grace period may be 0; every other wait is > 0.
+    "timeouts": _obj({f.name: ({"anyOf": [_SECONDS, {"type": "null"}]} if f.default is None else
+                               _NONNEG if "per_host" in f.name or f.name == "grace_s" else _SECONDS)
+                      for f in fields(_model.Timeouts)}),
+    "result_port": {"type": "integer", "minimum": 1, "maximum": 65535},
+    "ssh_port": {"type": "integer", "minimum": 1, "maximum": 65535},
+}, ("program",))
 
 
 def schema_text() -> str:

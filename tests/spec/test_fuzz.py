@@ -41,6 +41,11 @@ TOKENS = ["a", "name", "program", ":", ": ", "- ", "\n", "\n  ", "\n    ", "[", 
 OUTCOMES = {"rejected", "compiled", "rejected at compile"}
 
 
+def graft(valid: dict, grafts: list) -> dict:
+    """``valid`` with some top-level values replaced by random structures."""
+    return {**valid, **dict(grafts)}
+
+
 def check(text: str) -> str:
     """Any input either loads or fails with a SpecError that names the file; nothing else escapes."""
     try:
@@ -72,8 +77,48 @@ def test_yaml_token_soup(text):
 @FUZZ
 @given(st.lists(st.tuples(st.sampled_from(sorted(VALID)), trees), max_size=3), trees)
 def test_random_structures_grafted_into_a_valid_spec(grafts, whole):
-    spec = dict(VALID)
-    for key, value in grafts:
-        spec[key] = value
-    assert check(yaml.safe_dump(spec)) in OUTCOMES
+    assert check(yaml.safe_dump(graft(VALID, grafts))) in OUTCOMES
     assert check(yaml.safe_dump(whole)) in OUTCOMES
+
+
+# --- LaunchSpec.from_json: hyperparameters.json and `entrypoint --spec` -------------------------------
+
+LAUNCH_VALID = {"program": ["python", "train.py"], "processes_per_host": 2, "env": {"A": "1"},
+                "mca": [["btl", "tcp"]], "timeouts": {"grace_s": 5, "job_s": None}, "ssh_port": 22}
+LAUNCH_KEYS = sorted(set(LAUNCH_VALID) | {"env_forward", "mpi_flavour", "mpi_options", "pinning", "working_dir",
+                                          "result_port", "grace_s", "job_s", "ssh_ready_s"})
+launch_trees = st.recursive(scalars, lambda kids: st.one_of(
+    st.lists(kids, max_size=4),
+    st.dictionaries(st.one_of(st.sampled_from(LAUNCH_KEYS), st.text(max_size=6)), kids, max_size=4)), max_leaves=12)
+
+
+def check_launch(text: str) -> str:
+    """Any text gives a LaunchSpec that round-trips, or a SpecError naming the source; nothing else escapes."""
+    from mpirun_kit.model import LaunchSpec
+
+    try:
+        spec = LaunchSpec.from_json(text, "hyperparameters.json")
+    except SpecError as exc:
+        assert "hyperparameters.json" in str(exc), f"error does not name the source: {exc}"
+        return "rejected"
+    assert all(isinstance(a, str) for a in spec.program) and spec.program
+    assert isinstance(spec.timeouts.grace_s, (int, float)) and spec.timeouts.grace_s >= 0
+    assert LaunchSpec.from_json(spec.to_json()) == spec
+    return "loaded"
+
+
+@FUZZ
+@given(st.text(max_size=200))
+def test_launch_spec_arbitrary_text(text):
+    assert check_launch(text) in ("rejected", "loaded")
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(sorted(LAUNCH_VALID)), launch_trees), max_size=3), launch_trees)
+def test_launch_spec_random_structures_grafted_into_a_valid_one(grafts, whole):
+    import json
+
+    assert check_launch(json.dumps(graft(LAUNCH_VALID, grafts))) in ("rejected", "loaded")
+    assert check_launch(json.dumps(whole)) in ("rejected", "loaded")
+    nested = json.dumps({"program": ["x"], "timeouts": whole})
+    assert check_launch(nested) in ("rejected", "loaded")

@@ -230,6 +230,39 @@ def test_hostile_yaml_graphs():
         "job.yaml:4: program.args: an anchor is used inside itself (a recursive alias); a spec must be a plain tree"]
     assert errors("a: " + "[" * 40 + "]" * 40 + "\n") == [
         "job.yaml:1: a[0][0]...: nested more than 32 levels deep; no spec key goes that deep"]
-    assert errors("x: &a {b: 1}\ny: *a\n")[:4] == [
-        "job.yaml:1: missing required key 'apiVersion'", "job.yaml:1: missing required key 'kind'",
-        "job.yaml:1: missing required key 'name'", "job.yaml:1: missing required key 'program'"]
+    assert errors("x: &a {b: 1}\ny: *a\n") == [
+        "job.yaml:2: y: YAML aliases (*name) are not accepted in a spec (each can multiply the file's size); "
+        "write the value out"]
+
+
+def test_an_alias_bomb_is_refused_without_expanding_it():
+    """Each level lists the previous one 9 times: 9**8 leaves from a 400-byte file if it were expanded."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    assert errors(HEAD + PROG + "\n".join(lines) + "\n") == [
+        "job.yaml:6: a1[0]: YAML aliases (*name) are not accepted in a spec (each can multiply the file's size); "
+        "write the value out"]
+
+
+def test_a_huge_spec_is_refused_before_parsing(tmp_path):
+    big = HEAD + PROG + "description: '" + "x" * (1 << 20) + "'\n"
+    assert errors(big) == [f"job.yaml: {len(big)} characters; a spec is at most 1048576 (a few KiB is usual): "
+                           "is this the right file?"]
+    (tmp_path / "big.yaml").write_text(big)
+    with pytest.raises(JobSpecError, match=rf"big.yaml: {len(big)} bytes; a spec is at most 1048576 bytes"):
+        load_job(tmp_path / "big.yaml")
+
+
+def test_host_names_starting_with_a_dash_never_reach_ssh():
+    assert errors(HEAD + PROG + "target:\n  type: ssh\n  ssh: {hosts: [a, '-oProxyCommand=x']}\n") == [
+        "job.yaml:8: target.ssh.hosts[1]: expected 'name' or 'name:slots' (no whitespace; not starting with '-'); "
+        "got string '-oProxyCommand=x'"]
+    # The other ways a host list arrives: --hosts/hostfiles and SageMaker's resourceconfig.
+    from mpirun_kit.cluster.hostfile import parse_hosts_arg
+    from mpirun_kit.cluster.sagemaker import parse_resource_config
+
+    with pytest.raises(SpecError, match=r"^--hosts:1: cannot parse '-oProxyCommand=x'; expected 'HOST' or"):
+        parse_hosts_arg("-oProxyCommand=x,algo-2")
+    with pytest.raises(SpecError, match=r"^rc.json: field 'hosts' holds \['algo-1', '-oProxyCommand=x'\]; a host name "
+                                        r"has no whitespace and does not start with '-'$"):
+        parse_resource_config({"current_host": "algo-1", "hosts": ["algo-1", "-oProxyCommand=x"]}, "rc.json")
