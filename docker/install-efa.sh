@@ -9,7 +9,8 @@
 #
 # --skip-kmod: the EFA kernel module belongs to the host, never to a container.
 # --skip-limit-conf: memlock limits come from the container runtime (SageMaker sets them).
-# --mpi openmpi4: only Open MPI 4; the launcher builds Open MPI 4 mpirun argv.
+# --mpi=openmpi4: only Open MPI 4 (the installer's documented form); the launcher builds
+#   Open MPI 4 mpirun argv.
 # --no-verify: the GPG check needs gpg and the AWS key in the image; pass SHA256
 #   (from a tarball you verified once) to pin the exact bytes instead.
 set -euo pipefail
@@ -29,7 +30,7 @@ if [ -n "$sha256" ]; then
   echo "$sha256  $work/efa.tar.gz" | sha256sum --check --strict -
 fi
 tar -xzf "$work/efa.tar.gz" -C "$work"
-(cd "$work/aws-efa-installer" && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify --mpi openmpi4)
+(cd "$work/aws-efa-installer" && ./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify --mpi=openmpi4)
 
 # NCCL dlopen()s its net plugin by name; put the plugin and libfabric on the
 # loader path through ld.so.conf rather than LD_LIBRARY_PATH, so an empty

@@ -109,7 +109,9 @@ def test_build_tools_absent_from_final_stage():
 
 def test_op_extension_compiled_for_sm80_and_sm90():
     env = " ".join(rest for word, rest in STAGES["build"] if word == "ENV")
-    assert 'TORCH_CUDA_ARCH_LIST="8.0;9.0"' in env
+    # PTX for the newest architecture: a newer GPU (sm_100) JIT-compiles it instead of failing
+    # with "no kernel image is available for execution on the device".
+    assert 'TORCH_CUDA_ARCH_LIST="8.0;9.0+PTX"' in env
     runs = [rest for word, rest in STAGES["build"] if word == "RUN"]
     assert any("--no-build-isolation" in r and "pip wheel" in r for r in runs)
 
@@ -119,7 +121,8 @@ def test_efa_stack_in_both_stages_with_open_mpi_4():
         assert ("COPY", "docker/install-efa.sh /tmp/install-efa.sh") in STAGES[stage]
         assert any(w == "RUN" and "install-efa.sh" in r for w, r in STAGES[stage])
     script = (DOCKER / "install-efa.sh").read_text()
-    assert "efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify --mpi openmpi4" in script
+    # the installer's documented form is --mpi=openmpi4 (its getopt takes the value after '=')
+    assert "efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify --mpi=openmpi4" in script
     # libfabric and the aws-ofi-nccl plugin on the loader path.
     for path in ("/opt/amazon/efa/lib", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"):
         assert path in script
@@ -313,3 +316,19 @@ def test_build_sh_without_version(tmp_path):
     proc = _run_build(_build_sh(tmp_path, version=""), "--dry-run", "--no-push")
     assert proc.returncode == 64
     assert "no __version__ = \"...\" line in" in proc.stderr
+
+
+def test_orted_found_by_a_non_interactive_ssh_command(tmp_path):
+    """mpirun starts `orted` on each worker through ssh by name (it is called by name, not by
+    absolute path, so Open MPI adds no --prefix): the worker's PATH is sshd's compiled-in default,
+    since docker/sshd_config turns off UsePAM and PermitUserEnvironment and the image's ENV PATH
+    does not reach ssh sessions.  The image links orted into /usr/local/bin, which that default holds."""
+    runs = " ".join(rest for word, rest in STAGES[FINAL] if word == "RUN")
+    assert "ln -s /opt/amazon/openmpi/bin/orted /usr/local/bin/orted" in runs
+    eff = _effective(_sshd_config(tmp_path))
+    assert (eff["usepam"], eff["permituserenvironment"]) == (["no"], ["no"])
+    assert "setenv" not in eff or not any("PATH=" in v for v in eff["setenv"])
+    # sshd's compiled-in PATH for sessions (OpenSSH _PATH_STDPATH / Debian's user path) has /usr/local/bin.
+    binary = Path(SSHD).read_bytes()
+    paths = re.findall(rb"/usr/local/s?bin:[/:a-z]+", binary)
+    assert paths and all(b"/usr/local/bin" in p for p in paths), paths
