@@ -18,6 +18,15 @@ Place in the data flow: CompiledJob + a run id (chosen by the caller) ->
      (recorded in a pid file), which stops mpirun and the ranks with a grace
      period; the exit code is the master's.
 
+Every host can vanish without a FIN and every ssh call can hang, so: each
+session has ssh keepalives and TCP keepalive (a dead peer is noticed within
+about a minute), every remote wait (an exit status, a file write, the
+preflight) has a deadline, and ``cancel`` visits every host in parallel, each
+failure caught and reported per host (paramiko raises SSHException as well as
+OSError), reconnecting where a session died, until the remote entrypoint is
+gone: a cancel that arrives before the pid file exists waits for it, and an
+entrypoint that outlives the grace period is killed.
+
 The remote command is the one place a shell string exists (ssh exec takes
 one): built with ``shlex.join`` from an argv.
 """
@@ -41,6 +50,12 @@ from .base import DryRun, Progress
 #: seconds allowed after the job's own limit for readiness, start-up and shutdown.
 OVERHEAD_S = 120.0
 DEFAULT_JOB_S = 7 * 24 * 3600.0
+#: ssh keepalive interval; TCP keepalive probes a silent peer after the same idle time.
+KEEPALIVE_S = 15
+#: after a session's output ends, how long its exit status may take to arrive.
+EXIT_STATUS_S = 30.0
+#: a cancel gives up on a host this long after the grace period (then it reports the host).
+CANCEL_MARGIN_S = 15.0
 
 
 class HostKeyError(ClusterError):
@@ -94,7 +109,41 @@ def paramiko_client(req: dict, host: str):
     client.connect(host, port=req["port"], username=req["user"],
                    key_filename=str(Path(req["identity_file"]).expanduser()) if req["identity_file"] else None,
                    timeout=t, banner_timeout=t, auth_timeout=t, allow_agent=True, look_for_keys=True)
+    set_keepalive(client)
     return client
+
+
+def set_keepalive(client) -> None:
+    """ssh keepalives (traffic on an idle session) and TCP keepalive (the kernel drops a peer that
+    stopped answering: a host gone without a FIN ends its session instead of hanging it)."""
+    import socket
+
+    transport = client.get_transport()
+    transport.set_keepalive(KEEPALIVE_S)
+    sock = transport.sock
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_S), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 6)):
+        if hasattr(socket, name):  # Linux names; other systems keep their defaults
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+
+
+class RemoteTimeout(ClusterError):
+    """A remote command did not finish within its deadline."""
+
+
+def wait_exit(channel, timeout_s: float, clock: Clock = SYSTEM_CLOCK) -> int:
+    """The exit status of ``channel``'s command, waiting at most ``timeout_s``.
+
+    Raises:
+        RemoteTimeout: no exit status within ``timeout_s`` (paramiko's recv_exit_status waits forever).
+    """
+    deadline = Deadline(clock, timeout_s)
+    # A channel that closes without a status is "ready" too, with status -1.
+    while not channel.exit_status_ready():
+        if deadline.expired():
+            raise RemoteTimeout(f"no exit status within {timeout_s:g}s")
+        clock.sleep(0.05)
+    return channel.recv_exit_status()
 
 
 def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
@@ -115,7 +164,9 @@ def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_cli
 
     def one(host: str) -> None:
         delay = 0.1
+        attempt = 0
         while True:
+            attempt += 1
             try:
                 c = connect(req, host)
                 with lock:
@@ -135,6 +186,11 @@ def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_cli
                 with lock:
                     errors[host] = last
                 return
+            if progress:
+                # The live line names the host being waited for and why it is not ready yet.
+                with lock:
+                    progress.update(f"ssh: {len(clients)}/{len(hosts)} host(s) ready; waiting for "
+                                    f"{req['user']}@{host}:{req['port']} (attempt {attempt}): {last}")
             # Jittered backoff 0.1 -> 1 s: many hosts booting together must not retry in lockstep.
             clock.sleep(min(delay * (0.5 + random.random()), deadline.remaining()))
             delay = min(delay * 2, 1.0)
@@ -180,10 +236,10 @@ def ship(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: f
                 stdin, stdout, stderr = client.exec_command(cmd, timeout=timeout)
                 stdin.write(text)
                 stdin.channel.shutdown_write()
-                code = stdout.channel.recv_exit_status()
+                code = wait_exit(stdout.channel, timeout)
                 err = stderr.read().decode(errors="replace").strip()
-            except (OSError, paramiko.SSHException) as exc:
-                code, err = -1, str(exc)
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                code, err = -1, str(exc) or type(exc).__name__
             if code != 0:
                 return f"{host}: {name}: exit {code} {err[-200:]}"
         return None
@@ -205,21 +261,82 @@ class _Session:
 def _pump(session: _Session, prefix: str, out, lock: threading.Lock) -> None:
     """Copy one host's combined output line by line, bytes unchanged behind ``prefix``, until the channel closes."""
     f = session.channel.makefile("rb")
-    for raw in iter(f.readline, b""):
+    try:
+        for raw in iter(f.readline, b""):
+            with lock:
+                out.write(prefix.encode() + (raw if raw.endswith(b"\n") else raw + b"\n"))
+                out.flush()
+        session.code = wait_exit(session.channel, EXIT_STATUS_S)
+    except (OSError, EOFError, ClusterError) as exc:  # a dead session: no code (counted as 70 by _master_code)
         with lock:
-            out.write(prefix.encode() + (raw if raw.endswith(b"\n") else raw + b"\n"))
+            out.write(f"{prefix}ssh session to {session.host} ended without an exit status ({exc})\n".encode())
             out.flush()
-    session.code = session.channel.recv_exit_status()
 
 
-def cancel(clients: dict[str, Any], workdir: str) -> None:
-    """SIGTERM each remote entrypoint by its recorded pid (it stops mpirun and the ranks, with grace)."""
-    for host, client in clients.items():
-        cmd = f"kill -TERM $(cat {shlex.quote(f'{workdir}/{host}.pid')}) 2>/dev/null || true"
-        try:
-            client.exec_command(cmd, timeout=10)
-        except OSError:
-            pass
+def cancel_script(pid_file: str, grace_s: float, wait_s: float) -> str:
+    """The remote side of a cancel, one shell string (ssh exec takes one).
+
+    Waits up to ``wait_s`` for the pid file (the cancel may arrive before the entrypoint wrote
+    it), sends SIGTERM once, waits ``grace_s`` for the process to go, then SIGKILL.  Prints
+    ``gone`` and exits 0 once the process no longer exists; exits 3 if no pid file appeared.
+    """
+    ticks, grace_ticks = max(1, int(wait_s * 5)), max(1, int(grace_s * 5))
+    q = shlex.quote(pid_file)
+    return (f"i=0; while [ ! -s {q} ]; do i=$((i+1)); [ $i -le {ticks} ] || {{ echo no-pid-file; exit 3; }}; "
+            f"sleep 0.2; done; pid=$(cat {q}); kill -TERM \"$pid\" 2>/dev/null; i=0; "
+            f"while kill -0 \"$pid\" 2>/dev/null; do i=$((i+1)); "
+            f"if [ $i -gt {grace_ticks} ]; then kill -KILL \"$pid\" 2>/dev/null; fi; sleep 0.2; done; echo gone")
+
+
+def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req: dict | None = None,
+           connect: Callable[[dict, str], Any] | None = None, clock: Clock = SYSTEM_CLOCK,
+           pid_wait_s: float = 30.0) -> dict[str, str]:
+    """Stop every host's entrypoint (SIGTERM by its recorded pid; it stops mpirun and the ranks with grace).
+
+    Every host is visited, in parallel; a host whose session fails (OSError, paramiko's
+    SSHException, EOF) is retried over a new connection (``connect``, when given) until the
+    remote entrypoint is confirmed gone or ``pid_wait_s + grace_s + CANCEL_MARGIN_S`` pass.
+
+    Returns:
+        host -> why it could not be confirmed stopped (empty when every entrypoint is gone).
+    """
+    import paramiko
+
+    limit = pid_wait_s + grace_s + CANCEL_MARGIN_S
+    failures: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def one(item) -> None:
+        host, client = item
+        deadline = Deadline(clock, limit)
+        cmd = cancel_script(f"{workdir}/{host}.pid", grace_s, pid_wait_s)
+        why = "not tried"
+        while True:
+            try:
+                if client is None:
+                    client = connect(req, host)
+                _, stdout, _ = client.exec_command(cmd, timeout=max(1.0, deadline.remaining()))
+                code = wait_exit(stdout.channel, max(1.0, deadline.remaining()), clock)
+                text = stdout.read().decode(errors="replace").strip()
+                if code == 0 and text.endswith("gone"):
+                    return
+                why = f"no entrypoint pid file {workdir}/{host}.pid" if code == 3 else f"exit {code} {text[-200:]}"
+                if code == 3:
+                    break
+            except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                client = None  # the session is broken: reconnect for the next try
+                if connect is None:
+                    break
+            if deadline.remaining() <= 0:
+                break
+            clock.sleep(min(1.0, max(0.0, deadline.remaining())))
+        with lock:
+            failures[host] = why
+
+    with ThreadPoolExecutor(max_workers=max(1, min(32, len(clients)))) as pool:
+        list(pool.map(one, clients.items()))
+    return failures
 
 
 def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
@@ -230,14 +347,16 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
     """
     cmd = shlex.join([python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"])
 
+    import paramiko
+
     def one(item):
         host, client = item
         try:
             _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
-            code = stdout.channel.recv_exit_status()
+            code = wait_exit(stdout.channel, timeout)
             return host, code, (stdout.read() + stderr.read()).decode(errors="replace").strip()
-        except OSError as exc:
-            return host, -1, str(exc)
+        except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
+            return host, -1, str(exc) or type(exc).__name__
 
     with ThreadPoolExecutor(max_workers=min(32, len(clients))) as pool:
         bad = [(h, c, text) for h, c, text in pool.map(one, clients.items()) if c != 0]
@@ -278,13 +397,13 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
             while any(th.is_alive() for th in threads):
                 if deadline.expired():
                     progress.done(f"ssh: the job ran past {req['deadline_s']:g}s; stopping it")
-                    cancel(clients, req["workdir"])
+                    _stop(clients, req, connect, clock, progress)
                     _drain(threads, clock, req["grace_s"] + 10)
                     return 124
                 clock.sleep(0.2)
         except KeyboardInterrupt:
             progress.done("ssh: interrupted; sending SIGTERM to every host's entrypoint")
-            cancel(clients, req["workdir"])
+            _stop(clients, req, connect, clock, progress)
             _drain(threads, clock, req["grace_s"] + 10)
             return 130
         codes = {s.host: s.code for s in sessions}
@@ -294,6 +413,12 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
     finally:
         for c in clients.values():
             c.close()
+
+
+def _stop(clients: dict[str, Any], req: dict, connect, clock: Clock, progress: Progress) -> None:
+    failures = cancel(clients, req["workdir"], grace_s=req["grace_s"], req=req, connect=connect, clock=clock)
+    for host, why in sorted(failures.items()):
+        progress.done(f"ssh: could not confirm that {host}'s entrypoint stopped ({why}); check that host")
 
 
 def _drain(threads, clock: Clock, seconds: float) -> None:
