@@ -190,9 +190,14 @@ def compile_with_stack_values(args, facts: HostFacts | None = None, *, python: s
                            local_gpus=facts.gpus)
     values = tuple((f"{s}.{k}", str(outputs[s][k])) for s, k in refs if k in outputs.get(s, {}))
     # The job against the stacks it names (role reach, key channel, FSx subnet): before anything is sent.
-    from ..stack.infra import check_job_infrastructure
+    from ..stack.infra import bucket_kms_keys, check_job_infrastructure, job_buckets
 
-    infra = check_job_infrastructure(job, compiled.job, outputs)
+    kms_keys: tuple[str, ...] = ()
+    if compiled.job.target.type == "sagemaker" and any("RoleBucket" in o for o in outputs.values()):
+        import boto3  # the buckets' default KMS keys: one GetBucketEncryption each, best effort
+
+        kms_keys = bucket_kms_keys(boto3.client("s3", region_name=region), job_buckets(compiled.job))
+    infra = check_job_infrastructure(job, compiled.job, outputs, kms_keys=kms_keys)
     if infra:
         compiled = dataclasses.replace(compiled, warnings=compiled.warnings + infra)
     return compiled, facts, values

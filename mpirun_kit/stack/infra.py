@@ -105,6 +105,39 @@ def _s3_uris(job: S.JobSpec) -> Iterable[tuple[str, str]]:
             yield f"data.{ch.name}.s3", ch.s3
 
 
+def job_buckets(job: S.JobSpec) -> tuple[str, ...]:
+    """The S3 buckets a (resolved) job reads or writes."""
+    return tuple(dict.fromkeys(m.group(1) for _, uri in _s3_uris(job) if (m := _S3_URI.match(uri))))
+
+
+def bucket_kms_keys(s3: object, buckets: Iterable[str]) -> tuple[str, ...]:
+    """Customer-managed KMS keys the buckets encrypt new objects with by default (GetBucketEncryption).
+
+    SSE-S3 and the AWS-managed ``aws/s3`` key need no grant in the role and are left out.
+    A bucket this caller may not inspect is left out too: the check is best effort, the
+    job's own access is what counts.  ``s3`` is a boto3 S3 client (injected).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    keys = []
+    for bucket in buckets:
+        try:
+            rules = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]  # type: ignore[attr-defined]
+        except (ClientError, BotoCoreError, KeyError):
+            continue
+        for rule in rules:
+            default = rule.get("ApplyServerSideEncryptionByDefault") or {}
+            key = default.get("KMSMasterKeyID", "")
+            if default.get("SSEAlgorithm", "").startswith("aws:kms") and key and not key.endswith("alias/aws/s3"):
+                keys.append(key)
+    return tuple(dict.fromkeys(keys))
+
+
+def _same_key(used: str, allowed: str) -> bool:
+    """A key given as an ARN or a bare id names the same key when the ids agree."""
+    return bool(allowed) and (used == allowed or used.rsplit("/", 1)[-1] == allowed.rsplit("/", 1)[-1])
+
+
 def check_job_infrastructure(written: S.JobSpec, resolved: S.JobSpec,
                              outputs: Mapping[str, Mapping[str, str]], *,
                              kms_keys: Iterable[str] = ()) -> tuple[str, ...]:
@@ -141,7 +174,7 @@ def check_job_infrastructure(written: S.JobSpec, resolved: S.JobSpec,
     if role_stack is not None and role:
         allowed_key = role.get("RoleKmsKeyArn", "")
         for key in dict.fromkeys(kms_keys):
-            if key != allowed_key:
+            if not _same_key(key, allowed_key):
                 out.append(f"kms: the job's objects are encrypted with {key}, but {where} may decrypt "
                            f"{'with ' + allowed_key if allowed_key else 'with no customer-managed key'}; deploy the "
                            f"role with --param KmsKeyArn={key}")

@@ -144,3 +144,43 @@ def test_validate_notices_the_missing_key_channel(tmp_path, capsys):
     assert main(["validate", str(spec)]) == 0
     out = capsys.readouterr().out
     assert "  warning: data: 2-host SageMaker job without the 'mpirun-keys' channel" in out
+
+
+def test_bucket_default_kms_key_is_found_and_checked(moto):
+    """A bucket encrypting with a customer-managed key: plan needs the role's kms:Decrypt on it."""
+    import boto3
+
+    from mpirun_kit.stack.infra import bucket_kms_keys, job_buckets
+    s3 = boto3.client("s3", region_name="us-west-2", endpoint_url=moto)
+    kms = boto3.client("kms", region_name="us-west-2", endpoint_url=moto)
+    key = kms.create_key()["KeyMetadata"]["Arn"]
+    for bucket in ("mrk-artifacts", "plain"):
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    s3.put_bucket_encryption(Bucket="mrk-artifacts", ServerSideEncryptionConfiguration={"Rules": [
+        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key}}]})
+    written = load_job_text(SPEC, "j.yaml")
+    assert job_buckets(resolve_stack_refs(written, OUTPUTS.__getitem__)) == ("mrk-artifacts",)
+    assert bucket_kms_keys(s3, ["mrk-artifacts", "plain", "missing"]) == (key,)
+    (w,) = check(kms_keys=bucket_kms_keys(s3, ["mrk-artifacts"]))
+    assert w.startswith(f"kms: the job's objects are encrypted with {key}, but role stack mrk-role may decrypt with "
+                        "no customer-managed key")
+
+
+def test_plan_reports_the_kms_key_the_role_lacks(moto, tmp_path, capsys, monkeypatch):
+    """`plan` end to end: stack outputs given on the command line, the bucket's key read from S3 (moto)."""
+    import boto3
+
+    from mpirun_kit.cli.main import main
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto)
+    s3 = boto3.client("s3", region_name="us-west-2", endpoint_url=moto)
+    key = boto3.client("kms", region_name="us-west-2", endpoint_url=moto).create_key()["KeyMetadata"]["Arn"]
+    s3.create_bucket(Bucket="mrk-artifacts", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    s3.put_bucket_encryption(Bucket="mrk-artifacts", ServerSideEncryptionConfiguration={"Rules": [
+        {"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": key}}]})
+    spec = tmp_path / "j.yaml"
+    spec.write_text(SPEC.replace("sagemaker:\n", "sagemaker:\n    region: us-west-2\n", 1))
+    flags = [f"--stack-output={s}.{k}={v}" for s, out in OUTPUTS.items() for k, v in out.items()]
+    assert main(["plan", str(spec), *flags]) == 0
+    out = capsys.readouterr().out
+    assert f"kms: the job's objects are encrypted with {key}, but role stack mrk-role may decrypt with no " \
+           f"customer-managed key; deploy the role with --param KmsKeyArn={key}" in out
