@@ -76,10 +76,10 @@ def test_q_prints_only_the_result(cli, chatty):
 
 def test_library_default_is_unchanged_after_a_command(cli, chatty):
     """The CLI's choice lasts one command: library callers (and other tests) keep every line."""
+    handlers = list(logging.getLogger().handlers)
     cli("-q", "validate", "x")
     assert base.OUTPUT_LEVEL == 2
-    assert not [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)
-                and getattr(h, "stream", None) is None]
+    assert logging.getLogger().handlers == handlers
 
 
 def test_status_line_is_redrawn_in_place_on_a_terminal(monkeypatch):
