@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
-    saved_level = base.OUTPUT_LEVEL
+    saved_level, saved_root = base.OUTPUT_LEVEL, logging.getLogger().level
     verbose = args.verbose or (1 if args.command_name in PROGRESS_BY_DEFAULT else 0)
     handler = configure_output(verbose, args.quiet)
     try:
@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.LAUNCH_FAILED
     finally:
         logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(saved_root)
         base.OUTPUT_LEVEL = saved_level
 
 
