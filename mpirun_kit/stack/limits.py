@@ -192,6 +192,13 @@ def _show(value: Any) -> str:
     return text if len(text) <= _SHOW else text[:_SHOW - 3] + "..."
 
 
+def _size(path: str, what: str, n: int, lo: int | None, hi: int | None) -> Iterator[Violation]:
+    if lo is not None and n < lo:
+        yield Violation(path, f"{what}; AWS requires at least {lo}")
+    if hi is not None and n > hi:
+        yield Violation(path, f"{what}; AWS allows at most {hi}")
+
+
 def _walk(service: str, shape: Any, value: Any, path: str) -> Iterator[Violation]:
     kind = shape.type_name
     meta = shape.metadata
@@ -213,20 +220,14 @@ def _walk(service: str, shape: Any, value: Any, path: str) -> Iterator[Violation
         if not isinstance(value, (list, tuple)):
             yield Violation(path, f"expected a list, got {type(value).__name__}")
             return
-        if lo is not None and len(value) < lo:
-            yield Violation(path, f"{len(value)} entries; AWS requires at least {lo}")
-        if hi is not None and len(value) > hi:
-            yield Violation(path, f"{len(value)} entries; AWS allows at most {hi}")
+        yield from _size(path, f"{len(value)} entries", len(value), lo, hi)
         for i, item in enumerate(value):
             yield from _walk(service, shape.member, item, f"{path}[{i}]")
     elif kind == "map":
         if not isinstance(value, Mapping):
             yield Violation(path, f"expected a map, got {type(value).__name__}")
             return
-        if lo is not None and len(value) < lo:
-            yield Violation(path, f"{len(value)} entries; AWS requires at least {lo}")
-        if hi is not None and len(value) > hi:
-            yield Violation(path, f"{len(value)} entries; AWS allows at most {hi}")
+        yield from _size(path, f"{len(value)} entries", len(value), lo, hi)
         for k, v in value.items():
             yield from _walk(service, shape.key, k, f"{path} key {_show(k)}")
             yield from _walk(service, shape.value, v, f"{path}[{k!r}]")
@@ -234,10 +235,7 @@ def _walk(service: str, shape: Any, value: Any, path: str) -> Iterator[Violation
         if not isinstance(value, str):
             yield Violation(path, f"expected a string, got {type(value).__name__} {_show(value)}")
             return
-        if lo is not None and len(value) < lo:
-            yield Violation(path, f"{_show(value)} is {len(value)} characters; AWS requires at least {lo}")
-        if hi is not None and len(value) > hi:
-            yield Violation(path, f"{_show(value)} is {len(value)} characters; AWS allows at most {hi}")
+        yield from _size(path, f"{_show(value)} is {len(value)} characters", len(value), lo, hi)
         if shape.enum and value not in shape.enum:
             yield Violation(path, f"{_show(value)} is not one of: {', '.join(shape.enum)}")
         pattern = meta.get("pattern")
