@@ -5,6 +5,12 @@ rules) -> request.py (``DeployRequest``, the pure plan) -> deploy.py (change set
 events, rollback reason; boto3 client injected) -> outputs.py (``get_outputs``, used by
 the job layer for ``${stack:NAME.OutputKey}``).  Only the CLI (cli/stack.py) builds
 clients or reads the environment.
+
+Two modules serve every AWS request mpirun_kit builds, not only stacks:
+limits.py (AWS's full request limits from botocore's model: lengths, counts,
+patterns, enums, documented ranges; run on CreateChangeSet and CreateTrainingJob
+requests before they are sent) and infra.py (a SageMaker job checked against the
+stacks it names: role reach, key channel, KMS, FSx subnet; run by ``plan``).
 """
 from __future__ import annotations
 
