@@ -50,6 +50,7 @@ from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import LaunchError, MasterLostError
 from .report import MAX_LINE, encode, send_rank_event, verify  # noqa: F401  (send_rank_event: re-exported)
 from .result import JobResult, RankFailure, rank_failure_from_report
+from ..observe.timeline import clean_records
 
 log = logging.getLogger(__name__)
 
@@ -238,6 +239,7 @@ class ResultServer:
         self._lost: dict[str, float] = {}               # host -> seconds it had been silent
         self._worker_peer: dict[str, _Peer] = {}
         self._rank_peer: dict[int, _Peer] = {}
+        self._timelines: dict[str, list] = {}          # worker -> its timeline records, sent with its ack
         self._result: dict | None = None
         self._rejected: collections.deque[Rejected] = collections.deque(maxlen=200)
         self._n_rejected = 0
@@ -415,13 +417,17 @@ class ResultServer:
             self._peers[conn.fileno()] = peer
 
     def _evict_one(self) -> bool:
-        idle = [p for p in self._peers.values() if p.role is None]
-        if not idle:
-            return False
-        oldest = min(idle, key=lambda p: p.opened)
-        self._reject(oldest.addr, "connection closed to make room: it had not authenticated")
-        self._drop(oldest)
-        return True
+        """Make room for one connection: the oldest that has not authenticated goes.  Each candidate's
+        pending bytes are read first, so a rank whose report is already here is never the one evicted."""
+        for p in sorted((p for p in self._peers.values() if p.role is None), key=lambda p: p.opened):
+            self._read(p)
+            if not p.alive:
+                return True  # it closed, or its line was refused: room made
+            if p.role is None:
+                self._reject(p.addr, "connection closed to make room: it had not authenticated")
+                self._drop(p)
+                return True
+        return False
 
     def _drop(self, peer: _Peer) -> None:
         peer.alive = False
@@ -550,6 +556,9 @@ class ResultServer:
             self._last_heard[peer.host] = now
             if kind == "ack":
                 self._acks.add(peer.host)
+                recs = clean_records(msg.get("timeline"))   # observe/timeline.py: phases and finite times only
+                if recs is not None:
+                    self._timelines[peer.host] = recs
             self._changed.notify_all()
 
     def _reject(self, peer: str, reason: str) -> None:
@@ -598,6 +607,11 @@ class ResultServer:
                     return False
                 self._changed.wait(min(left, 0.5))
         return True
+
+    def worker_timelines(self) -> dict[str, list]:
+        """Each worker's timeline records, as sent with its ack (observe/timeline.py)."""
+        with self._lock:
+            return dict(self._timelines)
 
     def send_to_ranks(self, ranks: Collection[int], msg: dict) -> list[int]:
         """Send ``msg`` (signed with the ranks' key) on each rank's own connection; returns those reached."""
