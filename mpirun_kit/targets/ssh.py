@@ -282,9 +282,11 @@ def cancel_script(pid_file: str, grace_s: float, wait_s: float) -> str:
     """
     ticks, grace_ticks = max(1, int(wait_s * 5)), max(1, int(grace_s * 5))
     q = shlex.quote(pid_file)
+    # A zombie (exited, not yet reaped by its parent) counts as gone: kill -0 still finds it.
+    alive = 'kill -0 "$pid" 2>/dev/null && ! grep -qs "^State:[[:space:]]*Z" /proc/"$pid"/status'
     return (f"i=0; while [ ! -s {q} ]; do i=$((i+1)); [ $i -le {ticks} ] || {{ echo no-pid-file; exit 3; }}; "
             f"sleep 0.2; done; pid=$(cat {q}); kill -TERM \"$pid\" 2>/dev/null; i=0; "
-            f"while kill -0 \"$pid\" 2>/dev/null; do i=$((i+1)); "
+            f"while {alive}; do i=$((i+1)); "
             f"if [ $i -gt {grace_ticks} ]; then kill -KILL \"$pid\" 2>/dev/null; fi; sleep 0.2; done; echo gone")
 
 

@@ -136,3 +136,112 @@ def test_rank_output_is_byte_for_byte_over_ssh(tmp_path):
     assert p.returncode == 0, (out + err).decode(errors="replace")
     # The channel carries stdout and stderr together.
     exact_output.assert_exact(out, out, {0: "algo-1", 1: "algo-2"})
+
+
+# --- cancel, deadlines and keepalive against a real sshd on 127.0.0.1 ---------------------------------
+# One sshd with a throwaway host key and user key; "hosts" are names for pid files, all reached on loopback.
+
+@pytest.fixture(scope="module")
+def loopback_sshd(tmp_path_factory):
+    import shutil
+    import socket
+    import subprocess
+
+    from mpirun_kit.exec.sshd import start_sshd
+
+    if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
+        pytest.skip("openssh-server not installed")
+    d = tmp_path_factory.mktemp("h3sshd")
+    for name in ("host_key", "user_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True)
+    (d / "authorized_keys").write_text((d / "user_key.pub").read_text())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} " + " ".join((d / "host_key.pub").read_text().split()[:2]) + "\n")
+    cfg = d / "sshd_config"
+    cfg.write_text(f"ListenAddress 127.0.0.1\nHostKey {d / 'host_key'}\nPidFile {d / 'sshd.pid'}\nUsePAM no\n"
+                   f"AuthorizedKeysFile {d / 'authorized_keys'}\nStrictModes no\nPermitRootLogin prohibit-password\n")
+    proc = start_sshd(port, str(cfg))
+    req = {"user": os.environ.get("USER", "root") if os.geteuid() else "root", "port": port,
+           "identity_file": str(d / "user_key"), "known_hosts": str(d / "known_hosts"), "connect_timeout_s": 5}
+    yield d, req
+    if proc is not None:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _client(req):
+    return T.paramiko_client(req, "127.0.0.1")
+
+
+def _start_entrypoint_stand_in(workdir: Path, host: str, delay_s: float = 0.0):
+    """What the ssh target's remote command does: write $$ to HOST.pid, then exec the (long) entrypoint."""
+    import subprocess
+
+    return subprocess.Popen(["sh", "-c", f"sleep {delay_s}; echo $$ > {workdir / (host + '.pid')} && exec sleep 300"])
+
+
+def test_cancel_visits_every_host_when_one_session_is_broken(loopback_sshd, tmp_path):
+    _, req = loopback_sshd
+    broken, live = _client(req), _client(req)
+    broken.get_transport().close()  # a dead session: exec_command raises paramiko's SSHException, not OSError
+    proc = _start_entrypoint_stand_in(tmp_path, "algo-2")
+    try:
+        failures = T.cancel({"algo-1": broken, "algo-2": live}, str(tmp_path), grace_s=2, pid_wait_s=5)
+        assert proc.wait(timeout=30) == -15  # SIGTERM reached algo-2's entrypoint
+        assert list(failures) == ["algo-1"] and failures["algo-1"].startswith("SSHException: ")
+    finally:
+        proc.kill()
+        live.close()
+
+
+def test_a_cancel_before_the_pid_file_exists_waits_for_it(loopback_sshd, tmp_path):
+    _, req = loopback_sshd
+    client = _client(req)
+    proc = _start_entrypoint_stand_in(tmp_path, "algo-1", delay_s=1.0)  # the pid file appears only after 1 s
+    try:
+        assert T.cancel({"algo-1": client}, str(tmp_path), grace_s=2, pid_wait_s=20) == {}
+        assert proc.wait(timeout=30) == -15
+    finally:
+        proc.kill()
+        client.close()
+
+
+def test_cancel_reconnects_and_kills_an_entrypoint_that_ignores_sigterm(loopback_sshd, tmp_path):
+    import subprocess
+
+    _, req = loopback_sshd
+    broken = _client(req)
+    broken.get_transport().close()
+    proc = subprocess.Popen(["sh", "-c", f"echo $$ > {tmp_path / 'algo-1.pid'}; trap '' TERM; "
+                                         "while :; do sleep 0.1; done"])
+    try:
+        failures = T.cancel({"algo-1": broken}, str(tmp_path), grace_s=1, pid_wait_s=5, req=req,
+                            connect=lambda r, host: _client(r))
+        assert failures == {}
+        assert proc.wait(timeout=30) == -9  # outlived the grace period: killed
+    finally:
+        proc.kill()
+
+
+def test_every_remote_wait_has_a_deadline_and_sessions_keep_alive(loopback_sshd, tmp_path):
+    import socket
+
+    from mpirun_kit.errors import ClusterError
+
+    _, req = loopback_sshd
+    client = _client(req)
+    try:
+        transport = client.get_transport()
+        # paramiko keeps the interval private; this is where Transport.set_keepalive stores it.
+        assert transport.packetizer._Packetizer__keepalive_interval == T.KEEPALIVE_S
+        assert transport.sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        # A "python" that never answers: the preflight ends at its deadline and names the host.
+        hang = tmp_path / "hang"
+        hang.write_text("#!/bin/sh\nexec sleep 300\n")
+        hang.chmod(0o755)
+        with pytest.raises(ClusterError, match=r"on 1 host\(s\) \(algo-1: exit -1: no exit status within 1s\)"):
+            T.preflight({"algo-1": client}, str(hang), timeout=1)
+    finally:
+        client.close()
