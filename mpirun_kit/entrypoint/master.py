@@ -168,7 +168,11 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
         # Every reachable worker, connected yet or not: one still connecting gets the result on hello.
         waiting_for = set(plan.workers) - set(server.lost_workers())
         late = server.wait_acks(waiting_for, ACK_WAIT_S) if waiting_for else frozenset()
-        log.info("result %d published to %d worker(s); not acknowledged: %s", result.exit_code, sent,
-                 sorted(late) or "none")
+        if plan.workers:
+            log.info("job result (exit code %d) sent to %d of %d worker(s)", result.exit_code, sent,
+                     len(plan.workers))
+        if late:
+            log.warning("worker(s) %s did not confirm receiving the job result within %g s",
+                        ", ".join(sorted(late)), ACK_WAIT_S)
     finally:
         server.close()

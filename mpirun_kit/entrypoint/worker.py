@@ -123,7 +123,7 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
                 daemons = find_daemons(plan.daemons)
                 if daemons:
                     daemon_state = "running"
-                    log.info("worker %s: MPI daemon up (pids %s)", me, daemons)
+                    log.info("worker %s: MPI daemon up (pid %s)", me, ", ".join(map(str, daemons)))
                 elif daemon_deadline.expired():
                     raise LaunchError(
                         f"worker {me}: the MPI daemon ({'/'.join(plan.daemons)}) never started here within "
