@@ -106,6 +106,7 @@ def register(subparsers: Any) -> None:
     r.add_argument("--yes", action="store_true", help="delete without asking (needed without a terminal)")
     r.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="seconds to wait (default 3600)")
     r.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
+    r.add_argument("--json", action="store_true", help="print the result as JSON: {stack, status}")
     common(r)
     r.set_defaults(func=_delete)
 
@@ -183,7 +184,7 @@ def _request_json(request: Any) -> str:
     given = dict(request.parameters)
     return json.dumps({
         "stack": request.stack_name, "template": request.template_path, "change_set": request.change_set_name,
-        "capabilities": list(request.capabilities),
+        "capabilities": list(request.capabilities), "termination_protection": request.termination_protection,
         "parameters": {k: ("****" if k in request.no_echo else given[k]) for k in request.template_parameters
                        if k in given},
         "defaulted": [k for k in request.template_parameters if k not in given]}, indent=2, sort_keys=True)
@@ -216,7 +217,7 @@ def _delete(args: argparse.Namespace) -> int:
         return 1
     final = delete(args.name, _client(args), report=_err, clock=SYSTEM_CLOCK, timeout_s=args.timeout,
                    poll_s=args.poll)
-    print(f"stack {args.name}: {final}")
+    print(json.dumps({"stack": args.name, "status": final}) if args.json else f"stack {args.name}: {final}")
     return 0
 
 

@@ -180,3 +180,11 @@ def test_unreachable_endpoint_is_a_cluster_error(cli, monkeypatch):
     r = cli("stack", "list")
     assert r.rc == 69
     assert "CloudFormation list_stacks: cannot reach the endpoint" in r.err
+
+
+def test_dry_run_json_shows_termination_protection(cli, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    import json
+    r = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--termination-protection", "--dry-run", "--json")
+    assert r.rc == 0, r.err
+    assert json.loads(r.out)["termination_protection"] is True
