@@ -71,7 +71,10 @@ def _stop(args) -> int:
         raise ClusterError(f"could not stop training job {args.name!r}: "
                            f"{exc.response.get('Error', {}).get('Message', exc)}; `mpirun_kit status {args.name}` "
                            "shows whether it already ended") from exc
-    print(f"stop requested for {args.name}; SageMaker sends SIGTERM to every host, then ends the job")
+    if args.json:
+        print(json.dumps({"job": args.name, "stop_requested": True}))
+    else:
+        print(f"stop requested for {args.name}; SageMaker sends SIGTERM to every host, then ends the job")
     return 0
 
 
@@ -114,8 +117,8 @@ def register(subparsers) -> None:
         p = add_command(subparsers, name, help=text, description=description, examples=examples, codes=codes)
         p.add_argument("name", metavar="NAME", help="training job name (printed by `submit`)")
         p.add_argument("--region", metavar="REGION", help="AWS region (default: the AWS configuration)")
-        if name == "status":
-            p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name in ("status", "stop"):
+            p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
         if name == "logs":
             p.add_argument("--follow", action="store_true", help="keep following until the job ends")
             p.add_argument("--poll", type=float, default=10.0, metavar="S", help="seconds between polls (default 10)")

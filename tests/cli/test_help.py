@@ -131,3 +131,31 @@ def test_stack_deploy_dry_run_json(cli):
     d = json.loads(r.out)
     assert (d["stack"], d["template"]) == ("mrk-vpc", "cfn/vpc.yaml")
     assert d["parameters"] == {"AvailabilityZone1": "us-west-2a", "AvailabilityZone2": "us-west-2b"}
+
+
+def test_stack_delete_json(cli, moto, monkeypatch):
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto)
+    cf = boto3.client("cloudformation", region_name="us-west-2")
+    cf.create_stack(StackName="h6-del", TemplateBody=json.dumps(
+        {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}}}))
+    r = cli("stack", "delete", "h6-del", "--yes", "--json", "--poll", "0.1", "--timeout", "60")
+    assert r.rc == 0, r.err
+    assert json.loads(r.out) == {"stack": "h6-del", "status": "DELETE_COMPLETE"}
+
+
+def test_stop_json(cli, monkeypatch):
+    """botocore's Stubber stands in for SageMaker: moto has no StopTrainingJob."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from mpirun_kit.targets import sagemaker
+
+    client = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="a", aws_secret_access_key="b")
+    stub = Stubber(client)
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": "j1"})
+    monkeypatch.setattr(sagemaker, "make_clients", lambda region: (client, None))
+    with stub:
+        r = cli("stop", "j1", "--json")
+    assert (r.rc, json.loads(r.out)) == (0, {"job": "j1", "stop_requested": True})
