@@ -87,6 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="sshd host key path (default /etc/ssh/mpirun_kit/ssh_host_ed25519_key, "
                                 "as docker/sshd_config expects)")
             k.add_argument("--dry-run", action="store_true", help="print the files (private keys redacted)")
+            k.add_argument("--resolve-timeout-s", type=float, default=120.0,
+                           help="how long to wait for every host name to resolve; authorized_keys admits the key "
+                                "only from the job's host addresses (from=...), resolved now (default 120)")
         k.set_defaults(func=func)
 
 
@@ -193,7 +196,7 @@ def _show(args) -> int:
 
 def _install(args) -> int:
     from ..errors import SpecError
-    from ..sshkeys import HOST_KEY_PATH, LISTEN_CONFIG_PATH, plan_install, write_files
+    from ..sshkeys import HOST_KEY_PATH, LISTEN_CONFIG_PATH, plan_install, resolve_addresses, write_files
 
     address = None
     if args.sagemaker:
@@ -211,6 +214,7 @@ def _install(args) -> int:
     m = _material(args, secret)
     ssh_dir = args.ssh_dir or os.path.join(os.environ.get("HOME", "/root"), ".ssh")
     files = plan_install(m, hosts, ssh_dir, args.host_key or HOST_KEY_PATH, listen_address=address,
+                         from_addresses=resolve_addresses(hosts, timeout_s=args.resolve_timeout_s),
                          listen_config_path=args.listen_config or LISTEN_CONFIG_PATH)
     if args.dry_run:
         if args.json:
@@ -220,5 +224,8 @@ def _install(args) -> int:
             print("\n".join(f.describe() for f in files))
         return 0
     write_files(files)
+    if args.json:
+        print(json.dumps({"job": m.job, "user_fingerprint": m.user_fingerprint, "hosts": hosts,
+                          "files": [f.path for f in files]}, indent=2))
     print(f"installed ssh keys for job {m.job} ({m.user_fingerprint}) for {len(hosts)} host(s)", file=sys.stderr)
     return 0

@@ -11,6 +11,7 @@ import argparse
 import json
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -159,3 +160,15 @@ def test_stop_json(cli, monkeypatch):
     with stub:
         r = cli("stop", "j1", "--json")
     assert (r.rc, json.loads(r.out)) == (0, {"job": "j1", "stop_requested": True})
+
+
+def test_keys_install_json(cli, tmp_path):
+    secret = tmp_path / "secret"
+    assert cli("keys", "new", "--out", str(secret)).rc == 0
+    r = cli("keys", "install", "--secret-file", str(secret), "--job", "j1", "--hosts", "algo-1,algo-2", "--json",
+            "--ssh-dir", str(tmp_path / "ssh"), "--host-key", str(tmp_path / "hostkey"),
+            "--listen-config", str(tmp_path / "listen.conf"))
+    assert r.rc == 0, r.err
+    d = json.loads(r.out)
+    assert (d["job"], d["hosts"]) == ("j1", ["algo-1", "algo-2"])
+    assert d["files"] and all(Path(f).exists() for f in d["files"])
