@@ -1,0 +1,86 @@
+"""What issue 15 found in the templates, each as a fact about the template that failed before the fix."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mpirun_kit.stack import load_template
+from mpirun_kit.stack.rules import _Scenario
+from mpirun_kit.stack.template import parameter_values
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _t(name):
+    return load_template(str(REPO / "cfn" / name))
+
+
+def _statements(template, values):
+    """Every IAM statement of the role, inline and separate policies, for these parameter values."""
+    s = _Scenario(template, parameter_values(template, values))
+    out = []
+    for _, res in s.of_type("AWS::IAM::Role"):
+        for policy in s.props(res).get("Policies", []):
+            out += policy["PolicyDocument"]["Statement"]
+    for _, res in s.of_type("AWS::IAM::Policy"):
+        out += s.props(res)["PolicyDocument"]["Statement"]
+    return out
+
+
+ROLE = {"BucketName": "mrk-artifacts", "VpcId": "vpc-0123"}
+KEY = "arn:aws:kms:us-west-2:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
+
+def test_every_mutating_ec2_statement_is_limited_to_the_vpc():
+    mutating = [st for st in _statements(_t("sagemaker-role.yaml"), ROLE)
+                if any(a.startswith("ec2:") and not a.startswith("ec2:Describe")
+                       for a in (st["Action"] if isinstance(st["Action"], list) else [st["Action"]]))]
+    assert len(mutating) == 2
+    for st in mutating:
+        assert "ec2:Vpc" in st["Condition"]["ArnEquals"], st["Sid"]
+
+
+def test_kms_decrypt_only_with_a_key_and_only_for_that_key():
+    role = _t("sagemaker-role.yaml")
+    assert not any("kms:Decrypt" in st["Action"] for st in _statements(role, ROLE))
+    (st,) = [st for st in _statements(role, {**ROLE, "KmsKeyArn": KEY}) if "kms:Decrypt" in st["Action"]]
+    assert st["Resource"] == KEY and st["Effect"] == "Allow"
+    assert "kms:ViaService" in st["Condition"]["StringEquals"]
+
+
+def test_role_defaults_are_the_repository_and_prefix_the_project_uses():
+    role = _t("sagemaker-role.yaml")
+    assert (role.parameter("ImageRepositoryName").default, role.parameter("Prefix").default) == \
+        ("mpirun-kit", "mpirun-kit")
+
+
+def test_scratch_file_system_has_no_export_path():
+    """ExportPath = ImportPath would overwrite the inputs on export; SCRATCH_2 exports nothing automatically."""
+    fsx = _t("fsx.yaml")
+    s = _Scenario(fsx, parameter_values(fsx, {"SubnetId": "subnet-1", "SecurityGroupId": "sg-1",
+                                              "S3DataPath": "s3://mrk-data"}))
+    (lustre,) = [s.props(r)["LustreConfiguration"] for _, r in s.of_type("AWS::FSx::FileSystem")]
+    assert lustre["DeploymentType"] == "SCRATCH_2" and lustre["ImportPath"] == "s3://mrk-data"
+    assert "ExportPath" not in lustre
+    assert "exported automatically" not in fsx.body
+
+
+def test_efs_tells_a_job_its_directory_path():
+    """SageMaker mounts the EFS root (no access points): the job needs the access point's directory."""
+    outputs = _t("efs.yaml").parsed["Outputs"]
+    assert outputs["DirectoryPath"]["Value"] == {"Ref": "RootDirectory"}
+
+
+def test_fsx_outputs_the_subnet_and_deployment_type_plan_checks():
+    outputs = _t("fsx.yaml").parsed["Outputs"]
+    assert outputs["SubnetId"]["Value"] == {"Ref": "SubnetId"}
+    assert outputs["DeploymentType"]["Value"] == {"Ref": "DeploymentType"}
+
+
+def test_nat_gateway_per_zone():
+    vpc = _t("vpc.yaml")
+    zones = {"AvailabilityZone1": "us-west-2a", "AvailabilityZone2": "us-west-2b", "AvailabilityZone3": "us-west-2c"}
+    shared = _Scenario(vpc, parameter_values(vpc, zones))
+    per_zone = _Scenario(vpc, parameter_values(vpc, {**zones, "NatGatewayPerZone": "true"}))
+    assert len(list(shared.of_type("AWS::EC2::NatGateway"))) == 1
+    assert sorted(lid for lid, _ in per_zone.of_type("AWS::EC2::NatGateway")) == ["NatGateway", "NatGateway2",
+                                                                                   "NatGateway3"]
