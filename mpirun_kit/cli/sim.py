@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     name_root(up)
     up.add_argument("--instance-type", default="ml.c5.xlarge", help="instance type in resourceconfig.json")
     up.add_argument("--json", action="store_true", help="print hosts as JSON")
+    up.add_argument("--replace", action="store_true",
+                    help="if a cluster of this name is up, tear it down and start afresh (default: refuse, exit 69)")
     up.set_defaults(func=_up)
 
     down = action(ssub, "down", "tear a cluster down (idempotent)",
@@ -75,10 +77,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _up(args) -> int:
-    from ..sim import SimCluster
+    from ..sim import SimCluster, SimClusterExistsError
     sim = SimCluster(args.hosts, _root(args), args.name, instance_type=args.instance_type)
     try:
-        sim.up()
+        sim.up(replace=args.replace)
+    except SimClusterExistsError:
+        raise  # another cluster's: leave it alone
     except BaseException:
         sim.down()
         raise
@@ -94,16 +98,17 @@ def _up(args) -> int:
 
 
 def _down(args) -> int:
-    from ..sim import down_all, down_named
+    from ..sim import down_all, down_named, purge_root
     if args.all:
         names = down_all()
+        for name in names:
+            purge_root(DEFAULT_ROOT / name)
         print(f"tore down {len(names)} cluster(s): {', '.join(names) or '-'}", file=sys.stderr)
         return 0
-    # Works from namespace names alone, so it also cleans up after a crashed controller.
+    # Works from namespace names alone, so it also cleans up after a crashed controller; then nothing of the
+    # cluster stays on disk (its keys included).
     existed = down_named(args.name)
-    state = _root(args) / "state.json"
-    if state.exists():
-        state.unlink()
+    purge_root(_root(args))
     print(f"sim cluster {args.name!r} {'torn down' if existed else 'was not up'}", file=sys.stderr)
     return 0
 

@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,7 +40,8 @@ def build_dryrun(args, compiled):
         return target, target.dryrun(compiled, run_dir=run_dir.resolve(), python=sys.executable,
                                       result_port=free_port())
     if job.target.type == "sim":
-        root = Path(job.target.sim.root) if job.target.sim.root else Path(tempfile.mkdtemp(prefix="mrk-sim-"))
+        # No root given: the target makes a temporary one when the job starts (a dry run writes nothing).
+        root = Path(job.target.sim.root) if job.target.sim.root else None
         exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
         return target, target.dryrun(compiled, root=root, name=f"s{os.getpid():x}"[:12], mpirun_kit_exe=exe)
     if job.target.type == "ssh":
@@ -51,23 +51,65 @@ def build_dryrun(args, compiled):
 
 
 def _submit(args) -> int:
-    compiled, _ = compile_from_args(args)
-    for w in compiled.warnings:
-        print(f"mpirun_kit: warning: {w}", file=sys.stderr)
-    target, dry = build_dryrun(args, compiled)
-    if args.dry_run:
-        print(dry.to_json() if args.json else dry.render(), end="\n" if args.json else "")
-        return 0
-    if compiled.job.target.type == "sagemaker":
-        return target.run(dry, wait=args.wait)
+    """Run the job; with --json, end stdout with one JSON Outcome line, whatever happened."""
+    from ..errors import MpirunKitError
+    from .main import translate
+
+    started = time.time()
+    compiled = None
+    try:
+        compiled, _ = compile_from_args(args)
+        for w in compiled.warnings:
+            print(f"mpirun_kit: warning: {w}", file=sys.stderr)
+        target, dry = build_dryrun(args, compiled)
+        if args.dry_run:
+            print(dry.to_json() if args.json else dry.render(), end="\n" if args.json else "")
+            return 0
+        outcome = run_target(args, compiled, target, dry, started)
+    except Exception as exc:
+        known = exc if isinstance(exc, MpirunKitError) else translate(exc)
+        if args.json and not args.dry_run and known is not None:
+            print(error_outcome(args, compiled, known, started).to_json(), flush=True)
+        raise
+    if args.json:
+        sys.stdout.flush()
+        print(outcome.to_json(), flush=True)
+    return outcome.exit_code
+
+
+def run_target(args, compiled, target, dry, started: float):
+    """Run ``dry`` on its target; how the job ended (targets that read the failure report say more)."""
+    from ..targets.base import Outcome, outcome_of
+
+    kind, job = compiled.job.target.type, compiled.job.name
+    if kind in ("local", "sim"):
+        return target.run_outcome(dry)
+    if kind == "sagemaker":
+        code = target.run(dry, wait=args.wait)
+        name = dry.request["CreateTrainingJob"]["TrainingJobName"]
+        if not args.wait:
+            return Outcome(kind, job, code, "platform", f"training job {name} created; it runs on SageMaker "
+                           f"(mpirun_kit status {name})")
+        if code == 130:
+            return Outcome(kind, job, code, "launcher", f"stopped following; training job {name} keeps running")
+        platform = {143: f"training job {name} was stopped (StopTrainingJob)",
+                    124: f"training job {name} ran past its MaxRuntimeInSeconds"}.get(code)
+        return outcome_of(kind, job, code, platform_reason=platform, started=started, ended=time.time())
     code = target.run(dry)
-    if compiled.job.target.type == "sim" and not compiled.job.target.sim.root:
-        # A temporary cluster root: keep it (per-host logs) only when the job failed.
-        if code == 0:
-            shutil.rmtree(dry.request["root"], ignore_errors=True)
-        else:
-            print(f"mpirun_kit: per-host logs kept in {dry.request['root']}", file=sys.stderr)
-    return code
+    return outcome_of(kind, job, code, interrupted="SIGINT" if code == 130 else None, started=started,
+                      ended=time.time())
+
+
+def error_outcome(args, compiled, exc, started: float):
+    """The Outcome of a submit that ended in an error of ours (bad spec, unreachable host, AWS refusal)."""
+    from ..errors import ClusterError
+    from ..targets.base import outcome_of
+
+    kind = compiled.job.target.type if compiled else getattr(args, "target", None)
+    source = "platform" if kind == "sagemaker" and isinstance(exc, ClusterError) else "launcher"
+    return outcome_of(kind, compiled.job.name if compiled else None, int(exc.exit_code),
+                      error=(source, str(exc).split("\n", 1)[0] or type(exc).__name__), started=started,
+                      ended=time.time(), hosts={})
 
 
 def register(subparsers) -> None:

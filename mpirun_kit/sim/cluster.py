@@ -26,7 +26,7 @@ import psutil
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, SpecError
-from .layout import (HOST_IFNAME, NETNS_PREFIX, SimHost, SimLayout, plan_layout, render_hosts_file,
+from .layout import (HOST_IFNAME, HOST_OPT_ML, NETNS_PREFIX, SimHost, SimLayout, plan_layout, render_hosts_file,
                      render_known_hosts, render_resource_config, render_ssh_client_config,
                      render_sshd_config)
 
@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 
 class SimError(ClusterError):
     """The simulated cluster could not be brought up, used or torn down."""
+
+
+class SimClusterExistsError(SimError):
+    """``up`` refused: a cluster of that name is already up (it is left alone)."""
 
 
 def _run(argv: Sequence[str]) -> None:
@@ -99,6 +103,38 @@ def down_all(clock: Clock = SYSTEM_CLOCK) -> list[str]:
     names = list_clusters()
     _kill_netns([ns for ns in _netns_names() if ns.startswith(NETNS_PREFIX)], clock)
     return names
+
+
+def secret_files(layout: SimLayout) -> list[Path]:
+    """The cluster's private keys (and their public halves): useless once it is down, never left behind."""
+    keys = [layout.cluster_key]
+    for h in layout.hosts:
+        keys += [h.host_key, h.ssh_dir / "id_ed25519"]
+    return [p for k in keys for p in (k, Path(f"{k}.pub"))]
+
+
+def purge_root(root: Path | str) -> list[Path]:
+    """Delete what ``up`` wrote under ``root`` (only that), then ``root`` if it is left empty; return what went.
+
+    Only the layout's own names are touched (hosts, state.json, the cluster key, algo-N/ directories), so a
+    ``--root`` pointing at a directory of other files loses nothing else.
+    """
+    root = Path(root)
+    gone = []
+    for name in ("hosts", "state.json", "cluster_ed25519", "cluster_ed25519.pub"):
+        if (root / name).is_file() and not (root / name).is_symlink():
+            (root / name).unlink()
+            gone.append(root / name)
+    for d in sorted(root.glob("algo-[0-9]*")):
+        if d.is_dir() and not d.is_symlink() and d.name[5:].isdigit():
+            shutil.rmtree(d)
+            gone.append(d)
+    try:
+        root.rmdir()
+        gone.append(root)
+    except OSError:
+        pass  # missing, or holds files that are not ours
+    return gone
 
 
 @dataclass
@@ -186,6 +222,8 @@ class SimCluster:
     def __enter__(self) -> "SimCluster":
         try:
             return self.up()
+        except SimClusterExistsError:
+            raise  # someone else's cluster: not ours to tear down
         except BaseException:
             self.down()
             raise
@@ -193,8 +231,12 @@ class SimCluster:
     def __exit__(self, *exc) -> None:
         self.down()
 
-    def up(self) -> "SimCluster":
-        """Create the cluster (re-creating it if namespaces of the same name exist)."""
+    def up(self, replace: bool = False) -> "SimCluster":
+        """Create the cluster.
+
+        Raises:
+            SimError: a cluster of this name is already up (``replace``: tear it down and start afresh).
+        """
         if os.geteuid() != 0:
             raise SimError("the simulated cluster needs root (network namespaces, mounts); run as root")
         for tool in ("ip", "unshare", "nsenter", "mount", "ssh-keygen"):
@@ -205,6 +247,10 @@ class SimCluster:
         if self.start_sshd and not os.path.exists(sshd):
             raise SimError("sshd not found at /usr/sbin/sshd; install openssh-server "
                            "(bash ops/quickstart.sh setup does)")
+        if not replace and self.name in list_clusters():
+            raise SimClusterExistsError(f"a sim cluster named {self.name!r} is already up; tear it down first "
+                           f"(mpirun_kit sim down --name {self.name}), replace it (sim up --replace) "
+                           "or choose another name")
         self.down()
         self._write_files()
         self._make_network()
@@ -230,8 +276,8 @@ class SimCluster:
                 p.kill()
         self._inits.clear()
         self._init_pids.clear()
-        if self.layout.state_file.exists():
-            self.layout.state_file.unlink()
+        for path in secret_files(self.layout) + [self.layout.state_file]:
+            path.unlink(missing_ok=True)
 
     @classmethod
     def attach(cls, name: str, root: Path | str, clock: Clock = SYSTEM_CLOCK) -> "SimCluster":
@@ -286,10 +332,15 @@ class SimCluster:
                           hosts: Sequence[str] | None = None) -> dict[str, SimProcess]:
         """Start ``argv`` on every host at once, as SageMaker starts a job's container on each host.
 
+        ``${host_opt_ml}`` in ``argv`` becomes the host's /opt/ml as this machine sees it, so paths the
+        program prints exist here.  Each runs in its own session: a Ctrl-C on the terminal reaches only
+        the caller, which stops the hosts as the platform does (SIGTERM, then a grace period).
         Output of each goes to ``<host dir>/entrypoint.log``.
         """
         chosen = list(hosts) if hosts is not None else [h.name for h in self.hosts]
-        return {h: self.popen(h, argv, env, log_path=self.host(h).dir / "entrypoint.log") for h in chosen}
+        return {h: self.popen(h, [a.replace(HOST_OPT_ML, str(self.host(h).opt_ml)) for a in argv], env,
+                              log_path=self.host(h).dir / "entrypoint.log", start_new_session=True)
+                for h in chosen}
 
     def default_env(self) -> dict[str, str]:
         bindir = os.path.dirname(sys.executable)

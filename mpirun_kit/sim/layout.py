@@ -21,6 +21,8 @@ _NAME_RE = re.compile(r"^[a-z0-9]{1,12}$")
 DEFAULT_SUBNET = "10.233.0"
 #: The interface name inside each host, as SageMaker names it.
 HOST_IFNAME = "eth0"
+#: in an entrypoint argv: the host's /opt/ml as this machine sees it (SimCluster.start_entrypoints replaces it).
+HOST_OPT_ML = "${host_opt_ml}"
 MAX_HOSTS = 200
 
 

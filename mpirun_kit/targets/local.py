@@ -11,11 +11,12 @@ import dataclasses
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..spec.compile import CompiledJob
-from .base import DryRun, Progress, exit_code_of, retrying
+from .base import DryRun, Outcome, Progress, exit_code_of, outcome_of, retrying
 
 SPEC_FILE = "launch-spec.json"
 #: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
@@ -44,7 +45,9 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
                  "ranks": slots,
                  # The launcher enforces timeouts.job_s itself; this bounds the launcher, should it hang.
                  "deadline_s": (compiled.launch.timeouts.job_s or DEFAULT_JOB_S) + OVERHEAD_S,
-                 "grace_s": compiled.launch.timeouts.grace_s},
+                 "grace_s": compiled.launch.timeouts.grace_s,
+                 # where the launcher writes its failure report (root cause first); read for the Outcome.
+                 "failure_file": str(Path(run_dir) / "output" / "failure")},
         files=((str(spec_path), spec.to_json() + "\n"),),
         notes=("the failure report (root cause first) is written to " + str(Path(run_dir) / "output" / "failure"),))
 
@@ -60,14 +63,19 @@ def write_files(dry: DryRun) -> None:
 
 
 def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | None = None, grace_s: float = 10.0,
-             clock: Clock = SYSTEM_CLOCK) -> int:
-    """Run one launcher process, forwarding SIGTERM/SIGINT to it; return its exit code (124 past the deadline)."""
+             clock: Clock = SYSTEM_CLOCK, received: list[str] | None = None) -> int:
+    """Run one launcher process, forwarding SIGTERM/SIGINT to it; return its exit code (124 past the deadline).
+
+    ``received`` collects the names of the signals forwarded.
+    """
     proc = subprocess.Popen(argv, cwd=cwd)
     deadline = Deadline(clock, deadline_s)
     forwarded = {}
 
     def forward(signum, frame):
         # The launcher turns this into SIGTERM for every rank, then a grace period, then SIGKILL.
+        if received is not None:
+            received.append(signal.Signals(signum).name)
         try:
             proc.send_signal(signum)
         except ProcessLookupError:
@@ -92,12 +100,30 @@ def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | Non
             signal.signal(sig, old)
 
 
-def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:
-    """Run the local job; returns its exit code (the first failing rank's, or 128+N for signal N)."""
+def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
+    """Run the local job; return how it ended (exit code: the first failing rank's, or 128+N for signal N)."""
     write_files(dry)
     progress = Progress(clock=clock)
     progress.done(f"local: {dry.request['ranks']} rank(s) on this machine")
     req = dry.request
-    return retrying(lambda attempt: run_argv(req["argv"], req["cwd"], deadline_s=req["deadline_s"],
-                                             grace_s=req["grace_s"], clock=clock),
-                    req["retries"], progress)
+    failure = Path(req["failure_file"])
+    attempts = []
+    started = time.time()
+
+    def attempt(n: int) -> int:
+        # A report left by an earlier run must not be taken for this one's.
+        failure.unlink(missing_ok=True)
+        attempts.append(n)
+        return run_argv(req["argv"], req["cwd"], deadline_s=req["deadline_s"], grace_s=req["grace_s"], clock=clock,
+                        received=received)
+
+    received: list[str] = []
+    code = retrying(attempt, req["retries"], progress, permanent=frozenset({0, 2, 64, 130, 143}))
+    text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
+    return outcome_of("local", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
+                      interrupted=received[0] if received else None, attempts=len(attempts), started=started, ended=time.time(), hosts={"localhost": code})
+
+
+def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:
+    """Run the local job; returns its exit code (the first failing rank's, or 128+N for signal N)."""
+    return run_outcome(dry, clock=clock).exit_code

@@ -6,43 +6,62 @@ hyperparameters carrying the LaunchSpec, the entrypoint argv: a value) ->
 SageMaker-style config, starts the per-host entrypoint on every host at once
 (as SageMaker does), streams their output, and tears the cluster down however
 it ends.  The job's exit code is the master's (every host reports the same).
+Stopping (Ctrl-C, SIGTERM, the deadline) works as on the other targets: SIGTERM
+reaches every rank (through the master's entrypoint and mpirun), their handlers
+run, then after the grace period SIGKILL, and the teardown kills what is left.
 """
 from __future__ import annotations
 
+import shutil
+import signal
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import BinaryIO
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.signals import SignalLatch
 from ..model import LAUNCH_SPEC_HYPERPARAMETER
+from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
-from .base import DryRun, Progress, exit_code_of, retrying
+from .base import DryRun, Outcome, Progress, exit_code_of, outcome_of, retrying
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
 OVERHEAD_S = 180.0
 DEFAULT_JOB_S = 3600.0
+#: after SIGTERM, the master waits grace_s before SIGKILLing mpirun; this much more for it to report and exit.
+STOP_MARGIN_S = 15.0
+TEMP_ROOT_PREFIX = "mrk-sim-"
 
 
-def dryrun(compiled: CompiledJob, *, root: Path, name: str, mpirun_kit_exe: str) -> DryRun:
+def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_exe: str) -> DryRun:
     """The simulated run as a value.
 
     Args:
         compiled: the job (target sim).
-        root: directory for the cluster's state and per-host logs.
+        root: directory for the cluster's state and per-host logs; None: a new temporary directory,
+            made when the job starts (so a dry run writes nothing) and removed if the job succeeds.
         name: cluster name (1-12 lowercase letters/digits), chosen by the caller.
         mpirun_kit_exe: the console script every host runs.
     """
     t = compiled.launch.timeouts
     deadline = (t.job_s or DEFAULT_JOB_S) + t.ssh_ready_s + OVERHEAD_S
     request = {
-        "name": name, "root": str(root), "hosts": len(compiled.hosts),
+        "name": name, "root": str(root) if root else None, "hosts": len(compiled.hosts),
         "instance_type": compiled.job.resources.instance_type or "ml.c5.xlarge",
-        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd"],
+        # --opt-ml: the host's /opt/ml under its path on this machine, so printed paths (the failure
+        # report) can be opened here; inside the host it is the same directory as /opt/ml.
+        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd", "--opt-ml", HOST_OPT_ML],
         "hyperparameters": {LAUNCH_SPEC_HYPERPARAMETER: compiled.launch.to_json()},
-        "deadline_s": deadline, "retries": compiled.job.retries,
+        "deadline_s": deadline, "grace_s": t.grace_s, "retries": compiled.job.retries,
     }
-    return DryRun("sim", compiled.job.name, request,
-                  notes=(f"per-host logs: {root}/<host>/entrypoint.log",))
+    where = str(root) if root else f"{tempfile.gettempdir()}/{TEMP_ROOT_PREFIX}XXXXXXXX (made at start)"
+    return DryRun("sim", compiled.job.name, request, notes=(
+        f"per-host logs: {where}/attempt-<N>/<host>/entrypoint.log (N = 0, then 1.. for retries)",
+        f"{HOST_OPT_ML} = {where}/attempt-<N>/<host>/opt_ml, that host's /opt/ml",
+        "a temporary root is removed when the job succeeds and kept (and named) when it fails"
+        if root is None else f"{root} is kept"))
 
 
 class _Tail:
@@ -68,46 +87,106 @@ class _Tail:
         out.flush()
 
 
-def run_once(dry: DryRun, attempt: int, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
-             progress: Progress | None = None) -> int:
+def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
+             progress: Progress | None = None, latch: SignalLatch | None = None) -> tuple[int, dict[str, int], Path]:
+    """One attempt on a fresh cluster under ``root/attempt-N``: (exit code, each host's code, master's /opt/ml)."""
     from ..sim import SimCluster
 
     out = out or sys.stdout.buffer
     req = dry.request
     progress = progress or Progress(clock=clock)
-    root = Path(req["root"]) / f"attempt-{attempt}"
+    latch = latch or SignalLatch(signals=())
     progress.update(f"sim: bringing up {req['hosts']} host(s)")
-    with SimCluster(req["hosts"], root, req["name"], instance_type=req["instance_type"], clock=clock) as sim:
+    with SimCluster(req["hosts"], root / f"attempt-{attempt}", req["name"], instance_type=req["instance_type"],
+                    clock=clock) as sim:
         sim.write_sagemaker_config(hyperparameters=req["hyperparameters"])
         procs = sim.start_entrypoints(req["entrypoint"])
         master = sim.hosts[0].name
         tails = [_Tail(sim.host(h).dir / "entrypoint.log", "" if h == master else f"[{h} entrypoint] ")
                  for h in procs]
         deadline = Deadline(clock, req["deadline_s"])
+        stopped: int | None = None
         while True:
             for t in tails:
                 t.pump(out)
             running = [h for h, p in procs.items() if p.poll() is None]
             if not running:
                 break
-            if deadline.expired():
-                progress.done(f"sim: job ran past {req['deadline_s']:g}s; tearing the cluster down")
-                return 124
-            progress.update(f"sim: {len(procs) - len(running)}/{len(procs)} host(s) finished; "
-                            f"running: {', '.join(running)}")
+            if stopped is None and (latch.received or deadline.expired()):
+                why = latch.received or f"the job ran past {req['deadline_s']:g}s"
+                stopped = (128 + signal.Signals[latch.received].value) if latch.received else 124
+                _stop(procs[master], why, req["grace_s"], progress)
+                deadline = Deadline(clock, req["grace_s"] + STOP_MARGIN_S)
+            elif stopped is not None and deadline.expired():
+                progress.done(f"sim: host(s) {', '.join(running)} still running after the grace period; "
+                              "killing them with the cluster")
+                break
+            else:
+                progress.update(f"sim: {len(procs) - len(running)}/{len(procs)} host(s) finished; "
+                                f"running: {', '.join(running)}")
             clock.sleep(0.2)
         for t in tails:
             t.pump(out, final=True)
-        codes = {h: exit_code_of(p.returncode) for h, p in procs.items()}
-    code = codes[master]
+        codes = {h: exit_code_of(p.returncode) if p.returncode is not None else 137 for h, p in procs.items()}
+        opt_ml = sim.host(master).opt_ml
+    code = stopped if stopped is not None else codes[master]
     summary = ", ".join(f"{h}={c}" for h, c in codes.items())
-    progress.done(f"sim: every host finished ({summary})" if len(set(codes.values())) == 1 else
-                  f"sim: hosts disagree ({summary}); the master's code {code} is the job's")
-    return code
+    if stopped is None:
+        progress.done(f"sim: every host finished ({summary})" if len(set(codes.values())) == 1 else
+                      f"sim: hosts disagree ({summary}); the master's code {code} is the job's")
+    else:
+        progress.done(f"sim: stopped ({summary}); exit code {code}")
+    return code, codes, opt_ml
+
+
+def _stop(master, why: str, grace_s: float, progress: Progress) -> None:
+    """SIGTERM to the master's entrypoint: it forwards SIGTERM through mpirun to every rank on every host,
+    SIGKILLs mpirun after the grace period and tells the workers the result, so they end too.
+
+    (Signalling the workers' entrypoints as well would stop their MPI daemons under the ranks, whose
+    last output, their handlers' included, would then never reach the master.)
+    """
+    progress.done(f"sim: {why}: sending SIGTERM to the master's entrypoint (it stops every rank; SIGKILL "
+                  f"{grace_s:g}s later)")
+    if master.poll() is None:
+        try:
+            master.send_signal(signal.SIGTERM)
+        except (ProcessLookupError, OSError):
+            pass  # it ended meanwhile
+
+
+def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
+                progress: Progress | None = None) -> Outcome:
+    """Run on a fresh simulated cluster per attempt (up to 1 + retries); return how the job ended."""
+    req = dry.request
+    progress = progress or Progress(clock=clock)
+    root = Path(req["root"]) if req["root"] else Path(tempfile.mkdtemp(prefix=TEMP_ROOT_PREFIX))
+    started = time.time()
+    last: dict = {}
+
+    def attempt(n: int) -> int:
+        code, last["codes"], last["opt_ml"] = run_once(dry, n, root, clock=clock, out=out, progress=progress,
+                                                       latch=latch)
+        last["attempts"] = n + 1
+        return code
+
+    with SignalLatch() as latch:
+        # A stop (Ctrl-C 130, SIGTERM 143) is never retried.
+        code = retrying(attempt, req["retries"], progress, permanent=frozenset({0, 2, 64, 130, 143}))
+    codes, opt_ml, attempts = last["codes"], last["opt_ml"], last["attempts"]
+    failure = opt_ml / "output" / "failure"
+    text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
+    outcome = outcome_of("sim", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
+                         interrupted=latch.received, attempts=attempts, started=started, ended=time.time(),
+                         hosts=codes)
+    if req["root"] is None:
+        if code == 0:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            progress.done(f"sim: per-host logs kept in {root}")
+    return outcome
 
 
 def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None) -> int:
-    """Run on a fresh simulated cluster (one per attempt); return the job's exit code."""
-    progress = Progress(clock=clock)
-    return retrying(lambda a: run_once(dry, a, clock=clock, out=out, progress=progress),
-                    dry.request["retries"], progress)
+    """Run on the simulated cluster; return the job's exit code."""
+    return run_outcome(dry, clock=clock, out=out).exit_code

@@ -117,15 +117,27 @@ def test_down_is_idempotent_and_leaves_nothing(tmp_path):
     assert "tdown" not in list_clusters()
 
 
-def test_up_twice_recreates(tmp_path):
-    sim = SimCluster(2, tmp_path / "c", "tup2")
+def test_up_of_a_name_that_is_up_refuses_unless_replacing(tmp_path):
+    from mpirun_kit.sim import SimClusterExistsError
+
+    sim = SimCluster(2, tmp_path / "c", "h5up2")
     try:
         sim.up()
-        sim.up()
+        other = SimCluster(2, tmp_path / "d", "h5up2")
+        with pytest.raises(SimClusterExistsError) as e:
+            with other:
+                pass
+        assert str(e.value) == ("a sim cluster named 'h5up2' is already up; tear it down first (mpirun_kit sim down "
+                                "--name h5up2), replace it (sim up --replace) or choose another name")
+        # refused, and the running cluster was left alone
+        assert sim.run("algo-2", ["hostname"]).stdout.strip() == "algo-2"
+        sim.up(replace=True)
         assert sim.run("algo-2", ["hostname"]).stdout.strip() == "algo-2"
     finally:
         sim.down()
-    assert "mrk-tup2" not in netns()
+    assert "mrk-h5up2" not in netns()
+    # down leaves no private key behind
+    assert not list((tmp_path / "c").rglob("*ed25519*"))
 
 
 def test_failed_body_still_tears_down(tmp_path):
@@ -155,10 +167,18 @@ def test_cli_up_exec_down(tmp_path):
         ex = subprocess.run(exe + ["exec", "--name", "tcli", *root, "algo-2", "--", "ssh", "algo-1", "hostname"],
                             capture_output=True, text=True, timeout=60)
         assert (ex.returncode, ex.stdout.strip()) == (0, "algo-1"), ex.stderr
+        again = subprocess.run(exe + ["up", "--hosts", "2", "--name", "tcli", *root], capture_output=True, text=True,
+                               timeout=60)
+        assert again.returncode == 69
+        assert "a sim cluster named 'tcli' is already up" in again.stderr
+        assert "replace it (sim up --replace)" in again.stderr
+        ex = subprocess.run(exe + ["exec", "--name", "tcli", *root, "algo-2", "--", "true"], timeout=60)
+        assert ex.returncode == 0  # the refused `up` left the cluster running
     finally:
         down = subprocess.run(exe + ["down", "--name", "tcli", *root], capture_output=True, text=True, timeout=60)
     assert down.returncode == 0 and "torn down" in down.stderr
     assert "mrk-tcli" not in netns()
+    assert not (tmp_path / "c").exists()  # nothing left: no state, no private key
     gone = subprocess.run(exe + ["exec", "--name", "tcli", *root, "algo-1", "--", "true"],
                           capture_output=True, text=True, timeout=60)
     assert gone.returncode == 69

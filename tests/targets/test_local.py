@@ -82,3 +82,44 @@ def test_rank_output_is_byte_for_byte_what_each_rank_wrote(tmp_path, capfdbinary
     assert main(["submit", str(job_file(tmp_path, exact_output.PROGRAM, 4))]) == 0
     captured = capfdbinary.readouterr()
     exact_output.assert_exact(captured.out, captured.err, {r: "localhost" for r in range(4)})
+
+
+def test_json_result_tells_the_jobs_own_70_from_the_launchers(tmp_path, capfd):
+    """Issue 16 defect 3: a job exiting 70 and a launcher failure (70) or bad spec (64) differ in ``source``."""
+    job = spec(tmp_path, (0, 70))
+    assert main(["submit", str(job), "--json"]) == 70
+    result = json.loads(capfd.readouterr().out.splitlines()[-1])
+    failure = tmp_path / "out" / "launch" / "output" / "failure"
+    assert {k: result[k] for k in ("target", "exit_code", "source", "reason", "root_cause", "failure_file")} == {
+        "target": "local", "exit_code": 70, "source": "job", "reason": "rank 1 on localhost exited with code 70",
+        "root_cause": {"rank": 1, "host": "localhost", "exit_code": 70, "signal": None},
+        "failure_file": str(failure)}
+    assert result["timeline"]["hosts"] == {"localhost": 70}
+
+    # The launcher fails: mpirun refuses an option, no rank ever starts.
+    job.write_text(job.read_text() + "mpi: {options: [--no-such-mpirun-flag]}\n")
+    code = main(["submit", str(job), "--json"])
+    result = json.loads(capfd.readouterr().out.splitlines()[-1])
+    assert (result["exit_code"], result["source"], result["root_cause"]) == (code, "launcher", None)
+    assert code != 0 and result["reason"].startswith("mpirun exited with code")
+    job.write_text(job.read_text().replace("mpi: {options: [--no-such-mpirun-flag]}\n", ""))
+
+    # Bad input never runs: the error line on stderr, the result on stdout.
+    job.write_text(job.read_text().replace("processes_per_host: 2", "processes_per_host: two"))
+    assert main(["submit", str(job), "--json"]) == 64
+    captured = capfd.readouterr()
+    result = json.loads(captured.out.splitlines()[-1])
+    assert (result["exit_code"], result["source"], result["target"], result["job"]) == (64, "launcher", None, None)
+    assert result["reason"] in captured.err
+
+
+def test_json_result_of_a_success_and_a_stale_failure_report_is_not_reused(tmp_path, capfd):
+    job = spec(tmp_path, (0, 0))
+    stale = tmp_path / "out" / "launch" / "output" / "failure"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("mpirun_kit exit_code=3\nroot cause: rank 1 on localhost exited with code 3 (first seen x)\n")
+    assert main(["submit", str(job), "--json"]) == 0
+    result = json.loads(capfd.readouterr().out.splitlines()[-1])
+    assert (result["exit_code"], result["source"], result["reason"], result["root_cause"]) == (
+        0, "job", "the job succeeded", None)
+    assert not stale.exists()

@@ -5,6 +5,7 @@ per-host entrypoint on every host, mpirun across hosts, torch.distributed (gloo)
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -48,10 +49,92 @@ program:
 
 
 def test_failing_rank_exit_code_comes_back_from_the_sim(tmp_path, capfd):
+    """Also (issue 16 defects 3, 4): the --json result, and every printed path exists on this machine."""
     spec = sim_job(tmp_path, 2, 1, """[sh, -c, 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 7; fi; sleep 1']""")
-    assert main(["submit", str(spec)]) == 7
-    err = capfd.readouterr().err
-    assert "sim: every host finished (algo-1=7, algo-2=7)" in err
+    assert main(["submit", str(spec), "--json", "-v"]) == 7
+    captured = capfd.readouterr()
+    assert "sim: every host finished (algo-1=7, algo-2=7)" in captured.err
+    result = json.loads(captured.out.splitlines()[-1])
+    failure = tmp_path / "sim" / "attempt-0" / "algo-1" / "opt_ml" / "output" / "failure"
+    assert {k: result[k] for k in ("target", "job", "exit_code", "source", "reason", "root_cause", "failure_file",
+                                   "attempts")} == {
+        "target": "sim", "job": "h5-sim-job", "exit_code": 7, "source": "job",
+        "reason": "rank 1 on algo-2 exited with code 7",
+        "root_cause": {"rank": 1, "host": "algo-2", "exit_code": 7, "signal": None},
+        "failure_file": str(failure), "attempts": 1}
+    assert result["timeline"]["hosts"] == {"algo-1": 7, "algo-2": 7}
+    assert result["timeline"]["duration_s"] > 0
+    # The master's own line names the report where it is on this machine, not /opt/ml inside the host.
+    assert f"failure written to {failure}" in captured.out
+    assert failure.read_text().startswith("mpirun_kit exit_code=7\n")
+    # The dry run's note names the log directory that was used.
+    dry = json.loads(_dry_run(spec, capfd))
+    assert f"per-host logs: {tmp_path / 'sim'}/attempt-<N>/<host>/entrypoint.log (N = 0, then 1.. for retries)" \
+        in dry["notes"]
+    assert (tmp_path / "sim" / "attempt-0" / "algo-2" / "entrypoint.log").is_file()
+
+
+def _dry_run(spec: Path, capfd) -> str:
+    assert main(["submit", str(spec), "--dry-run", "--json"]) == 0
+    return capfd.readouterr().out
+
+
+def test_dry_run_writes_nothing(tmp_path, capfd, monkeypatch):
+    """Issue 16 defect 4: no temporary cluster directory per dry run."""
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    spec = tmp_path / "job.yaml"
+    spec.write_text("apiVersion: mpirun_kit/v1\nkind: Job\nname: h5-dry\ntarget: {type: sim}\n"
+                    "resources: {hosts: 2}\nprogram: {command: [hostname]}\n")
+    dry = json.loads(_dry_run(spec, capfd))
+    assert list(temp.iterdir()) == []
+    assert dry["request"]["root"] is None
+    assert dry["request"]["entrypoint"][-2:] == ["--opt-ml", "${host_opt_ml}"]
+    assert f"per-host logs: {temp}/mrk-sim-XXXXXXXX (made at start)/attempt-<N>/<host>/entrypoint.log " \
+           "(N = 0, then 1.. for retries)" in dry["notes"]
+
+
+def test_ctrl_c_stops_the_ranks_with_sigterm_and_a_grace_period(tmp_path):
+    """Issue 16 defect 4: as on local, ssh and SageMaker, the ranks get SIGTERM and their handlers run."""
+    import signal
+    import subprocess
+    import sys
+
+    from mpirun_kit.clock import SYSTEM_CLOCK, Deadline
+
+    (tmp_path / "trap.py").write_text(
+        "import os, signal, sys, time\n"
+        "r = os.environ['OMPI_COMM_WORLD_RANK']\n"
+        "def bye(*_):\n"
+        "    print(f'rank {r} handler ran', flush=True); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, bye)\n"
+        "print(f'rank {r} ready', flush=True)\n"
+        "time.sleep(300)\n")
+    spec = sim_job(tmp_path, 2, 1, f"[python3, {tmp_path / 'trap.py'}]")
+    spec.write_text(spec.read_text() + "timeouts: {grace_s: 5}\n")
+    log = tmp_path / "submit.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([sys.executable, "-m", "mpirun_kit.cli.main", "submit", str(spec), "--json"],
+                                stdout=f, stderr=subprocess.STDOUT)
+    try:
+        end = Deadline(SYSTEM_CLOCK, 90)
+        while not ("[0 algo-1] rank 0 ready" in log.read_text() and "[1 algo-2] rank 1 ready" in log.read_text()):
+            assert proc.poll() is None and not end.expired(), log.read_text()
+            SYSTEM_CLOCK.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert "[0 algo-1] rank 0 handler ran" in text and "[1 algo-2] rank 1 handler ran" in text, text
+    assert "sim: SIGINT: sending SIGTERM to the master's entrypoint (it stops every rank; SIGKILL 5s later)" in text
+    result = json.loads(text.splitlines()[-1])
+    assert (result["exit_code"], result["source"]) == (130, "launcher")
+    assert result["reason"] == "stopped by SIGINT: SIGTERM to every rank, SIGKILL after the grace period"
 
 
 def test_rank_output_is_byte_for_byte_on_the_sim(tmp_path, capfdbinary):
