@@ -81,7 +81,8 @@ def test_help_documents_exit_codes():
     res = cli(["entrypoint", "--help"])
     assert res.returncode == 0
     flat = " ".join(res.stdout.split())
-    assert "75 worker lost its master" in flat and "--no-sshd" in flat and "--opt-ml DIR" in flat
+    assert "75 a worker lost its master" in flat and "--no-sshd" in flat and "--opt-ml DIR" in flat
+    assert "74 a worker host went silent mid-job" in flat and "--secret-file FILE" in flat
 
 
 def test_launch_runs_from_this_host_whatever_the_election(tmp_path):
