@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from ..clock import SYSTEM_CLOCK, Clock
@@ -109,6 +110,23 @@ class Outcome:
         return json.dumps(asdict(self), sort_keys=True)
 
 
+def launch_timeline(output_dir: Path) -> dict | None:
+    """The master's ``timeline.json`` in ``output_dir`` as seconds per phase (launch, run, shutdown, total)
+    and the file's path; None when it wrote none (it failed before, or an older launcher)."""
+    from ..errors import SpecError
+    from ..observe import timeline
+
+    path = Path(output_dir) / "timeline.json"
+    if not path.is_file():
+        return None
+    try:
+        s = timeline.summary(timeline.load(path))
+    except SpecError:
+        return None
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items() if k != "startup_cpu_s"} | {
+        "file": str(path)}
+
+
 def root_cause_of(failure_text: str) -> dict | None:
     """The first failing rank named by a failure report, None when it names none (launcher failures)."""
     head = failure_text.split(_TAIL_MARK, 1)[0]
@@ -123,7 +141,8 @@ def root_cause_of(failure_text: str) -> dict | None:
 def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_text: str | None = None,
                failure_file: str | None = None, interrupted: str | None = None, platform_reason: str | None = None,
                attempts: int = 1, started: float | None = None, ended: float | None = None,
-               hosts: dict[str, int] | None = None, error: tuple[str, str] | None = None) -> Outcome:
+               hosts: dict[str, int] | None = None, error: tuple[str, str] | None = None,
+               launch: dict | None = None) -> Outcome:
     """Who decided ``exit_code`` and why, from what the target saw (pure).
 
     Args:
@@ -132,6 +151,7 @@ def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_t
         platform_reason: set when the platform (SageMaker/AWS) ended the job without a report of ours.
         started, ended: wall-clock seconds; hosts: each host's exit code (multi-host targets).
         error: (source, message) when submit itself ended in an error (bad spec, unreachable host, AWS).
+        launch: the launcher's own timeline summary (``launch_timeline``), when it wrote one.
     """
     # A stop's rank deaths are its consequences, not a cause.
     cause = root_cause_of(failure_text) if failure_text and not interrupted else None
@@ -159,6 +179,8 @@ def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_t
         stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
         timeline = {"started_at": stamp(started), "ended_at": stamp(ended),
                     "duration_s": round(ended - started, 3), "hosts": dict(hosts or {})}
+        if launch:
+            timeline["launch"] = launch
     return Outcome(target, job, int(exit_code), source, reason, cause, failure_file, attempts, timeline)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..clock import SYSTEM_CLOCK, Clock, Deadline
 from ..spec.compile import CompiledJob
-from .base import DryRun, Outcome, Progress, exit_code_of, outcome_of, retrying
+from .base import DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
 
 SPEC_FILE = "launch-spec.json"
 #: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
@@ -113,6 +113,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
     def attempt(n: int) -> int:
         # A report left by an earlier run must not be taken for this one's.
         failure.unlink(missing_ok=True)
+        (failure.parent / "timeline.json").unlink(missing_ok=True)
         attempts.append(n)
         return run_argv(req["argv"], req["cwd"], deadline_s=req["deadline_s"], grace_s=req["grace_s"], clock=clock,
                         received=received)
@@ -121,7 +122,8 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
     code = retrying(attempt, req["retries"], progress, permanent=frozenset({0, 2, 64, 130, 143}))
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
     return outcome_of("local", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
-                      interrupted=received[0] if received else None, attempts=len(attempts), started=started, ended=time.time(), hosts={"localhost": code})
+                      interrupted=received[0] if received else None, attempts=len(attempts), started=started, ended=time.time(), hosts={"localhost": code},
+                      launch=launch_timeline(failure.parent))
 
 
 def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:

@@ -25,7 +25,7 @@ from ..exec.signals import SignalLatch
 from ..model import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
-from .base import DryRun, Outcome, Progress, exit_code_of, outcome_of, retrying
+from .base import DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
 OVERHEAD_S = 180.0
@@ -178,7 +178,9 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | Non
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
     outcome = outcome_of("sim", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
                          interrupted=latch.received, attempts=attempts, started=started, ended=time.time(),
-                         hosts=codes)
+                         hosts=codes, launch=launch_timeline(failure.parent))
+    if req["root"] is None and code == 0 and outcome.timeline and "launch" in outcome.timeline:
+        outcome.timeline["launch"].pop("file")  # removed with the temporary root below
     if req["root"] is None:
         if code == 0:
             shutil.rmtree(root, ignore_errors=True)

@@ -95,6 +95,9 @@ def test_json_result_tells_the_jobs_own_70_from_the_launchers(tmp_path, capfd):
         "root_cause": {"rank": 1, "host": "localhost", "exit_code": 70, "signal": None},
         "failure_file": str(failure)}
     assert result["timeline"]["hosts"] == {"localhost": 70}
+    # the launcher's own timeline (launch, run, shutdown) when it wrote one
+    assert result["timeline"]["launch"]["total_s"] > 0
+    assert Path(result["timeline"]["launch"]["file"]).is_file()
 
     # The launcher fails: mpirun refuses an option, no rank ever starts.
     job.write_text(job.read_text() + "mpi: {options: [--no-such-mpirun-flag]}\n")
