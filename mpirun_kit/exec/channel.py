@@ -146,6 +146,21 @@ def check_rank_report(msg: dict, rank_hosts: Mapping[int, str]) -> tuple[dict | 
 
 
 # -- the server -------------------------------------------------------------------------
+def _raise_fd_limit(wanted: int) -> None:
+    """Lift this process's soft open-file limit towards ``wanted`` (never past the hard limit):
+    a 256-host x 8-GPU job holds ~2,300 connections, past the common soft default of 1024."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+            if target > soft:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ImportError, ValueError, OSError) as exc:
+        log.warning("result channel: could not raise the open-file limit to %d (%s)", wanted, exc)
+
+
 def _shut(sock: socket.socket) -> None:
     """Shut down, then close: close() alone neither wakes a reader nor sends FIN."""
     try:
@@ -260,6 +275,7 @@ class ResultServer:
             OSError: the address is taken or missing.
             LaunchError: the server's thread could not be started.
         """
+        _raise_fd_limit(self.max_connections + 256)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
