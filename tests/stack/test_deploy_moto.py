@@ -188,3 +188,21 @@ def test_dry_run_json_shows_termination_protection(cli, monkeypatch):
     r = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--termination-protection", "--dry-run", "--json")
     assert r.rc == 0, r.err
     assert json.loads(r.out)["termination_protection"] is True
+
+
+def test_nat_gateway_per_zone_routes_each_subnet_to_its_own_zone(cli, cf, ec2, on_moto):
+    r = cli("stack", "deploy", "net", *VPC_ARGS, "--param", "AvailabilityZone3=us-west-2c",
+            "--param", "NatGatewayPerZone=true", "--yes", *FAST)
+    assert r.rc == 0, r.err
+    nats = {n["NatGatewayId"]: n["SubnetId"] for n in ec2.describe_nat_gateways()["NatGateways"]}
+    zone_of = {s["SubnetId"]: s["AvailabilityZone"] for s in ec2.describe_subnets()["Subnets"]}
+    assert sorted(zone_of[s] for s in nats.values()) == ["us-west-2a", "us-west-2b", "us-west-2c"]
+    # moto keeps no subnet associations made through CloudFormation; the association resource's
+    # physical id is the route table it names.
+    table_of = {r.get("LogicalResourceId"): r.get("PhysicalResourceId")
+                for r in cf.describe_stack_resources(StackName="net")["StackResources"]}
+    for i in (1, 2, 3):
+        subnet = _tagged(ec2, "subnet", f"net-private-{i}")
+        (table,) = ec2.describe_route_tables(RouteTableIds=[table_of[f"PrivateSubnet{i}Routes"]])["RouteTables"]
+        (nat,) = [rt["NatGatewayId"] for rt in table["Routes"] if rt.get("DestinationCidrBlock") == "0.0.0.0/0"]
+        assert zone_of[nats[nat]] == zone_of[subnet], f"private subnet {i} leaves through another zone's NAT"
