@@ -31,6 +31,8 @@ from ..exec.report import CHANNEL_KEY_VAR
 from ..exec.result import JobResult, job_result
 from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable
+from ..observe import timeline
+from ..observe.hang import HangMonitor, check_observe_report
 from ..plan.launch_plan import LaunchPlan
 from ..plan.mpi import get_flavour
 from .common import write_failure
@@ -83,12 +85,19 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     bind = bind or bind_address(plan)
     rank_key = new_rank_key()
     t = plan.timeouts
+    rec = timeline.Recorder(plan.master, "master", clock)   # phases -> <opt_ml>/output/timeline.json
+    rec.mark_process_start()
+    rec.mark("sshd_up")
+    rank_hosts = {r.rank: r.host for r in plan.ranks}
+    monitor = HangMonitor(rank_hosts, t.stall_s, t.hang_abort_s, opt_ml,
+                          lambda ranks: server.send_to_ranks(ranks, {"type": "stacks"}), clock=clock, out=out)
     try:
         server = ResultServer(
             bind, plan.result_port, rank_key=rank_key,
             worker_key=worker_key or worker_key_without_secret(plan.workers, plan.result_port),
             rank_hosts={r.rank: r.host for r in plan.ranks}, workers=plan.workers,
-            allowed_peers=peer_addresses(plan, bind), worker_silence_s=t.worker_silence_s, clock=clock).start()
+            allowed_peers=peer_addresses(plan, bind), worker_silence_s=t.worker_silence_s, clock=clock,
+            on_rank_event=monitor.on_report, check_other=check_observe_report).start()
     except OSError as exc:
         raise LaunchError(f"cannot open the result channel on {bind}:{plan.result_port} ({exc.strerror}); "
                           "another job may hold the port: set result_port in the launch spec") from exc
@@ -110,6 +119,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                 if not latch.received:
                     result = JobResult(exc.exit_code, summary=str(exc))
                     raise
+        rec.mark("ready")
         if latch.received:
             result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value),
                                summary=f"the master entrypoint received {latch.received} before mpirun started")
@@ -117,34 +127,48 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         env = {**environ, **dict(plan.env), CHANNEL_KEY_VAR: rank_key.hex()}
         print(f"mpirun_kit: launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)", file=out, flush=True)
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
+        rec.mark("mpirun_started")
+        monitor.start()
         lex = run_launcher(
             plan.argv, env, rank_hosts={r.rank: r.host for r in plan.ranks},
             tag_regex=get_flavour(plan.mpi_flavour).tag_regex,
-            cancelled=lambda: latch.received or ("SIGTERM" if server.lost_workers() else None),
+            cancelled=lambda: latch.received or ("SIGTERM" if server.lost_workers() or monitor.hung() else None),
             grace_s=t.grace_s, job_timeout_s=t.job_s, cwd=plan.working_dir, clock=clock,
             parent_death_signal=signal.SIGTERM)
         log.info("mpirun exited: code %s, signal %s", lex.returncode, lex.signal)
-        result = _result_of(lex, server, plan, latch.received)
+        rec.mark("mpirun_exited")
+        monitor.stop()
+        result = _result_of(lex, server, plan, latch.received, monitor)
         return result
     finally:
         if result is None:
             result = JobResult(ExitCode.LAUNCH_FAILED,
                                summary="the master entrypoint failed before the job ran; see its log")
-        _finish(server, plan, result, opt_ml, out)
+        monitor.stop()
+        _finish(server, plan, result, opt_ml, out, rec)
 
 
-def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signalled: str | None) -> JobResult:
+def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signalled: str | None,
+               monitor: HangMonitor | None = None) -> JobResult:
     """The job's result; ``signalled``: the signal the entrypoint itself received, if any."""
+    if monitor is not None and monitor.hung() and lex.interrupted_by is not None and signalled is None:
+        return JobResult(ExitCode.HUNG, summary=(
+            f"hung: no rank advanced within timeouts.hang_abort_s = {plan.timeouts.hang_abort_s:g} s of the hang "
+            f"report; mpirun was stopped.  Fix the hang the report names, then resume from the last checkpoint\n"
+            + monitor.last_report()))
     lost = server.lost_workers()
     if lost and lex.interrupted_by is not None and signalled is None:
         hosts = ", ".join(sorted(lost))
         silent = ", ".join(f"{h} for {s:.1f} s" for h, s in sorted(lost.items()))
+        closed = sorted(set(lost) & server.closed_workers())
+        why = ("its host died or its network was cut" if not closed else
+               f"{', '.join(closed)} closed its connection first (its entrypoint exited or was killed: see its "
+               "log); any other stopped answering: its host died or its network was cut")
         tail = ("\nmpirun output (last lines):\n" + "\n".join(lex.tail)) if lex.tail else ""
         return JobResult(ExitCode.HOST_LOST, summary=(
             f"host lost: worker {hosts} stopped answering on the result channel (silent {silent}; limit "
-            f"timeouts.worker_silence_s = {plan.timeouts.worker_silence_s:g} s): its host died or its network "
-            f"was cut; mpirun was stopped.  Check that host's instance and network; resume from the last "
-            f"checkpoint{tail}"))
+            f"timeouts.worker_silence_s = {plan.timeouts.worker_silence_s:g} s): {why}; mpirun was stopped.  "
+            f"Check that host's instance and network; resume from the last checkpoint{tail}"))
     failed = lex.returncode != 0 or lex.signal is not None
     if failed and not server.rank_failures():
         # mpirun can exit before the failing rank's report has been read; wait for it briefly.
@@ -158,16 +182,21 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
     return result
 
 
-def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: Path, out: TextIO) -> None:
+def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: Path, out: TextIO,
+            rec: timeline.Recorder | None = None) -> None:
     try:
         if result.exit_code != 0:
             path = write_failure(opt_ml, result.exit_code, result.summary)
             print(f"mpirun_kit: job failed with exit code {result.exit_code}"
                   + (f"; failure written to {path}" if path else "") + "\n" + result.summary, file=out, flush=True)
         sent = server.publish(result)
+        if rec is not None:
+            rec.mark("result_published")
         # Every reachable worker, connected yet or not: one still connecting gets the result on hello.
         waiting_for = set(plan.workers) - set(server.lost_workers())
         late = server.wait_acks(waiting_for, ACK_WAIT_S) if waiting_for else frozenset()
+        if rec is not None:
+            _write_timeline(server, plan, rec, opt_ml, out)
         if plan.workers:
             log.info("job result (exit code %d) sent to %d of %d worker(s)", result.exit_code, sent,
                      len(plan.workers))
@@ -176,3 +205,17 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
                         ", ".join(sorted(late)), ACK_WAIT_S)
     finally:
         server.close()
+
+
+def _write_timeline(server: ResultServer, plan: LaunchPlan, rec: timeline.Recorder, opt_ml: Path,
+                    out: TextIO) -> None:
+    """Merge every host's phases and the ranks' reports into <opt_ml>/output/timeline.json; never raises."""
+    rec.mark("acked")
+    rec.mark("exited")
+    data = timeline.merge(rec, server.worker_timelines(), server.rank_events(), plan.workers)
+    try:
+        path = timeline.write(opt_ml, data)
+    except OSError as exc:
+        log.warning("could not write the timeline to %s/output: %s", opt_ml, exc)
+        return
+    print(f"mpirun_kit: {timeline.summary_line(data)} (mpirun_kit timeline {path})", file=out, flush=True)

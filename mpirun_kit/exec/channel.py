@@ -254,6 +254,7 @@ class ResultServer:
         self._lost: dict[str, float] = {}               # host -> seconds it had been silent
         self._worker_peer: dict[str, _Peer] = {}
         self._rank_peer: dict[int, _Peer] = {}
+        self._closed: set[str] = set()                  # workers whose connection closed
         self._timelines: dict[str, list] = {}          # worker -> its timeline records, sent with its ack
         self._result: dict | None = None
         self._rejected: collections.deque[Rejected] = collections.deque(maxlen=200)
@@ -458,6 +459,7 @@ class ResultServer:
         with self._lock:
             if peer.host is not None and self._worker_peer.get(peer.host) is peer:
                 del self._worker_peer[peer.host]
+                self._closed.add(peer.host)
 
     def _read(self, peer: _Peer) -> None:
         try:
@@ -519,8 +521,7 @@ class ResultServer:
                 return
             with self._lock:
                 self._rank_peer[clean["rank"]] = peer
-            if self.on_rank_event:
-                self.on_rank_event(clean)
+            self._notify(clean)
             return
         clean, why = check_rank_report(msg, self.rank_hosts)
         if clean is None:
@@ -540,8 +541,16 @@ class ResultServer:
         if dup:
             self._reject(peer.addr, f"second {clean['event']!r} report for rank {clean['rank']}")
             return
-        if self.on_rank_event:
-            self.on_rank_event(clean)
+        self._notify(clean)
+
+    def _notify(self, event: dict) -> None:
+        """Hand a valid rank event to ``on_rank_event``; its errors are its own, never the rank's connection's."""
+        if self.on_rank_event is None:
+            return
+        try:
+            self.on_rank_event(event)
+        except Exception:
+            log.exception("result channel: on_rank_event failed for %s; continuing", event.get("event"))
 
     def _worker_message(self, peer: _Peer, kind: str, msg: dict) -> None:
         now = self.clock.monotonic()
@@ -554,12 +563,15 @@ class ResultServer:
                 old = self._worker_peer.get(host)
                 peer.host = host
                 self._worker_peer[host] = peer
+                self._closed.discard(host)
                 self._hellos.add(host)
                 self._last_heard[host] = now
                 result = self._result
                 self._changed.notify_all()
             if old is not None and old is not peer:
                 self._drop(old)
+                with self._lock:
+                    self._closed.discard(host)
             # A worker that arrives after the result gets it straight away.
             reply = {"type": "result", **result} if result else {"type": "heartbeat", "t": self.clock.time()}
             if not peer.send_raw(encode(reply, self.worker_key)):
@@ -594,6 +606,11 @@ class ResultServer:
         """Workers declared lost, host -> how long they had been silent (seconds)."""
         with self._lock:
             return dict(self._lost)
+
+    def closed_workers(self) -> frozenset[str]:
+        """Workers whose connection closed (FIN or RST: their entrypoint exited or was killed)."""
+        with self._lock:
+            return frozenset(self._closed)
 
     def rejected(self) -> tuple[Rejected, ...]:
         """The most recent refused messages and connections (at most 200)."""

@@ -384,3 +384,22 @@ def test_other_rank_events_go_through_the_checker_and_the_master_can_answer_a_ra
         line = sock.recv(4096).rstrip(b"\n")
         assert json.loads(verify(line, RANK_KEY)) == {"type": "stacks"}
         sock.close()
+
+
+def test_a_worker_that_closed_its_connection_is_lost_and_said_so():
+    with make_server(worker_silence_s=0.3) as server:
+        connect_worker(server, "algo-4").close()
+        assert server.wait_rank_events(lambda _: "algo-4" in server.lost_workers(), 10.0)
+        assert server.closed_workers() == {"algo-4"}
+
+
+def test_a_failing_on_rank_event_never_costs_the_report():
+    def boom(event):
+        raise RuntimeError("observer bug")
+
+    with make_server(on_rank_event=boom) as server:
+        addr = f"127.0.0.1:{server.port}"
+        sock = send_rank_event(addr, {"event": "start", "rank": 1, "host": "h", "t": 1.0}, RANK_KEY)
+        send_rank_event(addr, exit_report(), RANK_KEY, sock=sock).close()
+        assert server.wait_rank_events(lambda evs: len(evs) == 2, 5.0)
+        assert server.rank_failures() == (RankFailure(1, "h", 3, None, 2.0),)
