@@ -199,13 +199,21 @@ def main(argv: list[str] | None = None) -> int:
 
     for s in FORWARDED:
         signal.signal(s, forward)
+    # Progress and stacks (observe/relay.py): the program writes steps to a pipe; this wrapper signs them.
+    from .observe import relay
+
+    env, progress_r, progress_w, stack_file = relay.prepare(env)
     try:
-        child = subprocess.Popen(argv, env=env)
+        child = subprocess.Popen(argv, env=env, pass_fds=(progress_w,))
     except OSError as exc:
         return early_exit(127, f"cannot start {argv[0]!r}: {exc.strerror}")
+    finally:
+        os.close(progress_w)
     for signum in held:
         child.send_signal(signum)
+    watcher = relay.Relay(addr, key, sock, {"rank": rank, "host": host}, progress_r, stack_file).start(child.pid)
     status = child.wait()
+    sock = watcher.stop()
     sig = -status if status < 0 else None
     if addr:
         s2 = send_rank_event(addr, {"event": "exit", "rank": rank, "host": host,

@@ -30,6 +30,7 @@ from ..exec.channel import HEARTBEAT_S, MasterLink, worker_key_without_secret
 from ..exec.daemon import alive, find_daemons, signal_pids
 from ..exec.result import JobResult
 from ..exec.signals import SignalLatch
+from ..observe.timeline import Recorder
 from ..plan.launch_plan import LaunchPlan
 from .common import write_failure
 
@@ -52,6 +53,9 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     """
     out = log_stream or sys.stderr
     t = plan.timeouts
+    rec = Recorder(me, "worker", clock)      # sent to the master with the ack (observe/timeline.py)
+    rec.mark_process_start()
+    rec.mark("sshd_up")
     try:
         link = MasterLink.connect(plan.master, plan.result_port, me, Deadline(clock, t.master_connect_s),
                                   key=worker_key or worker_key_without_secret(plan.workers, plan.result_port),
@@ -62,7 +66,8 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     print(f"mpirun_kit: worker {me}: connected to master {plan.master}; waiting for {'/'.join(plan.daemons)}",
           file=out, flush=True)
     try:
-        result = _follow(plan, me, link, latch, clock, out)
+        rec.mark("ready")
+        result = _follow(plan, me, link, latch, clock, out, rec)
     except (MasterLostError, LaunchError) as exc:
         write_failure(opt_ml, exc.exit_code, f"worker {me}: {exc}")
         raise
@@ -75,7 +80,8 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     return result
 
 
-def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clock: Clock, out: TextIO) -> JobResult:
+def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clock: Clock, out: TextIO,
+            rec: Recorder | None = None) -> JobResult:
     t = plan.timeouts
     last_heard = clock.monotonic()
     daemon_deadline = Deadline(clock, plan.daemon_deadline_s())
@@ -99,7 +105,12 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
         if msg is not None:
             last_heard = now
             if msg.get("type") == "result":
-                link.send({"type": "ack", "host": me})
+                ack = {"type": "ack", "host": me}
+                if rec is not None:
+                    rec.mark("result_received")
+                    rec.mark("acked")
+                    ack["timeline"] = rec.as_list()
+                link.send(ack)
                 code = msg["exit_code"]  # validated by MasterLink: an int 0-255
                 print(f"mpirun_kit: worker {me}: job result from master: exit code {code}", file=out, flush=True)
                 return JobResult(code, summary=str(msg.get("summary", "")))
@@ -123,6 +134,8 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
                 daemons = find_daemons(plan.daemons)
                 if daemons:
                     daemon_state = "running"
+                    if rec is not None:
+                        rec.mark("daemon_up")
                     log.info("worker %s: MPI daemon up (pid %s)", me, ", ".join(map(str, daemons)))
                 elif daemon_deadline.expired():
                     raise LaunchError(

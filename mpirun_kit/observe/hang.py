@@ -5,8 +5,11 @@ channel) land in ``HangWatch.progress``; the master's ``HangMonitor`` thread ask
 watch every ``TICK_S`` whether the job is stalled:
 
 * no rank advanced for ``timeouts.stall_s``, or
-* one rank's last advance is ``stall_s`` older than the others' (it fell behind; a rank
-  that never reported while others did counts from the first report of any rank).
+* one rank's last advance is ``stall_s`` older than the others' and its step is lower than
+  some other rank's (it fell behind; a rank that never reported while others did counts
+  from the first report of any rank).  A rank that is ahead, or done and waiting for the
+  others (in MPI_Finalize, say), is not behind; once any rank has exited, ranks at the
+  highest step reached are done, and are not judged at all.
 
 Only ranks that report progress are judged, and only once any rank has reported: a
 program that never calls ``progress.step`` is never reported.  A rank that advances,
@@ -102,6 +105,7 @@ class HangWatch:
     table: dict[int, RankProgress] = field(default_factory=dict)
     reported: bool = False
     gone: set[int] = field(default_factory=set)
+    top: int = -1                 # the highest step any rank reported (exited ones included)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def progress(self, rank: int, step: int) -> None:
@@ -115,6 +119,7 @@ class HangWatch:
                 return
             if p.step is None or step > p.step:
                 p.step, p.advanced = step, now
+                self.top = max(self.top, step)
                 self.reported = False       # progress re-arms the report
 
     def exited(self, rank: int) -> None:
@@ -133,10 +138,19 @@ class HangWatch:
         with self._lock:
             if not self.table or self.reported:
                 return None
-            idle = {r: now - p.advanced for r, p in self.table.items()}
+            # Once a rank has ended, the job is ending: ranks at the highest step any rank reached are
+            # done and wait for the rest (in MPI_Finalize, say); only ranks below it are judged.
+            judged = {r: p for r, p in self.table.items()
+                      if not (self.gone and p.step is not None and p.step >= self.top)}
+            if not judged:
+                return None
+            idle = {r: now - p.advanced for r, p in judged.items()}
+            steps = {r: -1 if p.step is None else p.step for r, p in self.table.items()}
         if min(idle.values()) >= self.stall_s:
             return Stall(idle, True)
-        behind = {r: s for r, s in idle.items() if s >= self.stall_s + min(idle.values())}
+        # Behind: idle stall_s longer than the freshest rank, and at a lower step than some rank.  A rank
+        # that is ahead or done (waiting in MPI_Finalize for a slower one) is not behind.
+        behind = {r: s for r, s in idle.items() if s >= self.stall_s + min(idle.values()) and steps[r] < self.top}
         return Stall(behind, False) if behind else None
 
 

@@ -168,3 +168,37 @@ def test_monitor_reports_with_stacks_and_aborts_after_hang_abort_s(tmp_path):
     mon._stop.wait = lambda t, _n=[0]: _n.__setitem__(0, _n[0] + 1) or _n[0] > 1   # one tick, then stop
     mon._run()
     assert mon.hung()
+
+
+def test_ranks_done_and_waiting_for_a_slow_one_are_not_behind():
+    """Fast ranks finish and wait (MPI_Finalize) while rank 1 still advances slowly: no report."""
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=3, clock=clock)
+    for r in (0, 2, 3):
+        w.progress(r, 5)                      # done: every step reported, now idle
+    for step in range(5):
+        w.progress(1, step)
+        clock.now += 1.5
+        assert w.check() is None, step
+
+
+def test_done_ranks_waiting_after_the_last_one_exits_are_not_hung():
+    """The slow rank finishes and exits; the others, done long ago, wait in MPI_Finalize: no report."""
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=3, clock=clock)
+    for r in (0, 2, 3):
+        w.progress(r, 5)
+    for step in range(6):
+        w.progress(1, step)
+        clock.now += 1.5
+    w.exited(1)
+    clock.now += 0.5
+    assert w.check() is None
+    w2 = HangWatch(HOSTS, stall_s=3, clock=clock)     # but a rank below the top step is still judged
+    for r in (0, 1, 2):
+        w2.progress(r, 5)
+    w2.progress(3, 2)
+    w2.exited(0)
+    clock.now += 10
+    stall = w2.check()
+    assert stall is not None and set(stall.ranks) == {3}
