@@ -22,9 +22,9 @@ class ExitCode(enum.IntEnum):
     BAD_INPUT = 64        # a job spec, resourceconfig.json, hostfile or flag (SpecError)
     UNREACHABLE = 69      # sshd never answered, AWS refused (ClusterError)
     LAUNCH_FAILED = 70    # mpirun missing, MPI daemon never appeared, entrypoint crashed (LaunchError)
-    HOST_LOST = 74        # a worker host went silent mid-job (network cut, host died) (HostLostError)
+    HOST_LOST = 74        # a worker host went silent mid-job (network cut, host died): a JobResult, not raised
     MASTER_LOST = 75      # a worker lost its master: it died, never launched or went silent (MasterLostError)
-    HUNG = 76             # reserved: ranks made no progress for timeouts.hang_abort_s (issue 14)
+    HUNG = 76             # a stall outlasted timeouts.hang_abort_s after its hang report (observe/hang.py)
     TIMEOUT = 124         # the job ran past timeouts.job_s
     SIGKILL = 137         # 128 + 9
     SIGTERM = 143         # 128 + 15
@@ -71,16 +71,6 @@ class MasterLostError(MpirunKitError):
     """A worker lost contact with its master before learning the job's result."""
 
     exit_code = ExitCode.MASTER_LOST
-
-
-class HostLostError(MpirunKitError):
-    """The master lost a worker host mid-job: no heartbeat for ``timeouts.worker_silence_s``."""
-
-    exit_code = ExitCode.HOST_LOST
-
-    def __init__(self, message: str, hosts: tuple[str, ...] = ()):
-        super().__init__(message)
-        self.hosts = tuple(hosts)
 
 
 class JobTimeoutError(MpirunKitError):

@@ -57,6 +57,9 @@ def channel_worker_key(secret_file: Path | None, opt_ml: Path, plan) -> bytes | 
     path = Path(secret_file) if secret_file is not None else default_secret_file(opt_ml)
     try:
         text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: cannot read the job secret (not UTF-8 text); pass the file written by "
+                        "`mpirun_kit keys new`") from exc
     except OSError as exc:
         if secret_file is not None:
             raise SpecError(f"--secret-file {path}: cannot read the job secret ({exc.strerror}); pass the file "

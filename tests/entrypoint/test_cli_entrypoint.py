@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mpirun_kit.model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
+from mpirun_kit.model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
 
 from entrypoint_helpers import cli, write_config
 
@@ -94,3 +94,30 @@ def test_launch_runs_from_this_host_whatever_the_election(tmp_path):
     d = json.loads(res.stdout)
     assert (d["role"], d["master"]) == ("master", "zz-this")
     assert d["env"]["MPIRUN_KIT_RESULT_ADDR"] == "zz-this:29411"
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "--secret-file {p}: cannot read the job secret (No such file or directory); pass the file written by "
+           "`mpirun_kit keys new`"),
+    (b"\xff\xfe\x00binary", "{p}: cannot read the job secret (not UTF-8 text); pass the file written by "
+                            "`mpirun_kit keys new`"),
+    (b"abcd\n", "{p}: expected 64 hex characters (a 32-byte job secret), got 4 characters"),
+])
+def test_bad_secret_file_exit_64(tmp_path, content, expected):
+    secret = tmp_path / "job-secret"
+    if content is not None:
+        secret.write_bytes(content)
+    write_config(tmp_path, RC, {LAUNCH_SPEC_HYPERPARAMETER: SPEC.to_json()})
+    res = cli(["entrypoint", "--opt-ml", str(tmp_path), "--no-sshd", "--secret-file", str(secret)])
+    assert res.returncode == 64, res.stderr
+    assert "mpirun_kit: error: " + expected.format(p=secret) in res.stderr
+
+
+def test_no_job_secret_warns_that_workers_are_not_authenticated(tmp_path):
+    spec = LaunchSpec(program=("true",), mpi_flavour="openmpi4", timeouts=Timeouts(master_connect_s=0.2))
+    write_config(tmp_path, RC, {LAUNCH_SPEC_HYPERPARAMETER: spec.to_json()})
+    res = cli(["entrypoint", "--opt-ml", str(tmp_path), "--no-sshd"])  # a worker whose master never comes
+    assert res.returncode == 75, res.stderr
+    assert (f"mpirun_kit: warning: no job secret at {tmp_path}/input/data/mpirun-keys/job-secret: the result "
+            "channel authenticates ranks (a key made per run) but not workers; deliver the secret (input channel "
+            "mpirun-keys) or pass --secret-file") in res.stderr

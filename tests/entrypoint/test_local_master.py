@@ -149,3 +149,21 @@ def test_sigterm_while_planning_still_fails_cleanly_and_releases_the_worker(tmp_
         "mpirun_kit exit_code=143\nthe master entrypoint received SIGTERM before mpirun started\n")
     assert worker.returncode == 143, werr
     assert "job result from master: exit code 143" in werr
+
+
+def test_mpirun_version_that_never_answers_is_a_launch_error():
+    """`mpirun --version` hanging used to raise subprocess.TimeoutExpired (a traceback) after 30 s."""
+    from mpirun_kit.entrypoint.main import VERSION_TIMEOUT_S, _run_text
+    from mpirun_kit.errors import LaunchError
+
+    class Jumping:  # a clock where every look is a minute later: the deadline passes at the first check
+        t = 0.0
+
+        def monotonic(self):
+            self.t += 60.0
+            return self.t
+
+    with pytest.raises(LaunchError) as e:
+        _run_text(["sleep", "30"], clock=Jumping())
+    assert str(e.value) == (f"sleep 30 gave no answer within {VERSION_TIMEOUT_S:g} s; the MPI installation is broken "
+                            "or its launcher hangs: set mpi_flavour in the launch spec to skip detection")

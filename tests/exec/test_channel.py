@@ -403,3 +403,22 @@ def test_a_failing_on_rank_event_never_costs_the_report():
         send_rank_event(addr, exit_report(), RANK_KEY, sock=sock).close()
         assert server.wait_rank_events(lambda evs: len(evs) == 2, 5.0)
         assert server.rank_failures() == (RankFailure(1, "h", 3, None, 2.0),)
+
+
+def test_thread_start_failure_is_a_launch_error_and_releases_the_port(monkeypatch):
+    """Running out of threads cannot be provoked safely in a shared test process, so Thread.start is made to
+    fail the way CPython does ("can't start new thread"); the port must be free again afterwards."""
+    from mpirun_kit.errors import LaunchError
+
+    def no_threads(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_threads)
+    server = ResultServer("127.0.0.1", 0, rank_key=RANK_KEY, worker_key=WORKER_KEY, rank_hosts=RANK_HOSTS)
+    with pytest.raises(LaunchError) as e:
+        server.start()
+    assert str(e.value) == ("cannot start the result channel's thread (can't start new thread); the master host is "
+                            "out of threads or memory: check its other processes")
+    monkeypatch.undo()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", server.port))  # released
