@@ -24,13 +24,17 @@ Threat model
   the job name): the job name is public and only salts the derivation; without the
   secret no key follows from it.  The secret never travels in hyperparameters or
   environment variables, only as a file readable by the job's IAM role.
-* A host on the same network that is not in the job: sshd listens on the cluster
-  interface only (loopback by default, see docker/sshd_config), accepts only the
-  job's public key, no passwords, and authorized_keys carries `restrict` (no
-  forwarding, no pty).  The host key is pinned, so it cannot pose as a peer either.
+* A host on the same network that is not in the job, even one that holds the job's
+  key (another job under the same IAM role can read what this job's role can):
+  authorized_keys carries `from="<the job's host addresses>"` (every host name
+  resolved when the keys are installed, plus loopback), so sshd refuses the key
+  from any other address; and `restrict` (no forwarding, no pty).  sshd listens on
+  the cluster interface only (loopback by default, see docker/sshd_config),
+  key-only, no passwords.  The host key is pinned, so it cannot pose as a peer either.
 * A key leaked from an earlier job: keys are bound to (secret, job name); a new job
-  gets a new secret from ops/make-job-keys.sh, and even a reused secret yields
-  different keys under a different job name.
+  gets a new secret from ops/make-job-keys.sh, stored under a prefix of its own
+  (``.../<job>/job-secret``) and deleted after the job (``make-job-keys.sh --delete``),
+  and even a reused secret yields different keys under a different job name.
 * Out of scope: code running inside the job (it runs as root next to the key, as
   the training script must), and whoever can write the job's input channel (they
   can already change what the job runs).
@@ -39,12 +43,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import os
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Sequence
 
-from .errors import SpecError
+from .clock import SYSTEM_CLOCK, Clock, Deadline
+from .errors import ClusterError, SpecError
 
 #: bytes of randomness in a job secret (hex-encoded in its file).
 SECRET_BYTES = 32
@@ -165,9 +173,50 @@ def fingerprint(public_line: str) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
+#: loopback is in every from= list: a host may ssh to itself (doctor, a one-host hostfile).
+LOOPBACK = ("127.0.0.1", "::1")
+
+
+def resolve_addresses(hosts: Sequence[str], *, timeout_s: float = 120.0, clock: Clock = SYSTEM_CLOCK,
+                      resolve: Callable[..., list] = socket.getaddrinfo) -> tuple[str, ...]:
+    """Every address the job's host names resolve to (plus loopback), for authorized_keys' ``from=``.
+
+    Hosts whose names do not resolve yet (cluster DNS comes up with the hosts) are retried
+    until ``timeout_s``.
+
+    Raises:
+        ClusterError: naming each host that never resolved and the last error.
+    """
+    deadline = Deadline(clock, timeout_s)
+    found: dict[str, list[str]] = {}
+    errors: dict[str, str] = {}
+    while True:
+        for h in hosts:
+            if h in found:
+                continue
+            try:
+                infos = resolve(h, None, 0, socket.SOCK_STREAM)
+            except (OSError, UnicodeError) as exc:
+                errors[h] = str(exc) or type(exc).__name__
+                continue
+            found[h] = [str(ipaddress.ip_address(info[4][0].split("%")[0])) for info in infos]
+            errors.pop(h, None)
+        missing = [h for h in hosts if h not in found]
+        if not missing:
+            break
+        if deadline.expired():
+            raise ClusterError("keys install: host name(s) did not resolve within "
+                               f"{timeout_s:g}s: " + "; ".join(f"{h}: {errors[h]}" for h in missing)
+                               + "; authorized_keys admits the job's key only from the job's host addresses, so every "
+                               "host must resolve (check /etc/hosts or DNS, or raise --resolve-timeout-s)")
+        clock.sleep(min(1.0, max(0.0, deadline.remaining())))
+    return tuple(dict.fromkeys([a for h in hosts for a in found[h]] + list(LOOPBACK)))
+
+
 def plan_install(material: KeyMaterial, hosts: tuple[str, ...] | list[str], ssh_dir: str = "/root/.ssh",
                  host_key_path: str = HOST_KEY_PATH, listen_address: str | None = None,
-                 listen_config_path: str = LISTEN_CONFIG_PATH) -> tuple[KeyFile, ...]:
+                 listen_config_path: str = LISTEN_CONFIG_PATH,
+                 from_addresses: Sequence[str] | None = None) -> tuple[KeyFile, ...]:
     """Every file a host needs to serve and use the job's ssh, as values (nothing is written).
 
     Args:
@@ -178,17 +227,30 @@ def plan_install(material: KeyMaterial, hosts: tuple[str, ...] | list[str], ssh_
         listen_address: the cluster interface's address; when given, an sshd drop-in
             (``listen_config_path``) makes sshd listen there as well as on loopback, so
             an sshd started with the image's config alone serves the cluster.
+        from_addresses: the job's host addresses (``resolve_addresses``); authorized_keys
+            then admits the key from those addresses only.  None admits it from anywhere
+            (only for callers that restrict access otherwise; the CLI always passes them).
 
     Raises:
-        SpecError: no hosts, a host name with whitespace or a comma, or a wildcard listen address.
+        SpecError: no hosts, a host name with whitespace, a comma or a leading '-', an entry
+            of ``from_addresses`` that is not an IP address, or a wildcard listen address.
     """
     hosts = tuple(hosts)
     if not hosts:
         raise SpecError("keys install: no hosts; pass every host of the job, e.g. --hosts algo-1,algo-2")
     for h in hosts:
-        if not h or any(c.isspace() or c == "," for c in h):
-            raise SpecError(f"keys install: host name {h!r} has whitespace or a comma; "
+        if not h or h.startswith("-") or any(c.isspace() or c == "," for c in h):
+            raise SpecError(f"keys install: host name {h!r} has whitespace or a comma, or starts with '-'; "
                             "expected names as in /etc/hosts, e.g. algo-1")
+    restrict = "restrict"
+    if from_addresses is not None:
+        try:
+            addrs = [str(ipaddress.ip_address(a)) for a in from_addresses]
+        except ValueError as exc:
+            raise SpecError(f"keys install: {exc}; from= takes IP addresses only (resolve host names first)") from exc
+        if not addrs:
+            raise SpecError("keys install: no host addresses for from=; expected every host's address")
+        restrict = f'from="{",".join(addrs)}",restrict'
     host_pub = " ".join(material.host_public.split()[:2])
     ssh = Path(ssh_dir)
     listen: tuple[KeyFile, ...] = ()
@@ -199,7 +261,8 @@ def plan_install(material: KeyMaterial, hosts: tuple[str, ...] | list[str], ssh_
         KeyFile(str(ssh / "id_ed25519"), 0o600, material.user_private, secret=True),
         KeyFile(str(ssh / "id_ed25519.pub"), 0o644, material.user_public + "\n"),
         # restrict: mpirun only runs commands; no forwarding, no pty, no ~/.ssh/rc.
-        KeyFile(str(ssh / "authorized_keys"), 0o600, f"restrict {material.user_public}\n"),
+        # from=: the key is refused from any address that is not one of the job's hosts.
+        KeyFile(str(ssh / "authorized_keys"), 0o600, f"{restrict} {material.user_public}\n"),
         KeyFile(str(ssh / "known_hosts"), 0o644, f"{','.join(hosts)} {host_pub}\n"),
         KeyFile(host_key_path, 0o600, material.host_private, secret=True),
         KeyFile(host_key_path + ".pub", 0o644, material.host_public + "\n"),

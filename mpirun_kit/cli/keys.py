@@ -3,7 +3,9 @@
   keys new --out FILE              write a fresh 32-byte job secret (mode 600); the only random step
   keys show --secret-file F --job J   public keys and fingerprints derived for job J (never private keys)
   keys install --secret-file F --job J --hosts a,b   write ~/.ssh keys, authorized_keys, known_hosts
-                                   and the sshd host key on this host (--dry-run prints them, redacted)
+                                   and the sshd host key on this host (--dry-run prints them, redacted);
+                                   authorized_keys admits the key only from the hosts' addresses
+                                   (from=, resolved now; --from ADDR,... to give them)
   keys install --sagemaker         the same with everything from the SageMaker host: hosts and the
                                    cluster interface from resourceconfig.json, the job from
                                    $TRAINING_JOB_NAME, the secret from input channel `mpirun-keys`;
@@ -87,6 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="sshd host key path (default /etc/ssh/mpirun_kit/ssh_host_ed25519_key, "
                                 "as docker/sshd_config expects)")
             k.add_argument("--dry-run", action="store_true", help="print the files (private keys redacted)")
+            k.add_argument("--from", dest="from_addresses", default=None, metavar="ADDR,...",
+                           help="the addresses authorized_keys admits the job's key from (from=...); default: "
+                                "every host name resolved now, plus loopback")
             k.add_argument("--resolve-timeout-s", type=float, default=120.0,
                            help="how long to wait for every host name to resolve; authorized_keys admits the key "
                                 "only from the job's host addresses (from=...), resolved now (default 120)")
@@ -214,7 +219,9 @@ def _install(args) -> int:
     m = _material(args, secret)
     ssh_dir = args.ssh_dir or os.path.join(os.environ.get("HOME", "/root"), ".ssh")
     files = plan_install(m, hosts, ssh_dir, args.host_key or HOST_KEY_PATH, listen_address=address,
-                         from_addresses=resolve_addresses(hosts, timeout_s=args.resolve_timeout_s),
+                         from_addresses=([a.strip() for a in args.from_addresses.split(",") if a.strip()]
+                                         if args.from_addresses is not None else
+                                         resolve_addresses(hosts, timeout_s=args.resolve_timeout_s)),
                          listen_config_path=args.listen_config or LISTEN_CONFIG_PATH)
     if args.dry_run:
         if args.json:

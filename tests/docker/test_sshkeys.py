@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit import sshkeys
-from mpirun_kit.errors import SpecError
+from mpirun_kit.errors import ClusterError, SpecError
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = bytes(range(32))
@@ -148,7 +148,7 @@ def test_derived_keys_log_in_through_the_image_sshd_config(tmp_path):
     ssh_dir, host_key = keys_root / "ssh", keys_root / "hostkey" / "ssh_host_ed25519_key"
     subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", "keys", "install", "--secret-file", str(secret),
                     "--job", "e2e", "--hosts", "algo-1,algo-2", "--ssh-dir", str(ssh_dir),
-                    "--host-key", str(host_key)], check=True)
+                    "--host-key", str(host_key), "--from", "127.0.0.1"], check=True)
     cfg = tmp_path / "sshd_config"
     cfg.write_text((REPO / "docker" / "sshd_config").read_text().replace(sshkeys.HOST_KEY_PATH, str(host_key))
                    .replace("/etc/ssh/sshd_config.d/", f"{tmp_path}/none.d/"))
@@ -180,6 +180,10 @@ def test_derived_keys_log_in_through_the_image_sshd_config(tmp_path):
         ssh[ssh.index("-i") + 1] = str(other)
         denied = subprocess.run(ssh, capture_output=True, text=True, timeout=30)
         assert denied.returncode == 255 and "Permission denied (publickey)" in denied.stderr
+        # The job's own key from an address outside from= (127.0.0.3 stands in for another job's host).
+        ssh[ssh.index("-i") + 1] = str(ssh_dir / "id_ed25519")
+        outside = subprocess.run(ssh[:1] + ["-b", "127.0.0.3"] + ssh[1:], capture_output=True, text=True, timeout=30)
+        assert outside.returncode == 255 and "Permission denied (publickey)" in outside.stderr, outside.stderr
     finally:
         sshd.terminate()
         sshd.wait(timeout=10)
@@ -209,8 +213,10 @@ def test_keys_cli_new_show_install_dry_run(tmp_path):
         f"host key:   {m.host_fingerprint}  {m.host_public}",
     ]
     dry = _keys("install", "--secret-file", str(secret), "--job", "job-7", "--hosts", "algo-1,algo-2",
-                "--ssh-dir", str(tmp_path / "ssh"), "--dry-run")
-    assert dry.returncode == 0
+                "--ssh-dir", str(tmp_path / "ssh"), "--dry-run", "--from", "10.0.1.5,10.0.1.6,127.0.0.1")
+    assert dry.returncode == 0, dry.stderr
+    assert (f"{tmp_path}/ssh/authorized_keys (mode 0600):\n  from=\"10.0.1.5,10.0.1.6,127.0.0.1\",restrict "
+            f"{m.user_public}\n") in dry.stdout
     assert "PRIVATE KEY" not in dry.stdout
     assert f"{tmp_path}/ssh/id_ed25519 (mode 0600):\n  <private key, not shown>" in dry.stdout
     assert f"{tmp_path}/ssh/known_hosts (mode 0644):\n  algo-1,algo-2 ssh-ed25519 " in dry.stdout
@@ -243,7 +249,8 @@ def test_keys_install_sagemaker(tmp_path):
     secret.write_text(sshkeys.format_secret(SECRET))
     listen = tmp_path / "sshd_config.d" / "50-mpirun-kit-listen.conf"
     args = ["install", "--sagemaker", "--opt-ml", str(opt_ml), "--secret-file", str(secret),
-            "--ssh-dir", str(tmp_path / "ssh"), "--host-key", str(tmp_path / "hk"), "--listen-config", str(listen)]
+            "--ssh-dir", str(tmp_path / "ssh"), "--host-key", str(tmp_path / "hk"), "--listen-config", str(listen),
+            "--from", "10.0.1.5,10.0.1.6"]  # algo-N resolve only on a real cluster (the sim test resolves them)
     dry = _keys(*args, "--dry-run", "--json", env_extra={"TRAINING_JOB_NAME": "sm-job"})
     assert dry.returncode == 0, dry.stderr
     planned = {f["path"]: f for f in _json.loads(dry.stdout)}
@@ -288,3 +295,44 @@ def test_image_ssh_client_config_refuses_unknown_hosts_and_prompts():
     assert options["stricthostkeychecking"] == "true"  # ssh -G prints `yes` as true
     assert options["batchmode"] == "yes"
     assert options["passwordauthentication"] == "no" and options["identitiesonly"] == "yes"
+
+
+def test_from_addresses_are_resolved_or_the_install_stops():
+    """The addresses behind from=: every host name resolved (retried), loopback added, unresolvable hosts named."""
+    class FakeClock:
+        """Time that moves only when slept through."""
+
+        now = 0.0
+
+        def monotonic(self):
+            return self.now
+
+        def time(self):
+            return self.now
+
+        def sleep(self, seconds):
+            self.now += seconds
+
+    calls = []
+
+    def resolve(host, *_):
+        calls.append(host)
+        if host == "algo-2" and calls.count("algo-2") < 3:  # DNS comes up a little after the hosts
+            raise OSError(-2, "Name or service not known")
+        return [(0, 0, 0, "", ({"algo-1": "10.0.1.5", "algo-2": "10.0.1.6"}[host], 0))]
+
+    clock = FakeClock()
+    assert sshkeys.resolve_addresses(["algo-1", "algo-2"], clock=clock, resolve=resolve) == (
+        "10.0.1.5", "10.0.1.6", "127.0.0.1", "::1")
+    with pytest.raises(ClusterError) as e:
+        sshkeys.resolve_addresses(["algo-1", "algo-9"], timeout_s=5, clock=FakeClock(),
+                                  resolve=lambda h, *_: resolve(h) if h != "algo-9" else (_ for _ in ()).throw(
+                                      OSError(-2, "Name or service not known")))
+    assert str(e.value) == (
+        "keys install: host name(s) did not resolve within 5s: algo-9: [Errno -2] Name or service not known; "
+        "authorized_keys admits the job's key only from the job's host addresses, so every host must resolve "
+        "(check /etc/hosts or DNS, or raise --resolve-timeout-s)")
+    m = sshkeys.derive_material(SECRET, "job-a")
+    with pytest.raises(SpecError, match=r"keys install: 'algo-1' does not appear to be an IPv4 or IPv6 address; "
+                                        r"from= takes IP addresses only"):
+        sshkeys.plan_install(m, ["algo-1"], from_addresses=["algo-1"])
