@@ -3,13 +3,17 @@
 # of the job derives the same ssh user key and host key (mpirun_kit keys; threat
 # model in the README, "Training image and operator tools").
 #
-#   bash ops/make-job-keys.sh --job NAME --out DIR            # local / FSx / EFS directory
-#   bash ops/make-job-keys.sh --job NAME --out s3://B/PREFIX  # S3, encrypted with SSE-KMS
+#   bash ops/make-job-keys.sh --job NAME --out DIR                 # local / FSx / EFS directory
+#   bash ops/make-job-keys.sh --job NAME --out s3://B/PREFIX/NAME/  # S3, encrypted with SSE-KMS
 #        [--kms-key-id KEY] [--region R] [--force] [--dry-run]
+#   bash ops/make-job-keys.sh --job NAME --out ... --delete        # after the job: remove its secret
 #
 # The secret is written as DIR/job-secret (mode 600, directory 700) or uploaded as
-# s3://B/PREFIX/job-secret; pass that prefix to the job as input channel
+# s3://B/PREFIX/NAME/job-secret; pass that prefix to the job as input channel
 # "mpirun-keys" so it appears on every host at /opt/ml/input/data/mpirun-keys/job-secret.
+# An S3 prefix must end in the job name: every job under the same IAM role can read
+# the role's key prefix, so each secret gets a prefix of its own, deleted with
+# --delete once the job has ended (the hosts read it only at start).
 # Use a new secret per job; the public fingerprints printed here are what the
 # hosts will present.
 #
@@ -17,9 +21,9 @@
 # otherwise the failing command's own code.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
 
-job="" out="" kms="" region="${AWS_REGION:-${AWS_DEFAULT_REGION:-}}" force=0 dry_run=0
+job="" out="" kms="" region="${AWS_REGION:-${AWS_DEFAULT_REGION:-}}" force=0 dry_run=0 delete=0
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --job) job="${2:?--job needs a value}"; shift 2 ;;
@@ -28,6 +32,7 @@ while [ "$#" -gt 0 ]; do
     --region) region="${2:?--region needs a value}"; shift 2 ;;
     --force) force=1; shift ;;
     --dry-run) dry_run=1; shift ;;
+    --delete) delete=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "make-job-keys.sh: unknown argument '$1'" >&2; usage; exit 2 ;;
   esac
@@ -41,6 +46,30 @@ run() {
   printf '+'; printf ' %q' "$@"; printf '\n'
   if [ "$dry_run" = 0 ]; then "$@"; fi
 }
+
+case "$out" in
+  s3://*)
+    last="${out%/}"; last="${last##*/}"
+    if [ "$last" != "$job" ]; then
+      echo "make-job-keys.sh: --out $out: an S3 prefix must end in the job name ($job), e.g. ${out%/}/$job/;" \
+           "every job under the role can read the key prefix, so each job's secret needs a prefix of its own" >&2
+      exit 64
+    fi
+    ;;
+esac
+
+if [ "$delete" = 1 ]; then
+  # After the job: its hosts read the secret only at start, so nothing needs it any more.
+  case "$out" in
+    s3://*)
+      rm_args=(aws s3 rm "${out%/}/job-secret" --only-show-errors)
+      if [ -n "$region" ]; then rm_args+=(--region "$region"); fi
+      run "${rm_args[@]}" ;;
+    *) run rm -f "${out%/}/job-secret" ;;
+  esac
+  if [ "$dry_run" = 0 ]; then echo "job secret ${out%/}/job-secret deleted" >&2; fi
+  exit 0
+fi
 
 # The secret exists in one private temporary directory until it reaches --out.
 work="$(mktemp -d)"
@@ -61,7 +90,8 @@ case "$out" in
     if [ -n "$kms" ]; then cp_args+=(--sse-kms-key-id "$kms"); fi
     if [ -n "$region" ]; then cp_args+=(--region "$region"); fi
     run "${cp_args[@]}"
-    echo "job secret uploaded to $dest; pass ${out%/}/ as input channel 'mpirun-keys'" >&2
+    echo "job secret uploaded to $dest; pass ${out%/}/ as input channel 'mpirun-keys';" \
+         "after the job: bash ops/make-job-keys.sh --job $job --out ${out%/}/ --delete" >&2
     ;;
   *)
     dest="${out%/}/job-secret"

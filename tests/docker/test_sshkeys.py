@@ -336,3 +336,26 @@ def test_from_addresses_are_resolved_or_the_install_stops():
     with pytest.raises(SpecError, match=r"keys install: 'algo-1' does not appear to be an IPv4 or IPv6 address; "
                                         r"from= takes IP addresses only"):
         sshkeys.plan_install(m, ["algo-1"], from_addresses=["algo-1"])
+
+
+def _make_job_keys(*args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": "/nonexistent"}
+    return subprocess.run(["bash", str(REPO / "ops" / "make-job-keys.sh"), *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_each_job_secret_has_a_prefix_of_its_own_and_is_deleted_after_the_job(tmp_path):
+    shared = _make_job_keys("--job", "job-7", "--out", "s3://bucket/mpirun-kit/keys/", "--dry-run")
+    assert shared.returncode == 64
+    assert ("--out s3://bucket/mpirun-kit/keys/: an S3 prefix must end in the job name (job-7), e.g. "
+            "s3://bucket/mpirun-kit/keys/job-7/;") in shared.stderr
+    gone = _make_job_keys("--job", "job-7", "--out", "s3://bucket/mpirun-kit/keys/job-7/", "--delete", "--dry-run",
+                          "--region", "us-west-2")
+    assert (gone.returncode, gone.stdout) == (
+        0, "+ aws s3 rm s3://bucket/mpirun-kit/keys/job-7/job-secret --only-show-errors --region us-west-2\n")
+    out = tmp_path / "job-7"
+    assert _make_job_keys("--job", "job-7", "--out", str(out)).returncode == 0
+    assert (out / "job-secret").exists()
+    deleted = _make_job_keys("--job", "job-7", "--out", str(out), "--delete")
+    assert deleted.returncode == 0 and f"job secret {out}/job-secret deleted" in deleted.stderr
+    assert not (out / "job-secret").exists()
