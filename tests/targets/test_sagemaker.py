@@ -242,7 +242,8 @@ def test_stop_and_status_commands(monkeypatch, capsys):
     stub.add_response("stop_training_job", {}, {"TrainingJobName": "j"})
     stub.add_client_error("stop_training_job", "ValidationException", "Job j is already Completed",
                           expected_params={"TrainingJobName": "j"})
-    stub.add_response("describe_training_job", _desc("Failed", "Failed", "rank 0 exited with code 5"),
+    stub.add_response("describe_training_job",
+                      _desc("Failed", "Failed", "AlgorithmError: mpirun_kit exit_code=5\nrank 0 exited with code 5"),
                       {"TrainingJobName": "j"})
     monkeypatch.setattr(T, "make_clients", lambda region: (client, None))
     with stub:
