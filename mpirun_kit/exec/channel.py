@@ -446,7 +446,8 @@ class ResultServer:
                 return True
         return False
 
-    def _drop(self, peer: _Peer) -> None:
+    def _drop(self, peer: _Peer, by_peer: bool = False) -> None:
+        """Close ``peer``; ``by_peer``: it closed first (EOF or reset), not us."""
         peer.alive = False
         try:
             fd = peer.sock.fileno()
@@ -459,7 +460,8 @@ class ResultServer:
         with self._lock:
             if peer.host is not None and self._worker_peer.get(peer.host) is peer:
                 del self._worker_peer[peer.host]
-                self._closed.add(peer.host)
+                if by_peer:
+                    self._closed.add(peer.host)
 
     def _read(self, peer: _Peer) -> None:
         try:
@@ -467,10 +469,10 @@ class ResultServer:
         except BlockingIOError:
             return
         except OSError:
-            self._drop(peer)
+            self._drop(peer, by_peer=True)
             return
         if not chunk:
-            self._drop(peer)
+            self._drop(peer, by_peer=True)
             return
         peer.buf += chunk
         while peer.alive:
