@@ -20,10 +20,21 @@ EXPORT_NOT_EMPTY an exported output never evaluates to an empty or blank string 
                 in one branch of an ``Fn::If``): CloudFormation refuses it ("Exported values
                 must not be empty or whitespace-only") only after creating every resource,
                 then rolls the whole stack back.  Make the output conditional instead.
+
+Across the repository (``check_repository``: templates, docker/build.sh and jobs/ together,
+run by tests/cfn/test_rules.py):
+
+DEFAULTS_AGREE  cfn/sagemaker-role.yaml's defaults reach what the project uses: its
+                ImageRepositoryName is the repository docker/build.sh pushes to, and every
+                SageMaker job in jobs/ whose role is ``${stack:NAME.RoleArn}`` pulls from that
+                repository and keeps its S3 URIs under the default Prefix (infra.py's checks).
+OUTPUT_REFS     a parameter described as "(<stack> stack output KEY)" names an output the
+                template of that stack has (cfn/<stack>.yaml).
 """
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -296,3 +307,67 @@ def check_template(template: Template, given: Mapping[str, str] | None = None) -
                 when = tuple(sorted(run.items())) if given is None else ()
                 seen[key] = Finding(rule, resource, message, when)
     return tuple(seen.values())
+
+
+_OUTPUT_REF = re.compile(r"\(([a-z-]+) stack output ([A-Za-z0-9]+)\)")
+
+
+def check_repository(root: str) -> tuple[Finding, ...]:
+    """The cross-file rules DEFAULTS_AGREE and OUTPUT_REFS over a checkout at ``root``."""
+    from pathlib import Path
+
+    from ..spec.compile import resolve_stack_refs
+    from ..spec.load import load_job
+    from .infra import check_job_infrastructure, key_channel_warnings, role_outputs_from_template
+    from .template import load_template
+
+    base = Path(root)
+    templates = {p.stem: load_template(str(p)) for p in sorted((base / "cfn").glob("*.yaml"))}
+    found: list[Finding] = []
+    for name, t in templates.items():
+        for p in t.parameters:
+            for stack, key in _OUTPUT_REF.findall(p.description):
+                other = templates.get(stack)
+                if other is None or key not in (other.parsed.get("Outputs") or {}):
+                    found.append(Finding("OUTPUT_REFS", f"{t.path} {p.name}", f"names {stack} stack output {key}, "
+                                         f"which cfn/{stack}.yaml does not have"))
+    role_t = templates.get("sagemaker-role")
+    if role_t is None:
+        return tuple(found)
+    role = role_outputs_from_template(role_t)
+    build = base / "docker" / "build.sh"
+    pushed = re.findall(r'^repository="([^"]+)"$', build.read_text(), re.M) if build.is_file() else []
+    if pushed and pushed[0] != role.get("RoleImageRepository"):
+        found.append(Finding("DEFAULTS_AGREE", f"{role_t.path} ImageRepositoryName",
+                             f"default {role.get('RoleImageRepository')!r}, but docker/build.sh pushes to "
+                             f"{pushed[0]!r}; the role could not pull the image"))
+    for spec in sorted((base / "jobs").glob("*.yaml")):
+        job = load_job(spec)
+        m = re.match(r"^\$\{stack:([A-Za-z][A-Za-z0-9-]*)\.RoleArn\}$", job.target.sagemaker.role or "")
+        if job.target.type != "sagemaker" or m is None:
+            continue
+        bucket = next((u.split("/")[2] for u in (job.target.sagemaker.output_s3,) if u.startswith("s3://")), "")
+        outputs = {m.group(1): {"RoleArn": "arn:aws:iam::123456789012:role/r", "RoleBucket": bucket, **role}}
+
+        def placeholder(stack: str, known: dict = outputs) -> dict:
+            return known.get(stack) or _AnyOutput(stack)
+
+        resolved = resolve_stack_refs(job, placeholder)
+        own = set(key_channel_warnings(resolved))  # the job's own matter: validate reports it
+        found += [Finding("DEFAULTS_AGREE", str(spec.relative_to(base)), w)
+                  for w in check_job_infrastructure(job, resolved, outputs) if w not in own]
+    return tuple(found)
+
+
+class _AnyOutput(dict):
+    """Any output of a stack the rules do not model, as a placeholder value."""
+
+    def __init__(self, stack: str) -> None:
+        super().__init__()
+        self.stack = stack
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __missing__(self, key: str) -> str:
+        return f"<{self.stack}.{key}>"

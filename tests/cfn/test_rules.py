@@ -127,3 +127,38 @@ def test_vpc_two_zones_exports_nothing_empty():
     """cfn/vpc.yaml with the README's two zones: every export has a value (AWS refuses empty ones)."""
     t = load_template("cfn/vpc.yaml")
     assert check_template(t, {"AvailabilityZone1": "us-west-2a", "AvailabilityZone2": "us-west-2b"}) == ()
+
+
+def test_repository_defaults_agree():
+    from mpirun_kit.stack.rules import check_repository
+    assert check_repository(str(REPO)) == ()
+
+
+def test_repository_rules_catch_what_issue_15_found(tmp_path):
+    """The role's old defaults (mpirun_kit), a job writing outside the prefix, a description naming a missing output."""
+    import shutil
+
+    from mpirun_kit.stack.rules import check_repository
+    for d in ("cfn", "docker", "jobs"):
+        (tmp_path / d).mkdir()
+    for f in ("vpc", "fsx", "efs", "sagemaker-role"):
+        shutil.copy(REPO / "cfn" / f"{f}.yaml", tmp_path / "cfn")
+    shutil.copy(REPO / "docker" / "build.sh", tmp_path / "docker")
+    role = tmp_path / "cfn" / "sagemaker-role.yaml"
+    role.write_text(role.read_text().replace("Default: mpirun-kit", "Default: mpirun_kit"))
+    efs = tmp_path / "cfn" / "efs.yaml"
+    efs.write_text(efs.read_text().replace("(vpc stack output PrivateSubnet2Id)", "(vpc stack output Subnet2)"))
+    job = (REPO / "jobs" / "maskrcnn.yaml").read_text().replace("s3://mrk-artifacts/mpirun-kit/maskrcnn/",
+                                                                "s3://mrk-artifacts/maskrcnn/")
+    (tmp_path / "jobs" / "maskrcnn.yaml").write_text(job)
+    found = [(f.rule, f.resource.replace(str(tmp_path), "<tmp>"), f.message.split(";")[0].split(" is ")[0])
+             for f in check_repository(str(tmp_path))]
+    assert found == [
+        ("OUTPUT_REFS", "<tmp>/cfn/efs.yaml SubnetId2", "names vpc stack output Subnet2, which cfn/vpc.yaml does not have"),
+        ("DEFAULTS_AGREE", "<tmp>/cfn/sagemaker-role.yaml ImageRepositoryName",
+         "default 'mpirun_kit', but docker/build.sh pushes to 'mpirun-kit'"),
+        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "image: 123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit:0.1.0"),
+        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "target.sagemaker.output_s3: s3://mrk-artifacts/maskrcnn/output"),
+        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "checkpoint.s3: s3://mrk-artifacts/maskrcnn/checkpoints"),
+        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "data.mpirun-keys.s3: s3://mrk-artifacts/mpirun-kit/keys/${job_name}/"),
+    ]
