@@ -115,10 +115,14 @@ def run_walkthrough(url: str, zones: int, tmp_path: Path) -> list[tuple[str, str
     return done
 
 
-@pytest.mark.skipif(shutil.which("aws") is None, reason="the aws CLI runs ops/make-job-keys.sh's upload")
 @pytest.mark.parametrize("zones", [2, 3])
 def test_readme_walkthrough(patched_moto, zones, tmp_path):
     import boto3
+
+    if shutil.which("aws") is None:  # ops/make-job-keys.sh uploads the job secret with the aws CLI
+        if os.environ.get("CI") == "true":
+            pytest.fail("the aws CLI is not installed; the README's walk-through needs it (pip install awscli)")
+        pytest.skip("the aws CLI is not installed (ops/make-job-keys.sh uploads with it); CI fails here")
 
     steps = run_walkthrough(patched_moto, zones, tmp_path)
     by_cmd = {cmd.split(" --")[0] if cmd.startswith("mpirun_kit stack deploy") else cmd: out for cmd, out in steps}
