@@ -15,7 +15,7 @@ def _codes(bad_input: str, unreachable: str) -> str:
 
     """The exit codes of entrypoint and launch; 64 and 69 worded for each."""
     return exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED, ExitCode.HOST_LOST,
-                      ExitCode.MASTER_LOST, ExitCode.TIMEOUT, job=True, notes={
+                      ExitCode.MASTER_LOST, ExitCode.HUNG, ExitCode.TIMEOUT, job=True, notes={
                           0: "the job succeeded (--dry-run: the plan was printed)",
                           70: "launcher failure (MPI daemon never started, result port taken)",
                           64: bad_input, 69: unreachable})
