@@ -202,3 +202,17 @@ def test_done_ranks_waiting_after_the_last_one_exits_are_not_hung():
     clock.now += 10
     stall = w2.check()
     assert stall is not None and set(stall.ranks) == {3}
+
+
+def test_plan_shows_the_stall_policy():
+    from mpirun_kit.cluster import Cluster, Host
+    from mpirun_kit.model import LaunchSpec, Timeouts
+    from mpirun_kit.plan import build_launch_plan, render
+
+    cluster = Cluster(hosts=(Host("algo-1"), Host("algo-2")), current_host="algo-1", source="test")
+    default = render(build_launch_plan(LaunchSpec(program=("p",)), cluster, {}, 0))
+    assert ("  stalls     hang report after 600s without progress (ranks calling mpirun_kit.progress.step); "
+            "no abort\n") in default
+    spec = LaunchSpec(program=("p",), timeouts=Timeouts(stall_s=30, hang_abort_s=120))
+    assert "hang report after 30s without progress" in render(build_launch_plan(spec, cluster, {}, 0))
+    assert "abort 120s after the report (exit 76)" in render(build_launch_plan(spec, cluster, {}, 0))
