@@ -4,7 +4,8 @@ Place in the data flow: after a job spec is loaded and its ``${stack:NAME.Key}``
 references resolved (cli/plan.py ``compile_with_stack_values``), before any request
 is built.  Inputs are values: the job as written (to see which stack a value came
 from), the job as resolved, and the outputs of the stacks it names.  Nothing here
-calls AWS; every check whose facts are missing (a stack output given by hand
+calls AWS (cli/plan.py reads the buckets' default KMS keys with ``bucket_kms_keys``,
+best effort, and passes them in); every check whose facts are missing (a stack output given by hand
 without the role's outputs, a literal role ARN) is skipped, never guessed.
 
 Checks (each a warning line; SageMaker would fail the job, not refuse the request):
@@ -17,12 +18,12 @@ Checks (each a warning line; SageMaker would fail the job, not refuse the reques
   s3         an S3 URI (output, checkpoints, channels) outside ``s3://RoleBucket/RolePrefix/``.
   kms        an S3 KMS key the job's objects use that the role may not decrypt with
              (``RoleKmsKeyArn``).
-  fsx        an FSx channel whose file system lives in a subnet the job does not run in
-             only (fsx stack output ``SubnetId``), or a read-write channel on SCRATCH_2
+  fsx        an FSx channel whose file system's subnet (fsx stack output ``SubnetId``) is
+             not the only subnet the job may run in, or a read-write channel on SCRATCH_2
              (nothing written there is exported to S3).
 
 cfn/sagemaker-role.yaml's defaults are checked against jobs/ with the same function
-(``role_outputs_from_template``; rule DEFAULTS_AGREE in tests/cfn/test_defaults_agree.py).
+(``role_outputs_from_template``; rule DEFAULTS_AGREE in rules.check_repository).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from .template import Template
 
 #: the input channel ``keys install --sagemaker`` reads the job secret from (sshkeys.SAGEMAKER_SECRET_PATH).
 KEY_CHANNEL = "mpirun-keys"
+#: what a channel URI names the training job by (targets/sagemaker.py substitutes it).
 JOB_NAME_REF = "${job_name}"
 _STACK_REF = re.compile(r"^\$\{stack:([A-Za-z][A-Za-z0-9-]*)\.([A-Za-z0-9]+)\}$")
 _S3_URI = re.compile(r"^s3://([^/]+)/?(.*)$")

@@ -23,6 +23,7 @@ from ..errors import ClusterError, ExitCode, SpecError
 from ..exec.result import exit_code_from_failure
 from ..model import LAUNCH_SPEC_HYPERPARAMETER
 from ..spec.compile import CompiledJob, checkpoint_path
+from ..stack.infra import JOB_NAME_REF  # the one reference a channel URI may hold (per-job key material)
 from .base import DryRun, Progress, redact_value
 
 #: SageMaker's limit on one hyperparameter value.
@@ -46,8 +47,6 @@ def directory_path(mount_name: str, path: str) -> str:
     return f"/{mount_name}" + (f"/{inner}" if inner else "")
 
 
-#: the one reference a channel URI may hold: per-job key material lives under the job's own name.
-JOB_NAME_REF = "${job_name}"
 
 
 def _channel_uri(ch, job_name: str, source: str) -> str:
