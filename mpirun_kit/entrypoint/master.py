@@ -102,6 +102,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         raise LaunchError(f"cannot open the result channel on {bind}:{plan.result_port} ({exc.strerror}); "
                           "another job may hold the port: set result_port in the launch spec") from exc
     result: JobResult | None = None
+    started = False
     try:
         workers = plan.workers
         if workers:
@@ -128,6 +129,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         print(f"mpirun_kit: launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)", file=out, flush=True)
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")
+        started = True
         monitor.start()
         lex = run_launcher(
             plan.argv, env, rank_hosts={r.rank: r.host for r in plan.ranks},
@@ -145,7 +147,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             result = JobResult(ExitCode.LAUNCH_FAILED,
                                summary="the master entrypoint failed before the job ran; see its log")
         monitor.stop()
-        _finish(server, plan, result, opt_ml, out, rec)
+        _finish(server, plan, result, opt_ml, out, rec, everyone=not started)
 
 
 def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signalled: str | None,
@@ -183,7 +185,9 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
 
 
 def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: Path, out: TextIO,
-            rec: timeline.Recorder | None = None) -> None:
+            rec: timeline.Recorder | None = None, everyone: bool = False) -> None:
+    """Failure file, result to the workers, their acks.  ``everyone``: wait for every worker of the plan, not
+    only the connected ones (mpirun never started, so some may still be connecting and must hear the result)."""
     try:
         if result.exit_code != 0:
             path = write_failure(opt_ml, result.exit_code, result.summary)
@@ -192,8 +196,10 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
         sent = server.publish(result)
         if rec is not None:
             rec.mark("result_published")
-        # Every reachable worker, connected yet or not: one still connecting gets the result on hello.
-        waiting_for = set(plan.workers) - set(server.lost_workers())
+        # A worker still connecting gets the result on hello.  Hosts that run no entrypoint (`mpirun_kit
+        # launch`) never connect: once mpirun ran, only connected workers are waited for.
+        waiting_for = (set(plan.workers) if everyone else set(server.connected_workers())) \
+            - set(server.lost_workers())
         late = server.wait_acks(waiting_for, ACK_WAIT_S) if waiting_for else frozenset()
         if rec is not None:
             _write_timeline(server, plan, rec, opt_ml, out)
