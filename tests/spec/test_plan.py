@@ -63,7 +63,7 @@ def test_coco_plan_on_four_p4d():
         "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
         "-x", "FI_EFA_USE_HUGE_PAGE", "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_MASTER_ADDR", "-x",
         "MPIRUN_KIT_PINNING", "-x",
-        "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "NCCL_SOCKET_IFNAME",
+        "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "NCCL_SOCKET_IFNAME", "-x", "MPIRUN_KIT_CHANNEL_KEY",
         "python", "-m", "mpirun_kit.rank", "--", "python", "-m", "mpirun_kit.maskrcnn.train", "--config", "r50_fpn_1x",
         "--data-dir", "/opt/ml/input/data/coco", "--output-dir", "/opt/ml/checkpoints", "--resume", "auto"]
     assert p.launch.env == (("FI_EFA_USE_HUGE_PAGE", "0"), ("MPIRUN_KIT_HOSTS", hosts),
