@@ -184,8 +184,11 @@ def configure_output(verbose: int, quiet: bool) -> logging.Handler:
     from ..targets import base
 
     level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    from ..plan.redact import RedactingFilter
+
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Format())
+    handler.addFilter(RedactingFilter())  # log lines quote argv and output: secrets are hidden (plan/redact.py)
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)

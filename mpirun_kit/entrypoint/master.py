@@ -33,6 +33,7 @@ from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable
 from ..observe import timeline
 from ..observe.hang import HangMonitor, check_observe_report
+from ..plan.env import launcher_env
 from ..plan.launch_plan import LaunchPlan
 from ..plan.mpi import get_flavour
 from .common import write_failure
@@ -125,7 +126,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value),
                                summary=f"the master entrypoint received {latch.received} before mpirun started")
             return result
-        env = {**environ, **dict(plan.env), CHANNEL_KEY_VAR: rank_key.hex()}
+        # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
+        env = {**launcher_env(environ, plan.env), CHANNEL_KEY_VAR: rank_key.hex()}
         print(f"mpirun_kit: launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)", file=out, flush=True)
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")

@@ -134,8 +134,14 @@ def job_result(launcher_code: int | None, launcher_signal: str | None, failures:
 
 
 def failure_text(parts: list[str], limit: int = FAILURE_REASON_LIMIT) -> str:
-    """Join parts in priority order and cut to ``limit`` characters, the first part intact when it fits."""
-    text = "\n".join(parts)
+    """Join parts in priority order and cut to ``limit`` characters, the first part intact when it fits.
+
+    Secrets in the parts (output lines quoting ``--password X`` or ``TOKEN=X``) are redacted first
+    (plan/redact.py): this text becomes the failure file and SageMaker's FailureReason.
+    """
+    from ..plan.redact import redact_text
+
+    text = "\n".join(redact_text(p) for p in parts)
     if len(text) <= limit:
         return text
     return text[: limit - 4] + "\n..."

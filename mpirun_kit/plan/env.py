@@ -10,8 +10,11 @@ ranks get them from the instance role, never from the master's environment
 """
 from __future__ import annotations
 
-import re
 from typing import Iterable, Mapping
+
+# What a secret is and how it is hidden is decided in one place, plan/redact.py.
+from .redact import AWS_CREDENTIALS, REDACTED, is_secret, redact_arg  # noqa: F401  (re-exported)
+from .redact import redact_pairs as redact  # noqa: F401
 
 FORWARD_NAMES: tuple[str, ...] = (
     "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "LANG", "LC_ALL", "TZ",
@@ -23,16 +26,23 @@ PER_HOST_NAMES: frozenset[str] = frozenset({
     "SM_CURRENT_HOST", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_INSTANCE_GROUP",
     "SM_CURRENT_INSTANCE_GROUP_HOSTS", "SM_RESOURCE_CONFIG",
 })
-AWS_CREDENTIALS: frozenset[str] = frozenset({
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
-})
-_SECRET_RE = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
-REDACTED = "***"
+
+#: what mpirun itself needs from the launching host besides the ranks' env: what an ssh login gives
+#: a remote host's MPI daemon, and MPI's own settings.  Local ranks inherit mpirun's environment, so
+#: it is built from this and the ranks' allow-listed env only, never the master's whole environment.
+LAUNCHER_NAMES: tuple[str, ...] = ("HOME", "USER", "LOGNAME", "SHELL", "TMPDIR")
+LAUNCHER_PREFIXES: tuple[str, ...] = ("OMPI_MCA_", "OPAL_", "PMIX_MCA_", "PRTE_MCA_")
 
 
-def is_secret(name: str) -> bool:
-    return bool(_SECRET_RE.search(name)) or name in AWS_CREDENTIALS
+def launcher_env(environ: Mapping[str, str], ranks_env: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """mpirun's environment: ``LAUNCHER_NAMES``/``LAUNCHER_PREFIXES`` from ``environ`` plus the ranks' env.
+
+    ``ranks_env`` is the plan's env (``resolve_env``: the same allow-list remote ranks get with
+    ``-x``), so a rank on the master's host sees what a rank on any other host sees.
+    """
+    base = {k: v for k, v in environ.items()
+            if (k in LAUNCHER_NAMES or k.startswith(LAUNCHER_PREFIXES)) and not is_secret(k)}
+    return {**base, **dict(ranks_env)}
 
 
 def resolve_env(environ: Mapping[str, str], forward: Iterable[str] = (),
@@ -65,13 +75,3 @@ def resolve_env(environ: Mapping[str, str], forward: Iterable[str] = (),
             del picked[name]
     return tuple(sorted(picked.items())), tuple(sorted(dropped.items()))
 
-
-def redact(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """``(name, value)`` pairs with secret-looking values replaced by ``***``."""
-    return tuple((n, REDACTED if is_secret(n) else v) for n, v in pairs)
-
-
-def redact_arg(arg: str) -> str:
-    """An argv item with the value of a secret-looking ``NAME=VALUE`` replaced."""
-    name, sep, _ = arg.partition("=")
-    return f"{name}{sep}{REDACTED}" if sep and is_secret(name) else arg

@@ -16,7 +16,8 @@ from typing import Mapping
 from ..cluster import Cluster, Host, elect_master
 from ..errors import SpecError
 from ..model import LaunchSpec, Timeouts
-from .env import redact, redact_arg, resolve_env
+from .env import redact, resolve_env
+from .redact import redact_argv
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
 from ..rank import CHANNEL_KEY_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
@@ -131,7 +132,8 @@ def to_dict(plan: LaunchPlan) -> dict:
     d = asdict(plan)
     d["env"] = dict(redact(plan.env))
     d["env_dropped"] = dict(plan.env_dropped)
-    d["argv"] = [redact_arg(a) for a in plan.argv]
+    d["argv"] = redact_argv(plan.argv)
+    d["program"] = redact_argv(plan.program)
     d["hosts"] = [{"name": h.name, "slots": h.slots} for h in plan.hosts]
     d["ranks"] = [[r.rank, r.host, r.local_rank] for r in plan.ranks]
     d["command"] = shlex.join(d["argv"])
@@ -175,5 +177,5 @@ def render(plan: LaunchPlan) -> str:
     if plan.working_dir:
         lines.append(f"  cwd        {plan.working_dir}")
     lines.append("  argv")
-    lines.append("    " + shlex.join(redact_arg(a) for a in plan.argv))
+    lines.append("    " + shlex.join(redact_argv(plan.argv)))
     return "\n".join(lines) + "\n"

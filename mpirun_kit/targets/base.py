@@ -51,27 +51,10 @@ class DryRun:
 
 
 def redact_value(value: Any) -> Any:
-    """A copy of a request with values of secret-looking names replaced by ``***``.
+    """A copy of a request with secret values replaced by ``***`` (plan/redact.py decides what and how)."""
+    from ..plan.redact import redact_value as redact
 
-    Handles the shapes requests carry: ``{NAME: value}`` maps (SageMaker Environment),
-    ``[NAME, value]`` pairs (LaunchSpec.env) and strings holding JSON (the serialized
-    LaunchSpec in HyperParameters, the spec file).
-    """
-    from ..plan.env import REDACTED, is_secret
-
-    if isinstance(value, dict):
-        return {k: (REDACTED if isinstance(v, str) and is_secret(str(k)) else redact_value(v)) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        if len(value) == 2 and all(isinstance(x, str) for x in value) and is_secret(value[0]):
-            return [value[0], REDACTED]
-        return [redact_value(v) for v in value]
-    if isinstance(value, str) and value.lstrip().startswith("{"):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value
-        return json.dumps(redact_value(parsed), sort_keys=True) + ("\n" if value.endswith("\n") else "")
-    return value
+    return redact(value)
 
 
 #: codes mpirun_kit itself exits with when the job did not decide; a job may exit with the same numbers,

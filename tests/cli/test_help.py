@@ -167,7 +167,7 @@ def test_keys_install_json(cli, tmp_path):
     assert cli("keys", "new", "--out", str(secret)).rc == 0
     r = cli("keys", "install", "--secret-file", str(secret), "--job", "j1", "--hosts", "algo-1,algo-2", "--json",
             "--ssh-dir", str(tmp_path / "ssh"), "--host-key", str(tmp_path / "hostkey"),
-            "--listen-config", str(tmp_path / "listen.conf"))
+            "--listen-config", str(tmp_path / "listen.conf"), "--from", "10.0.1.5,10.0.1.6")  # algo-N do not resolve here
     assert r.rc == 0, r.err
     d = json.loads(r.out)
     assert (d["job"], d["hosts"]) == ("j1", ["algo-1", "algo-2"])
