@@ -234,6 +234,7 @@ def compile_job(job: S.JobSpec, *, python: str = "python3", resolver: StackResol
     if job.target.type == "sagemaker":
         from ..plan.env import is_secret
 
+        # Only names the spec allowed get here (load.check_spec refuses the others); still worth saying.
         for name in sorted(n for n in env if is_secret(n)):
             warnings.append(f"env {name}: SageMaker shows hyperparameters and environment in its console and API; "
                             "fetch secrets at run time (Secrets Manager via the instance role) instead")

@@ -18,6 +18,7 @@ from typing import Mapping
 
 from ..cluster import Cluster
 from ..plan.env import redact
+from ..plan.redact import redact_value
 from ..plan.gpu import Topology, pin_local_ranks
 from ..plan.launch_plan import LaunchPlan, build_launch_plan, render as render_launch_plan, to_dict
 from .compile import CompiledJob
@@ -204,7 +205,7 @@ def to_json(plan: JobPlan) -> str:
         "channels": dict(c.channels),
         "stack_outputs": dict(redact(plan.stack_values)),
         "warnings": list(plan.warnings),
-        "launch_spec": dict(json.loads(c.launch.to_json()), env=[list(p) for p in redact(c.launch.env)]),
+        "launch_spec": redact_value(json.loads(c.launch.to_json())),  # env values and program flags
         "launch_plan": to_dict(plan.launch),
     }
     return json.dumps(d, indent=2, sort_keys=True)

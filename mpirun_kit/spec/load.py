@@ -25,6 +25,7 @@ import yaml
 
 from ..errors import SpecError
 from ..plan import presets
+from ..plan.redact import is_secret
 from . import schema as S
 
 #: macros that program args/env may use besides ${stack:...}; resolved per target in compile.py.
@@ -348,7 +349,8 @@ def _build(raw: dict, source: str, target_override: str | None) -> S.JobSpec:
             type=target_override or t.get("type", "local"),
             ssh=S.SshTarget(**{k: (tuple(v) if k == "hosts" else v) for k, v in ssh.items()}),
             sim=S.SimTarget(**(t.get("sim") or {})),
-            sagemaker=S.SageMakerTarget(**{k: (_pairs(v) if k == "tags" else v) for k, v in sm.items()}),
+            sagemaker=S.SageMakerTarget(**{k: (_pairs(v) if k == "tags" else tuple(v) if k == "allow_plaintext_secrets"
+                                               else v) for k, v in sm.items()}),
         ),
         resources=S.Resources(instance_type=res.get("instance_type"), hosts=res.get("hosts"),
                               processes_per_host=None if ppn in (None, "auto") else ppn),
@@ -444,6 +446,17 @@ def check_spec(job: S.JobSpec, pos: dict | None = None) -> list[Finding]:
         elif "${" not in itype and not itype.startswith("ml."):
             add(("resources", "instance_type"), f"SageMaker instance types start with 'ml.'; got {itype!r}, "
                 f"did you mean 'ml.{itype}'?")
+        allowed = set(sm.allow_plaintext_secrets)
+        for section, pairs in (("env", job.env), ("hyperparameters", job.hyperparameters)):
+            for name, _ in pairs:
+                if is_secret(name) and name not in allowed:
+                    add((section, name), "looks like a secret, and target sagemaker sends env and hyperparameters "
+                        "in plain text (DescribeTrainingJob and the console show them to anyone allowed to read the "
+                        "job); fetch it at run time instead (Secrets Manager through the job's role), or list "
+                        f"{name!r} in target.sagemaker.allow_plaintext_secrets to send it anyway")
+        for name in sorted(allowed - {n for n, _ in job.env + job.hyperparameters}):
+            add(("target", "sagemaker", "allow_plaintext_secrets"),
+                f"{name!r} is neither an env nor a hyperparameters name of this spec; remove it")
         if job.spot.enabled:
             if job.spot.max_wait_s is not None and job.spot.max_wait_s < sm.max_run_s:
                 add(("spot", "max_wait_s"), f"{job.spot.max_wait_s} is less than target.sagemaker.max_run_s "

@@ -69,6 +69,9 @@ class SageMakerTarget:
     tags: Pairs = ()
     #: stream CloudWatch logs while waiting (`submit --wait`).
     logs: bool = True
+    #: secret-looking env/hyperparameter names sent anyway: SageMaker shows both in plain text to anyone
+    #: who can describe the job, so such a name is an error unless listed here.
+    allow_plaintext_secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,7 @@ JOB_SCHEMA: dict = {
                 "volume_size_gb": {"type": "integer", "minimum": 1},
                 "tags": {"type": "object", "additionalProperties": _SCALAR},
                 "logs": {"type": "boolean"},
+                "allow_plaintext_secrets": {"type": "array", "items": _STR},
             }),
         }, description="where the job runs, and that target's settings"),
         "resources": _obj({

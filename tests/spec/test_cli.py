@@ -53,6 +53,19 @@ def test_plan_text_redacts_secrets(tmp_path, capsys):
     assert "! NCCL_PROTO=simple is stale (warning)" in out
 
 
+def test_plan_hides_secrets_in_the_program_too(tmp_path, capsys):
+    """`plan` and `plan --json`: `program`, `argv` and the launch spec, one-token and two-token flags."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("apiVersion: mpirun_kit/v1\nkind: Job\nname: s\n"
+                    "program: {command: [./a, --api-key=s3cr3t-api, --password, hunter2-pw, --lr, '0.1']}\n")
+    for args in ([], ["--json"]):
+        assert main(["plan", str(spec), *args]) == 0
+        out = capsys.readouterr().out
+        assert "s3cr3t-api" not in out and "hunter2-pw" not in out, out
+        assert "--password" in out and "--lr" in out
+    assert json.loads(out)["launch_plan"]["program"] == ["./a", "--api-key=***", "--password", "***", "--lr", "0.1"]
+
+
 def test_submit_dry_run_sagemaker_request(capsys):
     assert main(["submit", str(REPO / "jobs" / "maskrcnn.yaml"), "--dry-run", "--json", "--job-name", "mrk-1",
                  *STACK_OUTPUTS]) == 0

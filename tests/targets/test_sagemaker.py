@@ -53,6 +53,9 @@ SPEC = textwrap.dedent("""\
     spot: {enabled: true}
     """)
 OUTPUTS = {"mrk-role": {"RoleArn": "arn:aws:iam::123456789012:role/mrk"}, "mrk-fsx": {"FileSystemId": "fs-0123456789abcdef0"}}
+#: SPEC with a secret-looking env var, explicitly allowed in plain text (without the opt-in it is an error).
+SECRET_SPEC = SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, WANDB_API_KEY: hunter2}").replace(
+    "    tags: {team: vision}\n", "    tags: {team: vision}\n    allow_plaintext_secrets: [WANDB_API_KEY]\n")
 
 
 def compiled(text: str = SPEC):
@@ -265,7 +268,7 @@ def test_create_refused_message():
 
 
 def test_dry_run_output_redacts_secrets_but_the_request_keeps_them():
-    c = compiled(SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, WANDB_API_KEY: hunter2}"))
+    c = compiled(SECRET_SPEC)
     dry = T.dryrun(c, job_name="n")
     assert dry.request["CreateTrainingJob"]["Environment"]["WANDB_API_KEY"] == "hunter2"
     for text in (dry.render(), dry.to_json()):
@@ -273,7 +276,23 @@ def test_dry_run_output_redacts_secrets_but_the_request_keeps_them():
         assert "WANDB_API_KEY" in text and "***" in text
 
 
+def test_secret_env_on_sagemaker_is_an_error_unless_allowed():
+    """Issue 12: SageMaker shows Environment and HyperParameters to anyone who can describe the job."""
+    text = SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, WANDB_API_KEY: hunter2}\n"
+                                                   "hyperparameters: {db_password: x, lr: 0.1}")
+    with pytest.raises(SpecError) as e:
+        compiled(text)
+    assert [line.strip() for line in str(e.value).splitlines()[1:]] == [
+        f"mrcnn.yaml:{n}: {path}: looks like a secret, and target sagemaker sends env and hyperparameters in plain "
+        "text (DescribeTrainingJob and the console show them to anyone allowed to read the job); fetch it at run "
+        "time instead (Secrets Manager through the job's role), or list "
+        f"{name!r} in target.sagemaker.allow_plaintext_secrets to send it anyway"
+        for n, path, name in ((27, "env.WANDB_API_KEY", "WANDB_API_KEY"),
+                              (28, "hyperparameters.db_password", "db_password"))]
+    assert compiled(SECRET_SPEC).launch.env  # allowed: compiles (and still warns)
+
+
 def test_secret_env_on_sagemaker_is_warned_about():
-    c = compiled(SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, WANDB_API_KEY: hunter2}"))
+    c = compiled(SECRET_SPEC)
     assert c.warnings == ("env WANDB_API_KEY: SageMaker shows hyperparameters and environment in its console and "
                           "API; fetch secrets at run time (Secrets Manager via the instance role) instead",)

@@ -14,7 +14,7 @@ from mpirun_kit.spec.compile import compile_job
 from mpirun_kit.spec.load import load_job_text
 from mpirun_kit.targets import sagemaker as T
 
-from .test_sagemaker import OUTPUTS, SPEC
+from .test_sagemaker import OUTPUTS, SECRET_SPEC, SPEC
 
 
 def compiled(text: str = SPEC):
@@ -47,7 +47,7 @@ def test_too_many_environment_variables():
 
 def test_dry_run_redacts_only_environment_and_hyperparameter_values():
     """Tags keep their "Key" (the printed request is what is sent); secret env values do not show."""
-    c = compiled(SPEC.replace("env: {NCCL_DEBUG: INFO}", "env: {NCCL_DEBUG: INFO, WANDB_API_KEY: hunter2}"))
+    c = compiled(SECRET_SPEC)
     dry = T.dryrun(c, job_name="n")
     shown = json.loads(dry.to_json())["request"]["CreateTrainingJob"]
     assert shown["Tags"] == [{"Key": "team", "Value": "vision"}]
