@@ -58,6 +58,7 @@ EXIT_CODE_TEXT: dict[int, str] = {
     ExitCode.HOST_LOST: "a worker host went silent mid-job",
     ExitCode.HUNG: "the job hung: no rank advanced within timeouts.hang_abort_s of its hang report",
     ExitCode.MASTER_LOST: "a worker lost its master",
+    ExitCode.HUNG: "the ranks stalled past timeouts.hang_abort_s (after a hang report)",
     ExitCode.TIMEOUT: "the job ran past timeouts.job_s",
 }
 JOB_CODES = "1-63 the job's own exit code (first failing rank); 128+N ended by signal N (130 Ctrl-C, 143 SIGTERM)"

@@ -172,3 +172,10 @@ def test_keys_install_json(cli, tmp_path):
     d = json.loads(r.out)
     assert (d["job"], d["hosts"]) == ("j1", ["algo-1", "algo-2"])
     assert d["files"] and all(Path(f).exists() for f in d["files"])
+
+
+def test_every_exit_code_below_128_has_its_wording():
+    """Epilogs are generated from errors.ExitCode: a new code without wording would break every --help."""
+    from mpirun_kit.cli.main import EXIT_CODE_TEXT
+
+    assert {int(c) for c in ExitCode if c < 128} == set(EXIT_CODE_TEXT)
