@@ -36,6 +36,7 @@ from ..observe.hang import HangMonitor, check_observe_report
 from ..plan.env import launcher_env
 from ..plan.launch_plan import LaunchPlan
 from ..plan.mpi import get_flavour
+from ..plan.redact import is_secret, redact_text
 from .common import write_failure
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,11 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
         # mpirun can exit before the failing rank's report has been read; wait for it briefly.
         server.wait_rank_events(lambda evs: any(e.get("event") == "exit" and (e.get("signal") or e.get("exit_code"))
                                                 for e in evs), REPORT_GRACE_S)
-    result = job_result(lex.returncode, lex.signal, server.rank_failures(), lex.tail, lex.interrupted_by)
+    # mpirun's last lines go into the failure file and FailureReason: the ranks' secret env values are hidden
+    # wherever they appear, not only behind a secret-looking name (plan/redact.py).
+    known = [v for n, v in plan.env if is_secret(n)]
+    tail = tuple(redact_text(line, known) for line in lex.tail)
+    result = job_result(lex.returncode, lex.signal, server.rank_failures(), tail, lex.interrupted_by)
     if lex.timed_out and lex.interrupted_by is None:
         result = replace(result, exit_code=ExitCode.TIMEOUT,
                          summary=f"the job ran past its deadline of {plan.timeouts.job_s:g} s and was stopped\n"

@@ -1,9 +1,10 @@
-"""Ranks on the master's host get the same allow-listed environment as ranks on other hosts (issue 12,
-finding 6): a variable set only in the launching environment, not allow-listed, never reaches a rank.
-Real mpirun through `mpirun_kit submit` (target local)."""
+"""What ranks see of the launching environment, and what the failure file shows of theirs (issue 12,
+finding 6): ranks on the master's host get the same allow-listed environment as ranks on other hosts,
+and a rank's secret env value never reaches the failure file.  Real mpirun through `mpirun_kit submit`
+(target local)."""
 from __future__ import annotations
 
-import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -12,21 +13,34 @@ from mpirun_kit.cli.main import main
 pytestmark = pytest.mark.mpi
 
 
-def test_a_local_rank_does_not_inherit_the_masters_environment(tmp_path, monkeypatch, capfd):
-    (tmp_path / "prog.py").write_text(
-        "import os\nos.write(1, ('seen %s %s\\n' % (os.environ.get('H3_UNLISTED'), os.environ.get('H3_LISTED'))).encode())\n")
+def _job(tmp_path: Path, program: str, env: str) -> Path:
+    """A one-rank local job running ``program`` (Python source) with spec ``env`` (a YAML flow mapping)."""
+    (tmp_path / "prog.py").write_text(program)
     job = tmp_path / "job.yaml"
-    job.write_text(textwrap.dedent(f"""\
-        apiVersion: mpirun_kit/v1
-        kind: Job
-        name: rank-env
-        program:
-          command: [python3, {tmp_path / 'prog.py'}]
-        resources: {{processes_per_host: 1}}
-        env: {{H3_LISTED: yes-listed, OMP_NUM_THREADS: 1}}
-        output: {{local_path: {tmp_path / 'out'}}}
-        """))
+    job.write_text("apiVersion: mpirun_kit/v1\nkind: Job\nname: rank-env\n"
+                   f"program: {{command: [python3, {tmp_path / 'prog.py'}]}}\n"
+                   f"resources: {{processes_per_host: 1}}\nenv: {env}\n"
+                   f"output: {{local_path: {tmp_path / 'out'}}}\n")
+    return job
+
+
+def test_a_local_rank_does_not_inherit_the_masters_environment(tmp_path, monkeypatch, capfd):
+    program = ("import os\n"
+               "os.write(1, ('seen %s %s\\n' % (os.environ.get('H3_UNLISTED'), os.environ.get('H3_LISTED'))).encode())\n")
+    job = _job(tmp_path, program, "{H3_LISTED: yes-listed, OMP_NUM_THREADS: 1}")
     monkeypatch.setenv("H3_UNLISTED", "from-the-master")
     assert main(["submit", str(job)]) == 0
     out = capfd.readouterr().out
     assert "seen None yes-listed" in out, out
+
+
+def test_the_failure_file_never_shows_a_ranks_secret_value(tmp_path, capfd):
+    """A rank prints its secret bare (no NAME= before it) and fails: the failure file hides the value."""
+    program = ("import os, sys\n"
+               "os.write(2, ('could not log in with %s\\n' % os.environ['DB_PASSWORD']).encode())\nsys.exit(3)\n")
+    job = _job(tmp_path, program, "{DB_PASSWORD: hunter2-pw, OMP_NUM_THREADS: 1}")
+    assert main(["submit", str(job)]) == 3
+    capfd.readouterr()
+    failure = (tmp_path / "out" / "launch" / "output" / "failure").read_text()
+    assert "could not log in with ***" in failure, failure
+    assert "hunter2-pw" not in failure
