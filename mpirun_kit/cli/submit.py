@@ -121,10 +121,13 @@ def register(subparsers) -> None:
         description="Validate and compile JOB.yaml, then run it: local = this machine via mpirun (the default); "
                     "sim = the simulated multi-host cluster; ssh = real hosts over paramiko; sagemaker = a "
                     "CreateTrainingJob request. --dry-run prints exactly what would run (the request) and exits; "
-                    "with --json as JSON.",
+                    "with --json as JSON. Without --dry-run, --json ends stdout with one JSON result line: "
+                    "exit_code, source (job: the program's own code; launcher: mpirun_kit's, e.g. 64/70/75; "
+                    "platform: SageMaker/AWS), reason, root_cause (rank, host), failure_file, timeline.",
         examples=["mpirun_kit submit jobs/maskrcnn-demo.yaml",
                   "mpirun_kit submit jobs/allreduce-bench.yaml --target sim",
                   "mpirun_kit submit jobs/maskrcnn.yaml --dry-run --json",
+                  "mpirun_kit submit jobs/allreduce-bench.yaml --target sim --json -q",
                   "mpirun_kit submit jobs/maskrcnn.yaml --wait --job-name mrk-coco-1"],
         codes=exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED, ExitCode.HOST_LOST,
                          ExitCode.MASTER_LOST, ExitCode.HUNG, ExitCode.TIMEOUT, job=True,
