@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import ExitCode
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,10 @@ def redact_value(value: Any) -> Any:
 
 #: codes mpirun_kit itself exits with when the job did not decide; a job may exit with the same numbers,
 #: which is why an Outcome says who decided (``source``) instead of leaving scripts to guess from the code.
-LAUNCHER_CODES = {64: "bad input (spec, flag, resourceconfig.json)", 69: "a host or AWS was unreachable",
-                  70: "the launcher failed", 74: "a worker host was lost mid-job",
-                  75: "a worker lost its master", 76: "the ranks hung", 124: "the job ran past its deadline"}
+LAUNCHER_CODES = {ExitCode.BAD_INPUT: "bad input (spec, flag, resourceconfig.json)",
+                  ExitCode.UNREACHABLE: "a host or AWS was unreachable", ExitCode.LAUNCH_FAILED: "the launcher failed",
+                  ExitCode.HOST_LOST: "a worker host was lost mid-job", ExitCode.MASTER_LOST: "a worker lost its master",
+                  ExitCode.HUNG: "the ranks hung", ExitCode.TIMEOUT: "the job ran past its deadline"}
 SOURCES = ("job", "launcher", "platform")
 # The failure report's root-cause line, written by exec/result.py (RankFailure.describe); it comes before
 # any of the program's own output, which is only quoted after "mpirun output (last lines):".
