@@ -177,6 +177,22 @@ def fingerprint(public_line: str) -> str:
 LOOPBACK = ("127.0.0.1", "::1")
 
 
+def check_hosts(hosts: Sequence[str]) -> tuple[str, ...]:
+    """``hosts`` as a tuple, checked before any is resolved or written.
+
+    Raises:
+        SpecError: no hosts, or a host name with whitespace or a comma, or starting with '-'.
+    """
+    hosts = tuple(hosts)
+    if not hosts:
+        raise SpecError("keys install: no hosts; pass every host of the job, e.g. --hosts algo-1,algo-2")
+    for h in hosts:
+        if not h or h.startswith("-") or any(c.isspace() or c == "," for c in h):
+            raise SpecError(f"keys install: host name {h!r} has whitespace or a comma, or starts with '-'; "
+                            "expected names as in /etc/hosts, e.g. algo-1")
+    return hosts
+
+
 def resolve_addresses(hosts: Sequence[str], *, timeout_s: float = 120.0, clock: Clock = SYSTEM_CLOCK,
                       resolve: Callable[..., list] = socket.getaddrinfo) -> tuple[str, ...]:
     """Every address the job's host names resolve to (plus loopback), for authorized_keys' ``from=``.
@@ -187,6 +203,7 @@ def resolve_addresses(hosts: Sequence[str], *, timeout_s: float = 120.0, clock: 
     Raises:
         ClusterError: naming each host that never resolved and the last error.
     """
+    hosts = check_hosts(hosts)
     deadline = Deadline(clock, timeout_s)
     found: dict[str, list[str]] = {}
     errors: dict[str, str] = {}
@@ -235,13 +252,7 @@ def plan_install(material: KeyMaterial, hosts: tuple[str, ...] | list[str], ssh_
         SpecError: no hosts, a host name with whitespace, a comma or a leading '-', an entry
             of ``from_addresses`` that is not an IP address, or a wildcard listen address.
     """
-    hosts = tuple(hosts)
-    if not hosts:
-        raise SpecError("keys install: no hosts; pass every host of the job, e.g. --hosts algo-1,algo-2")
-    for h in hosts:
-        if not h or h.startswith("-") or any(c.isspace() or c == "," for c in h):
-            raise SpecError(f"keys install: host name {h!r} has whitespace or a comma, or starts with '-'; "
-                            "expected names as in /etc/hosts, e.g. algo-1")
+    hosts = check_hosts(hosts)
     restrict = "restrict"
     if from_addresses is not None:
         try:

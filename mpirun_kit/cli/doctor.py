@@ -85,6 +85,9 @@ def _hosts(text: str | None, me: str) -> tuple[str, ...]:
     hosts = tuple(h.strip() for h in text.split(",") if h.strip())
     if not hosts:
         raise SpecError(f"--hosts {text!r}: expected host names separated by commas, e.g. algo-1,algo-2")
+    for h in hosts:
+        if h.startswith("-"):  # ssh would take it as an option (-oProxyCommand=...)
+            raise SpecError(f"--hosts: host name {h!r} starts with '-'; expected names like algo-1")
     return hosts
 
 

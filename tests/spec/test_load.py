@@ -253,7 +253,7 @@ def test_a_huge_spec_is_refused_before_parsing(tmp_path):
         load_job(tmp_path / "big.yaml")
 
 
-def test_host_names_starting_with_a_dash_never_reach_ssh():
+def test_host_names_starting_with_a_dash_never_reach_ssh(capsys):
     assert errors(HEAD + PROG + "target:\n  type: ssh\n  ssh: {hosts: [a, '-oProxyCommand=x']}\n") == [
         "job.yaml:8: target.ssh.hosts[1]: expected 'name' or 'name:slots' (no whitespace; not starting with '-'); "
         "got string '-oProxyCommand=x'"]
@@ -266,3 +266,12 @@ def test_host_names_starting_with_a_dash_never_reach_ssh():
     with pytest.raises(SpecError, match=r"^rc.json: field 'hosts' holds \['algo-1', '-oProxyCommand=x'\]; a host name "
                                         r"has no whitespace and does not start with '-'$"):
         parse_resource_config({"current_host": "algo-1", "hosts": ["algo-1", "-oProxyCommand=x"]}, "rc.json")
+    # ... and the operator tools that ssh to hosts or pin them: doctor --hosts, keys install --hosts.
+    from mpirun_kit.cli.main import main
+    from mpirun_kit.sshkeys import resolve_addresses
+
+    assert main(["doctor", "--hosts", "algo-1,-oProxyCommand=x"]) == 64
+    assert "--hosts: host name '-oProxyCommand=x' starts with '-'; expected names like algo-1" in capsys.readouterr().err
+    with pytest.raises(SpecError, match=r"keys install: host name '-oProxyCommand=x' has whitespace or a comma, "
+                                        r"or starts with '-'"):
+        resolve_addresses(["-oProxyCommand=x"])
