@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import progress as step_report  # hang detection: the master sees each rank's step
 from ..errors import MpirunKitError, SpecError
 from .config import (Config, config_from_dict, config_to_dict, lr_at, parse_overrides, resolve_config, PRESETS)
 from .dist import Comm, DistInfo, init_distributed, read_dist_env
@@ -392,6 +393,7 @@ class Trainer:
             self.scaler.update()
             self.scheduler.step()
             self.step += 1
+            step_report.step(self.step)
             self.position += 1
             # stays on the device until a log step: no per-step GPU synchronisation
             window.append(torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float())
