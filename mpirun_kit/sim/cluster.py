@@ -361,12 +361,17 @@ class SimCluster:
     def stop_sshd(self, host: str) -> None:
         """Stop ``host``'s sshd listener; existing sessions stay."""
         cfg = str(self.host(host).sshd_config)
+        killed = []
         for pid in _netns_pids(self.host(host).netns):
             try:
-                if cfg in " ".join(psutil.Process(pid).cmdline()):
-                    os.kill(pid, signal.SIGKILL)
-            except (psutil.NoSuchProcess, ProcessLookupError):
+                p = psutil.Process(pid)
+                if cfg in " ".join(p.cmdline()):
+                    p.kill()
+                    killed.append(p)
+            except psutil.NoSuchProcess:
                 pass
+        # Only once it is gone is its port closed: a connection made before then would still succeed.
+        psutil.wait_procs(killed, timeout=10)
 
     def kill_host(self, host: str) -> None:
         """Power ``host`` off: every process on it dies at once (its PID 1 is killed)."""
