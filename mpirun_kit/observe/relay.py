@@ -67,7 +67,8 @@ def _frames_from_pyspy(text: str) -> list[dict]:
     for th in json.loads(text)[:MAX_THREADS]:
         frames = [{"name": str(f.get("name", "?"))[:120], "file": str(f.get("filename", "?"))[-200:],
                    "line": int(f.get("line") or 0)} for f in th.get("frames", [])[:MAX_FRAMES]]
-        threads.append({"thread": str(th.get("thread_name") or th.get("thread_id"))[:80], "frames": frames})
+        name = th.get("thread_name") or ("MainThread" if th.get("os_thread_id") == th.get("pid") else None)
+        threads.append({"thread": str(name or th.get("thread_id"))[:80], "frames": frames})
     return threads
 
 
