@@ -60,7 +60,7 @@ def check_observe_report(msg: dict, rank_hosts: Mapping[int, str]) -> tuple[dict
     if event == "progress":
         step = msg.get("step")
         if not _is_int(step) or not 0 <= step < 2 ** 63:
-            return None, f"progress step {str(step)[:40]!r} is not a non-negative integer"
+            return None, f"progress step {repr(step)[:40]} is not a non-negative integer"
         return {"event": "progress", "rank": rank, "host": rank_hosts[rank], "step": step}, ""
     if event == "stacks":
         threads, how = msg.get("threads"), msg.get("how", "")

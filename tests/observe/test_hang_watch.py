@@ -136,7 +136,7 @@ def test_report_names_rank_host_step_duration_and_frames(tmp_path):
 
 def test_check_observe_report_rejects_bad_fields():
     assert check_observe_report({"event": "progress", "rank": 1, "step": -1}, HOSTS)[1] \
-        == "progress step '-1' is not a non-negative integer"
+        == "progress step -1 is not a non-negative integer"
     assert check_observe_report({"event": "progress", "rank": 1, "step": True}, HOSTS)[0] is None
     ok, _ = check_observe_report({"event": "progress", "rank": 1, "step": 5, "host": "x"}, HOSTS)
     assert ok == {"event": "progress", "rank": 1, "host": "algo-1", "step": 5}
