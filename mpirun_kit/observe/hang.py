@@ -306,7 +306,8 @@ class HangMonitor:
         self._reported_at = self.clock.monotonic()
         self.reports.append(text)
         self.report_path = write_report(self.opt_ml, text)
-        log.error("%s", text.rstrip())
-        if self.out is not None:
-            print(text + (f"mpirun_kit: hang report written to {self.report_path}" if self.report_path else ""),
-                  file=self.out, flush=True)
+        where = f"mpirun_kit: hang report written to {self.report_path}" if self.report_path else ""
+        if self.out is not None:   # the master's log stream
+            print(text + where, file=self.out, flush=True)
+        else:
+            log.error("%s%s", text.removeprefix("mpirun_kit: "), where)
