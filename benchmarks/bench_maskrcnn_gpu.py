@@ -1,25 +1,94 @@
-"""GPU training throughput of the full R50-FPN Mask R-CNN (images/s per GPU and peak memory).
+"""GPU training throughput of the real trainer: images/s per GPU, peak memory, host syncs per step.
 
-One process, one GPU, the r50_fpn_1x model (random weights: throughput does not depend on them),
-synthetic COCO-like batches at 800x1333 with a few boxes and masks per image, SGD steps with AMP
-(bf16 by default, or fp16 with a grad scaler) and channels-last, the same forward/backward/step the
-trainer runs.  Warm-up steps are excluded; timing brackets ``torch.cuda.synchronize()``.
+What it measures is what ``python -m mpirun_kit.maskrcnn.train --config r50_fpn_1x`` runs on one GPU
+of a p4d/p5 host: the trainer's own preset (bf16 autocast, channels-last, 4 images per GPU, cuDNN
+autotuning), its model, optimizer and ``Trainer.train_step``, its DDP wrapping (a one-rank NCCL
+group, so the gradient all-reduce hooks and buckets are in the step), and its data loader
+(workers, pinned memory, aspect-ratio grouping) over a COCO-shaped synthetic set: JPEG images of
+800x1333 with 3-12 polygon-annotated objects each, written once into ``--workdir``.
 
-    python benchmarks/bench_maskrcnn_gpu.py --batch 8 --amp bf16 --steps 50
-    python benchmarks/bench_maskrcnn_gpu.py --device cpu --size 256 --batch 2 --steps 2   # smoke run
+Reported: images/s per GPU over windows of ``--window`` steps after ``--warmup`` steps (the median
+window and every window, each bracketed by ``torch.cuda.synchronize()``), peak GPU memory, and host
+syncs per step measured two ways on one extra step: ``torch.cuda.set_sync_debug_mode("warn")``
+warnings (what CUDA really saw) and the dispatch-level counter of mpirun_kit.maskrcnn.syncs (which
+names file:line).  It fails hard (exit 70) when the compiled CUDA ops are not the active
+implementation: timing the pure-PyTorch references would be a meaningless number.
 
-Reference points (maskrcnn-anchors.md): NVIDIA DLE Mask R-CNN with AMP on A100 ~26 images/s/GPU;
-target here >= 30 images/s per H100.
+    python benchmarks/bench_maskrcnn_gpu.py                       # r50_fpn_1x preset, 4 images/GPU
+    python benchmarks/bench_maskrcnn_gpu.py --set solver.amp=fp16 --set solver.ims_per_gpu=8
+    python benchmarks/bench_maskrcnn_gpu.py --device cpu --size 128 --images 8 --warmup 1 --steps 2 --window 1   # smoke
+
+Bar (issue #11, maskrcnn-anchors.md): >= 30 images/s per H100; NVIDIA DLE with AMP ~26 per A100;
+MLPerf H100 submissions ~179 per GPU with a sync-free step and CUDA graphs.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
+import statistics
 import sys
+import tempfile
 import time
+import warnings
+from pathlib import Path
+
+#: the ops the training step runs on the device; each must have a compiled CUDA kernel
+STEP_OPS = ("roi_align", "_roi_align_backward", "generate_proposals_padded", "box_iou", "encode_boxes",
+            "decode_boxes", "grid_anchors")
 
 
-def synthetic_batch(n: int, h: int, w: int, num_classes: int, generator):
+class BenchError(Exception):
+    """The benchmark cannot produce a meaningful number here (the message says why)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench_maskrcnn_gpu.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke run of the same path (gloo)")
+    p.add_argument("--size", type=int, default=800, help="image height; width is 1333/800 of it (default 800x1333)")
+    p.add_argument("--images", type=int, default=64, help="synthetic training images to write (default 64)")
+    p.add_argument("--warmup", type=int, default=20, help="steps before timing (cuDNN autotuning, allocator)")
+    p.add_argument("--steps", type=int, default=60, help="timed steps")
+    p.add_argument("--window", type=int, default=20, help="steps per timing window")
+    p.add_argument("--workdir", type=Path, default=None, help="keep the synthetic set here (default: a temp dir)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="trainer config override, as train.py's --set (e.g. solver.ims_per_gpu=8)")
+    p.add_argument("--json", type=Path, default=None, help="also write the result here")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    args = build_parser().parse_args(argv)
+    for name in ("size", "images", "steps", "window"):
+        if getattr(args, name) < 1:
+            raise BenchError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        raise BenchError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.steps % args.window:
+        raise BenchError(f"--steps ({args.steps}) must be a multiple of --window ({args.window})")
+    return args
+
+
+def require_compiled_ops(device_type: str) -> None:
+    """Raise BenchError unless the compiled ops (with CUDA kernels on a GPU) are what the step runs."""
+    import torch
+
+    from mpirun_kit.maskrcnn import ops
+
+    if not ops.ops_available():
+        raise BenchError(f"the compiled detection ops are not loaded ({ops.load_error()}); the step would time the "
+                         "pure-PyTorch references. Build them: pip install --no-build-isolation -e . (FORCE_CUDA=1 "
+                         "with nvcc on PATH on a GPU host)")
+    if device_type == "cuda":
+        missing = [n for n in STEP_OPS if not torch._C._dispatch_has_kernel_for_dispatch_key(f"mpirun_kit::{n}", "CUDA")]
+        if missing:
+            raise BenchError(f"the compiled ops have no CUDA kernels for {', '.join(missing)}: the extension was built "
+                             "without CUDA; rebuild on the GPU host with FORCE_CUDA=1 and nvcc on PATH")
+
+
+def synthetic_batch(n: int, h: int, w: int, num_classes: int, generator, pin: bool = False) -> list[dict]:
+    """In-memory samples in the data loader's format (for tests that drive train_step directly)."""
     import torch
 
     batch = []
@@ -31,83 +100,172 @@ def synthetic_batch(n: int, h: int, w: int, num_classes: int, generator):
         masks = torch.zeros(k, h, w, dtype=torch.uint8)
         for j, (x0, y0, x1, y1) in enumerate(boxes.round().long().tolist()):
             masks[j, y0:y1, x0:x1] = 1
-        batch.append({"image": torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=generator),
-                      "boxes": boxes, "labels": torch.randint(1, num_classes + 1, (k,), generator=generator),
-                      "masks": masks, "seed": i, "image_id": i, "orig_size": (h, w)})
+        s = {"image": torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=generator),
+             "boxes": boxes, "labels": torch.randint(1, num_classes + 1, (k,), generator=generator),
+             "masks": masks, "seed": i, "image_id": i, "orig_size": (h, w), "skipped": []}
+        if pin:
+            s = {k2: v.pin_memory() if isinstance(v, torch.Tensor) else v for k2, v in s.items()}
+        batch.append(s)
     return batch
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    p.add_argument("--batch", type=int, default=8, help="images per GPU")
-    p.add_argument("--size", type=int, default=800, help="shorter side; the longer is 1333/800 of it")
-    p.add_argument("--amp", default="bf16", choices=["bf16", "fp16", "none"])
-    p.add_argument("--no-channels-last", action="store_true")
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--json", default=None, help="also write the result to this file")
-    args = p.parse_args(argv)
+def write_coco_like(root: Path, n: int, h: int, w: int, num_classes: int = 80, seed: int = 0) -> Path:
+    """``n`` JPEGs of h x w with polygon objects + a COCO annotation file (train and val share it)."""
+    import numpy as np
+    from PIL import Image, ImageDraw
 
+    ann_path = root / "annotations" / "instances_train.json"
+    if ann_path.is_file():
+        return ann_path
+    rng = np.random.default_rng(seed)
+    (root / "train").mkdir(parents=True, exist_ok=True)
+    images, anns = [], []
+    for i in range(n):
+        img = Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
+        draw = ImageDraw.Draw(img)
+        for _ in range(int(rng.integers(3, 13))):
+            bw, bh = rng.uniform(0.05, 0.4) * w, rng.uniform(0.05, 0.4) * h
+            x0, y0 = rng.uniform(0, w - bw), rng.uniform(0, h - bh)
+            cx, cy = x0 + bw / 2, y0 + bh / 2
+            angles = np.sort(rng.uniform(0, 2 * np.pi, 8))
+            poly = [(float(cx + bw / 2 * np.cos(a)), float(cy + bh / 2 * np.sin(a))) for a in angles]
+            draw.polygon(poly, fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
+            xs, ys = [p[0] for p in poly], [p[1] for p in poly]
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": int(rng.integers(1, num_classes + 1)),
+                         "segmentation": [[c for p in poly for c in p]], "iscrowd": 0,
+                         "bbox": [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)],
+                         "area": (max(xs) - min(xs)) * (max(ys) - min(ys)) * 0.7})
+        name = f"{i:06d}.jpg"
+        img.save(root / "train" / name, quality=90)
+        images.append({"id": i + 1, "file_name": name, "height": h, "width": w})
+    ann_path.parent.mkdir(parents=True, exist_ok=True)
+    cats = [{"id": c, "name": f"class{c}", "supercategory": "shape"} for c in range(1, num_classes + 1)]
+    tmp = ann_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    os.replace(tmp, ann_path)
+    return ann_path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def build_trainer(args: argparse.Namespace, data_dir: Path):
+    """The trainer as train.py builds it, in a one-rank process group with DDP."""
+    import torch.distributed as dist
+
+    from mpirun_kit.maskrcnn.dist import Comm, DistInfo
+    from mpirun_kit.maskrcnn.train import Trainer
+    from mpirun_kit.maskrcnn.train import build_parser as train_parser
+
+    sets = ["model.backbone.weights=", "data.train_ann=annotations/instances_train.json", "data.train_images=train",
+            "data.val_ann=annotations/instances_train.json", "data.val_images=train"]
+    if args.device == "cpu":  # the smoke run: the GPU-only settings would (rightly) refuse to start
+        sets += ["solver.amp=none", "solver.channels_last=false", "device=cpu", "data.num_workers=0"]
+    train_args = train_parser().parse_args(
+        ["--config", "r50_fpn_1x", "--data-dir", str(data_dir), "--output-dir", str(data_dir / "out"),
+         *[x for s in sets + list(args.overrides) for x in ("--set", s)]])
+    t = Trainer(train_args, DistInfo(0, 1, 0, 1))
+    t._setup_runtime()
+    backend = "nccl" if t.device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    t.comm = Comm(backend, 0, 1)  # the trainer wraps the model in DDP for this backend
+    t._build_data()
+    t._build_model()
+    return t
+
+
+def host_syncs_per_step(t, batch) -> dict:
     import torch
 
-    from mpirun_kit.maskrcnn import ops
-    from mpirun_kit.maskrcnn.config import resolve_config
-    from mpirun_kit.maskrcnn.modeling.meta_arch import build_model
+    from mpirun_kit.maskrcnn.syncs import count_host_syncs
+
+    out = {}
+    if t.device.type == "cuda":
+        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                t.train_step(batch)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        msgs = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+        out["cuda_sync_debug_warnings"] = len(msgs)
+        out["cuda_sync_debug_first"] = msgs[:3]
+    with count_host_syncs() as report:
+        t.train_step(batch)
+    out["dispatch_counter"] = report.count
+    out["dispatch_counter_lines"] = [f"{n} x {w}: {r}" for w, r, n in report.by_line()]
+    return out
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+    import torch.distributed as dist
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("bench_maskrcnn_gpu: no CUDA device here; run it on a GPU host (or --device cpu for a smoke run)",
-              file=sys.stderr)
-        return 69
-    dev = torch.device(args.device)
-    cfg, _ = resolve_config("r50_fpn_1x", {"model.backbone.weights": ""})
-    torch.manual_seed(0)
-    model = build_model(cfg.model).to(dev).train()
-    channels_last = dev.type == "cuda" and not args.no_channels_last
-    if channels_last:
-        model.to(memory_format=torch.channels_last)
-        model.channels_last = True
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cudnn.benchmark = True  # fixed input size here
-    opt = torch.optim.SGD([q for q in model.parameters() if q.requires_grad], lr=0.02, momentum=0.9, weight_decay=1e-4)
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp) if dev.type == "cuda" else None
-    scaler = torch.amp.GradScaler(dev.type, enabled=amp_dtype is torch.float16)
+        raise BenchError("no CUDA device here; run it on a GPU host (or --device cpu for a smoke run)")
+    require_compiled_ops(args.device)
     h, w = args.size, int(round(args.size * 1333 / 800))
-    g = torch.Generator().manual_seed(0)
-    batches = [synthetic_batch(args.batch, h, w, cfg.model.num_classes, g) for _ in range(4)]
+    with tempfile.TemporaryDirectory(prefix="bench-maskrcnn-gpu-") as tmp:
+        data_dir = args.workdir or Path(tmp)
+        write_coco_like(data_dir, args.images, h, w)
+        t = build_trainer(args, data_dir)
+        try:
+            ipg = t.cfg.solver.ims_per_gpu
+            batches = _batches(t)
+            cuda = t.device.type == "cuda"
+            sync = torch.cuda.synchronize if cuda else (lambda: None)
+            t.ddp_model.train()
+            for _ in range(args.warmup):
+                t.train_step(next(batches))
+            sync()
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            rates = []
+            for _ in range(args.steps // args.window):
+                t0 = time.perf_counter()
+                for _ in range(args.window):
+                    t.train_step(next(batches))
+                sync()
+                rates.append(args.window * ipg / (time.perf_counter() - t0))
+            syncs = host_syncs_per_step(t, next(batches))
+            return {
+                "device": torch.cuda.get_device_name() if cuda else "cpu",
+                "preset": "r50_fpn_1x", "overrides": list(args.overrides), "ddp": type(t.ddp_model).__name__,
+                "ims_per_gpu": ipg, "image_size": [h, w], "amp": t.cfg.solver.amp,
+                "channels_last": t.cfg.solver.channels_last, "warmup_steps": args.warmup, "timed_steps": args.steps,
+                "images_per_s": round(statistics.median(rates), 2), "window_images_per_s": [round(r, 2) for r in rates],
+                "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+                "host_syncs_per_step": syncs, "bar_images_per_s": 30,
+            }
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
 
-    def step(batch):
-        with torch.autocast(dev.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-            losses = model(batch)
-        loss = sum(losses.values())
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
 
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    for i in range(args.warmup):
-        step(batches[i % len(batches)])
-    sync()
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    t0 = time.perf_counter()
-    for i in range(args.steps):
-        step(batches[i % len(batches)])
-    sync()
-    dt = time.perf_counter() - t0
-    result = {
-        "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
-        "compiled_ops": ops.ops_available(), "batch_per_gpu": args.batch, "image_size": [h, w], "amp": args.amp,
-        "channels_last": channels_last, "steps": args.steps, "images_per_s": round(args.steps * args.batch / dt, 2),
-        "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if dev.type == "cuda" else None,
-        "model": "r50_fpn_1x (random init), SGD lr 0.02 momentum 0.9",
-    }
+def _batches(t):
+    """Endless batches from the trainer's own loader (epoch after epoch)."""
+    epoch = 0
+    while True:
+        t.sampler.set_state(epoch, 0)
+        yield from t.train_loader
+        epoch += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        result = run(args)
+    except BenchError as exc:
+        print(f"bench_maskrcnn_gpu: error: {exc}", file=sys.stderr)
+        return 70
     print(json.dumps(result, indent=2))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+        args.json.write_text(json.dumps(result, indent=2))
     return 0
 
 

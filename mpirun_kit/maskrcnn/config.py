@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -129,10 +129,23 @@ class SolverConfig:
     warmup_iters: int = 1000
     warmup_factor: float = 0.001
     checkpoint_period: int = 5000
-    #: "none", "bf16" or "fp16" (fp16 uses a grad scaler); ignored on CPU
+    #: "none", "bf16" or "fp16" (fp16 uses a grad scaler); CUDA only (a CPU run with it fails at start)
     amp: str = "none"
+    #: NHWC activations and weights (tensor-core convolutions); CUDA only, sm70 or newer
     channels_last: bool = False
     clip_grad_norm: float = 0.0  # 0 = off
+    #: scale max_iter, warmup_iters, checkpoint_period and test.eval_period by reference_batch /
+    #: global batch (the linear scaling rule: same images seen, same LR-per-image), see resolve_schedule
+    scale_schedule: bool = False
+    #: let cuDNN pick the fastest convolution algorithms per input shape (CUDA)
+    cudnn_benchmark: bool = False
+    #: DDP static_graph=True: valid (every parameter gets a gradient in every step: the step has
+    #: fixed shapes), but off in the presets: with it torch's reducer reads one host scalar per
+    #: parameter per step (84 on R50-FPN, counted by syncs.py on CPU); whether those wait for the
+    #: GPU needs a GPU run of benchmarks/bench_maskrcnn_gpu.py --set solver.ddp_static_graph=true
+    ddp_static_graph: bool = False
+    #: capture the step in CUDA graphs; needs a step without host syncs (checked at start)
+    cuda_graphs: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,8 +174,17 @@ class Config:
 #: Presets are data: dotted key -> value, applied over ``Config()``; the user's --set wins.
 PRESETS: dict[str, dict[str, Any]] = {
     # The standard recipe is the dataclass defaults.
+    # GPU defaults (issue #11): bf16 autocast (fp16 + grad scaler: --set solver.amp=fp16), NHWC,
+    # 4 images per GPU, cuDNN autotuning, and the 1x schedule scaled to the real global batch
+    # (DDP: no buffer broadcast, gradients as bucket views, always; static_graph: see its key).
     "r50_fpn_1x": {
         "model.backbone.weights": "pretrained/R-50.pth",
+        "solver.ims_per_gpu": 4,
+        "solver.amp": "bf16",
+        "solver.channels_last": True,
+        "solver.cudnn_benchmark": True,
+        "solver.scale_schedule": True,
+        "test.ims_per_gpu": 4,
     },
     # CPU demo: a narrow, shallow ResNet trained from scratch (GroupNorm: nothing to freeze)
     # on the synthetic shapes set at ~160 px, 3 classes.  Chosen so that 2 CPU ranks reach
@@ -374,3 +396,122 @@ def lr_at(solver: SolverConfig, step: int, global_batch: int) -> float:
         alpha = step / solver.warmup_iters
         lr *= solver.warmup_factor * (1 - alpha) + alpha
     return lr
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The solver schedule resolved for a global batch (what the trainer runs and prints)."""
+
+    global_batch: int
+    reference_batch: int
+    scale: float  # reference_batch / global_batch, 1.0 when solver.scale_schedule is off
+    max_iter: int
+    steps: tuple[int, ...]  # iterations where the LR drops
+    warmup_iters: int
+    checkpoint_period: int
+    eval_period: int
+    base_lr: float  # the LR after warmup (linear scaling of solver.base_lr)
+
+    def format(self) -> str:
+        how = (f"x{self.scale:g} (reference batch {self.reference_batch} / global batch {self.global_batch})"
+               if self.scale != 1.0 else f"unscaled (global batch {self.global_batch})")
+        return (f"schedule {how}: max_iter={self.max_iter} lr_steps={list(self.steps)} warmup_iters={self.warmup_iters} "
+                f"checkpoint_period={self.checkpoint_period} eval_period={self.eval_period or 'end'} "
+                f"lr={self.base_lr:g}")
+
+
+def resolve_schedule(cfg: Config, global_batch: int) -> Schedule:
+    """The linear scaling rule applied to ``cfg`` for ``global_batch`` images per step.
+
+    With ``solver.scale_schedule`` every iteration count (max_iter, warmup, checkpoint and eval
+    periods) is multiplied by reference_batch / global_batch, so the run sees as many images as
+    the recipe; the LR steps stay at their fractions of max_iter; the LR itself scales up by
+    global_batch / reference_batch (always, as lr_at does).  Example: the 1x recipe (90k
+    iterations at 16 images) on 32 GPUs x 4 images = 128 -> 11250 iterations.
+    """
+    if global_batch < 1:
+        raise ConfigError(f"global batch {global_batch}: expected >= 1 image per step")
+    s, t = cfg.solver, cfg.test
+    scale = s.reference_batch / global_batch if s.scale_schedule else 1.0
+    n = lambda v: max(1, int(round(v * scale))) if v else 0  # noqa: E731
+    max_iter = n(s.max_iter)
+    return Schedule(global_batch=global_batch, reference_batch=s.reference_batch, scale=scale, max_iter=max_iter,
+                    steps=tuple(int(f * max_iter) for f in s.steps), warmup_iters=n(s.warmup_iters),
+                    checkpoint_period=n(s.checkpoint_period), eval_period=n(t.eval_period),
+                    base_lr=s.base_lr * global_batch / s.reference_batch)
+
+
+def scheduled_solver(cfg: Config, schedule: Schedule) -> SolverConfig:
+    """``cfg.solver`` with the resolved iteration counts (what lr_at and the step loop read)."""
+    return dataclasses.replace(cfg.solver, max_iter=schedule.max_iter, warmup_iters=schedule.warmup_iters,
+                               checkpoint_period=schedule.checkpoint_period)
+
+
+def check_device_support(cfg: Config, device_type: str, bf16_supported: bool = False,
+                         capability: tuple[int, int] = (0, 0), step_syncs: Sequence[str] = ()) -> None:
+    """Refuse, at start, settings the chosen device cannot honour (a pure function: the trainer passes
+    the facts, tests pass made-up ones).
+
+    Raises:
+        ConfigError naming the key, what the device lacks and the --set that fixes it.
+    """
+    s = cfg.solver
+    if device_type != "cuda":
+        for key, bad in (("solver.amp", s.amp != "none"), ("solver.channels_last", s.channels_last),
+                         ("solver.cuda_graphs", s.cuda_graphs)):
+            if bad:
+                raise ConfigError(f"{key}={get_key(cfg, key)!r} needs a CUDA device, but this run is on {device_type}; "
+                                  f"use --set {key}={'none' if key == 'solver.amp' else 'false'} (or run on a GPU)")
+        return
+    if s.amp == "bf16" and not bf16_supported:
+        raise ConfigError(f"solver.amp='bf16' but this GPU (sm{capability[0]}{capability[1]}) has no bfloat16 support; "
+                          "use --set solver.amp=fp16 (with a grad scaler) or none")
+    if s.channels_last and capability < (7, 0):
+        raise ConfigError(f"solver.channels_last=true needs tensor cores (sm70 or newer), this GPU is "
+                          f"sm{capability[0]}{capability[1]}; use --set solver.channels_last=false")
+    if s.cuda_graphs and step_syncs:
+        raise ConfigError("solver.cuda_graphs=true needs a training step without host syncs, but this step "
+                          f"still waits for the GPU in: {', '.join(step_syncs)}; use --set solver.cuda_graphs=false")
+    if s.cuda_graphs:
+        raise ConfigError("solver.cuda_graphs=true: capturing the step in CUDA graphs (one per input-size bucket) is "
+                          "not built yet; use --set solver.cuda_graphs=false")
+
+
+def step_host_syncs(cfg: Config) -> list[str]:
+    """What, by configuration, still makes a CUDA training step wait for the host (empty: nothing)."""
+    out = []
+    if cfg.solver.amp == "fp16":
+        out.append("GradScaler.step (solver.amp=fp16 reads the found-inf flag on the host)")
+    return out
+
+
+def schedule_for_program(program: Sequence[str], world_size: int) -> str | None:
+    """The resolved schedule line for a planned rank argv, or None when it is not this trainer.
+
+    ``mpirun_kit plan`` calls this with the program every rank runs (``... -m
+    mpirun_kit.maskrcnn.train --config P --set k=v ...``) and the number of ranks, so the plan
+    shows the iterations and LR the job will really use.  Pure: parses the argv, reads nothing.
+    """
+    argv = list(program)
+    try:
+        i = argv.index("mpirun_kit.maskrcnn.train")
+    except ValueError:
+        return None
+    args, preset, overrides = argv[i + 1:], None, {}
+    for j, a in enumerate(args[:-1]):
+        if a == "--config":
+            preset = args[j + 1]
+        elif a == "--set":
+            overrides.update(parse_overrides([args[j + 1]]))
+    for a in args:
+        if a.startswith("--config="):
+            preset = a.split("=", 1)[1]
+        elif a.startswith("--set="):
+            overrides.update(parse_overrides([a.split("=", 1)[1]]))
+    if preset is None:
+        return None
+    try:
+        cfg, _ = resolve_config(preset, overrides)
+    except ConfigError as exc:
+        return f"maskrcnn config: error: {exc}"
+    return f"maskrcnn {resolve_schedule(cfg, cfg.solver.ims_per_gpu * max(world_size, 1)).format()}"

@@ -31,7 +31,8 @@ from typing import Any, Mapping
 
 from .. import progress as step_report  # hang detection: the master sees each rank's step
 from ..errors import MpirunKitError, SpecError
-from .config import (Config, config_from_dict, config_to_dict, lr_at, parse_overrides, resolve_config, PRESETS)
+from .config import (Config, check_device_support, config_from_dict, config_to_dict, lr_at, parse_overrides,
+                     resolve_config, resolve_schedule, scheduled_solver, step_host_syncs, PRESETS)
 from .dist import Comm, DistInfo, init_distributed, read_dist_env
 
 log = logging.getLogger("mpirun_kit.maskrcnn.train")
@@ -176,8 +177,14 @@ class Trainer:
             self.device = torch.device("cuda", torch.cuda.current_device())
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+            torch.backends.cudnn.benchmark = cfg.solver.cudnn_benchmark
         else:
             self.device = torch.device("cpu")
+        # bad settings for this device fail here, naming the key, before any data or model work
+        check_device_support(cfg, self.device.type,
+                             bf16_supported=use_cuda and torch.cuda.is_bf16_supported(),
+                             capability=torch.cuda.get_device_capability(self.device) if use_cuda else (0, 0),
+                             step_syncs=step_host_syncs(cfg))
         backend = init_distributed(info, self.device.type, cfg.backend)
         if backend == "horovod":
             import horovod.torch as hvd
@@ -256,7 +263,10 @@ class Trainer:
         self.model = model
         global_batch = cfg.solver.ims_per_gpu * self.info.world_size
         self.global_batch = global_batch
-        base = cfg.solver.base_lr * global_batch / cfg.solver.reference_batch
+        self.schedule = resolve_schedule(cfg, global_batch)
+        self.solver = scheduled_solver(cfg, self.schedule)
+        log.info("%s", self.schedule.format())
+        base = self.schedule.base_lr
         decay, no_decay = [], []
         for name, prm in model.named_parameters():
             if prm.requires_grad:
@@ -273,16 +283,29 @@ class Trainer:
         if self.comm.backend in ("gloo", "nccl"):
             from torch.nn.parallel import DistributedDataParallel
 
+            # buffers (FrozenBN statistics, pixel mean/std) never change: no per-forward broadcast;
+            # gradients live in the all-reduce buckets (no copy); static_graph when the config says
+            # every parameter gets a gradient every step (true since the step has fixed shapes)
+            import inspect
+
+            # newer torch renames broadcast_buffers (same meaning for buffers equal at start)
+            no_buffer_sync = ({"forward_sync_buffers": False}
+                              if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+                              else {"broadcast_buffers": False})
             self.ddp_model = DistributedDataParallel(
-                model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                gradient_as_bucket_view=True, static_graph=cfg.solver.ddp_static_graph, **no_buffer_sync)
         elif self.comm.backend == "horovod":
             import horovod.torch as hvd
 
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=model.named_parameters())
         # after any Horovod wrapping, so the schedule drives the optimizer that actually steps
+        # the lambda must not capture self: a Trainer <-> scheduler cycle outlives main(), and the
+        # persistent loader workers it holds (which ignore SIGTERM) then block the exit
+        solver = self.solver
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_at(cfg.solver, s, global_batch) / base)
+            self.optimizer, lambda s: lr_at(solver, s, global_batch) / base)
 
     def _resume(self) -> None:
         from .checkpoint import find_last, load_checkpoint, restore_rng
@@ -351,10 +374,42 @@ class Trainer:
         # only a flag: the current step finishes, then every rank checkpoints and exits together
         self.stop_requested = True
 
+    def train_step(self, batch: list[dict[str, Any]], trainable: list | None = None) -> tuple[dict[str, Any], Any]:
+        """Forward, backward and optimizer step on one batch; nothing here reads the device on the host.
+
+        Returns (the loss dict, [total, *losses] as one float device tensor for the log window).  tests/maskrcnn/test_maskrcnn_syncs.py counts the host syncs of exactly this call.
+        """
+        import torch
+
+        solver = self.cfg.solver
+        if trainable is None:
+            trainable = [p for p in self.model.parameters() if p.requires_grad]
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                            enabled=self.amp_dtype is not None):
+            losses = self.ddp_model(batch)
+        loss = sum(losses.values())
+        # set_to_none is the default; Horovod's DistributedOptimizer.zero_grad() takes no arguments
+        self.optimizer.zero_grad()
+        self.scaler.scale(loss).backward()
+        if self.comm.backend == "horovod":
+            # Horovod reduces gradients inside step(); unscaling/clipping must see reduced ones
+            self.optimizer.synchronize()
+        if solver.clip_grad_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(trainable, solver.clip_grad_norm)
+        if self.comm.backend == "horovod":
+            with self.optimizer.skip_synchronize():
+                self.scaler.step(self.optimizer)
+        else:
+            self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        return losses, torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float()
+
     def _train(self, clock=time) -> int:
         import torch
 
-        cfg, solver = self.cfg, self.cfg.solver
+        cfg, solver = self.cfg, self.solver
         progress = _Progress(self.info.is_main and sys.stderr.isatty())
         self.ddp_model.train()
         trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -372,31 +427,12 @@ class Trainer:
                 self.epoch, self.position, it = self.epoch + 1, 0, None
                 continue
             self.skipped += sum(len(s["skipped"]) for s in batch)
-            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                                enabled=self.amp_dtype is not None):
-                losses = self.ddp_model(batch)
-            loss = sum(losses.values())
-            # set_to_none is the default; Horovod's DistributedOptimizer.zero_grad() takes no arguments
-            self.optimizer.zero_grad()
-            self.scaler.scale(loss).backward()
-            if self.comm.backend == "horovod":
-                # Horovod reduces gradients inside step(); unscaling/clipping must see reduced ones
-                self.optimizer.synchronize()
-            if solver.clip_grad_norm > 0:
-                self.scaler.unscale_(self.optimizer)
-                torch.nn.utils.clip_grad_norm_(trainable, solver.clip_grad_norm)
-            if self.comm.backend == "horovod":
-                with self.optimizer.skip_synchronize():
-                    self.scaler.step(self.optimizer)
-            else:
-                self.scaler.step(self.optimizer)
-            self.scaler.update()
-            self.scheduler.step()
+            # stays on the device until a log step: no per-step GPU synchronisation
+            losses, stacked = self.train_step(batch, trainable)
+            window.append(stacked)
             self.step += 1
             step_report.step(self.step)
             self.position += 1
-            # stays on the device until a log step: no per-step GPU synchronisation
-            window.append(torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float())
             # one tiny all-reduce per step: SIGTERM may reach the ranks at different steps
             stop = self.comm.allreduce_sum(torch.tensor([float(self.stop_requested)])).item() > 0
             if self.step % cfg.log_period == 0 or self.step == solver.max_iter or stop:
@@ -425,7 +461,7 @@ class Trainer:
                 log.warning("SIGTERM: stopped after step %d with a checkpoint in %s; rerun with --resume auto",
                             self.step, self.args.output_dir)
                 return EXIT_PREEMPTED
-            if cfg.test.eval_period and self.step % cfg.test.eval_period == 0 and not last:
+            if self.schedule.eval_period and self.step % self.schedule.eval_period == 0 and not last:
                 self._evaluate()
         return 0
 

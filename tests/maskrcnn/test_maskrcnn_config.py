@@ -100,3 +100,57 @@ def test_print_config_shows_the_resolved_value(capsys):
     assert main(["--config", "demo", "--data-dir", "d", "--output-dir", "o", "--print-config",
                  "--set", "solver.nope=1"], environ={}) == 64
     assert "unknown config key 'solver.nope'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ schedule and device support (issue #11)
+from mpirun_kit.maskrcnn.config import check_device_support, resolve_schedule, step_host_syncs  # noqa: E402
+
+
+def test_linear_scaling_schedule_for_32_gpus_x_4_images():
+    cfg, _ = resolve_config("r50_fpn_1x")
+    s = resolve_schedule(cfg, 32 * cfg.solver.ims_per_gpu)
+    assert cfg.solver.ims_per_gpu == 4 and s.global_batch == 128
+    assert s.max_iter == 90000 * 16 // 128 == 11250
+    assert s.steps == (7500, 10000) and s.warmup_iters == 125 and s.checkpoint_period == 625
+    assert s.base_lr == pytest.approx(0.02 * 128 / 16)
+    assert "max_iter=11250" in s.format() and "x0.125 (reference batch 16 / global batch 128)" in s.format()
+
+
+def test_schedule_unscaled_when_the_preset_does_not_ask():
+    cfg, _ = resolve_config("demo", {"solver.ims_per_gpu": "2"})
+    s = resolve_schedule(cfg, 2)
+    assert (s.scale, s.max_iter, s.warmup_iters) == (1.0, cfg.solver.max_iter, cfg.solver.warmup_iters)
+
+
+def test_gpu_preset_defaults():
+    s = resolve_config("r50_fpn_1x")[0].solver
+    assert (s.amp, s.channels_last, s.cudnn_benchmark, s.ddp_static_graph, s.cuda_graphs) == ("bf16", True, True, False, False)
+
+
+@pytest.mark.parametrize("override,device,kw,message", [
+    ({}, "cpu", {}, r"solver.amp='bf16' needs a CUDA device, but this run is on cpu; use --set solver.amp=none"),
+    ({"solver.amp": "none"}, "cpu", {}, r"solver.channels_last=True needs a CUDA device.*--set solver.channels_last=false"),
+    ({}, "cuda", {"bf16_supported": False, "capability": (7, 0)},
+     r"solver.amp='bf16' but this GPU \(sm70\) has no bfloat16 support; use --set solver.amp=fp16"),
+    ({"solver.amp": "fp16"}, "cuda", {"capability": (6, 1)},
+     r"solver.channels_last=true needs tensor cores \(sm70 or newer\), this GPU is sm61"),
+    ({"solver.cuda_graphs": "true", "solver.amp": "fp16"}, "cuda",
+     {"bf16_supported": True, "capability": (9, 0), "step_syncs": step_host_syncs(resolve_config("r50_fpn_1x", {"solver.amp": "fp16"})[0])},
+     r"solver.cuda_graphs=true needs a training step without host syncs, but this step still waits for the GPU in: "
+     r"GradScaler.step \(solver.amp=fp16 reads the found-inf flag on the host\); use --set solver.cuda_graphs=false"),
+    ({"solver.cuda_graphs": "true"}, "cuda", {"bf16_supported": True, "capability": (9, 0)},
+     r"solver.cuda_graphs=true: capturing the step in CUDA graphs .* is not built yet; use --set solver.cuda_graphs=false"),
+    ({"solver.cuda_graphs": "true"}, "cpu", {},
+     r"solver.amp='bf16' needs a CUDA device"),
+])
+def test_settings_the_device_cannot_honour_fail_naming_the_key(override, device, kw, message):
+    cfg, _ = resolve_config("r50_fpn_1x", override)
+    with pytest.raises(ConfigError, match=message):
+        check_device_support(cfg, device, **kw)
+
+
+def test_supported_settings_pass():
+    cfg, _ = resolve_config("r50_fpn_1x")
+    assert step_host_syncs(cfg) == []
+    check_device_support(cfg, "cuda", bf16_supported=True, capability=(9, 0), step_syncs=["x"])
+    check_device_support(resolve_config("demo")[0], "cpu")

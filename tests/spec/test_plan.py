@@ -55,7 +55,7 @@ def test_demo_plan_on_this_kind_of_machine():
 
 
 def test_coco_plan_on_four_p4d():
-    c = compile_job(load_job(REPO / "jobs" / "maskrcnn.yaml"), python="python", resolver=OUTPUTS.__getitem__)
+    c = compile_job(load_job(REPO / "jobs" / "maskrcnn-p4d.yaml"), python="python", resolver=OUTPUTS.__getitem__)
     p = make_job_plan(c, {}, run_as_root=True, python="python")
     hosts = "algo-1:8,algo-2:8,algo-3:8,algo-4:8"
     assert list(p.launch.argv) == [

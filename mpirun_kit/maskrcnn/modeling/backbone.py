@@ -43,10 +43,27 @@ class FrozenBatchNorm2d(nn.Module):
         state_dict.pop(prefix + "num_batches_tracked", None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
+    def folded(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The per-channel affine (scale, shift) [1, C, 1, 1] in ``dtype``, computed once.
+
+        The four buffers only change by load_state_dict, .to() or an in-place write, each of which
+        changes a buffer's identity or version counter: that is the cache key (host-side
+        integers, so checking it costs the device nothing).
+        """
+        bufs = (self.weight, self.bias, self.running_mean, self.running_var)
+        key = (dtype, *((b.data_ptr(), b._version, b.device) for b in bufs))
+        cached = self.__dict__.get("_folded")
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                scale = self.weight * (self.running_var + self.eps).rsqrt()
+                shift = self.bias - self.running_mean * scale
+            cached = (key, scale.view(1, -1, 1, 1).to(dtype), shift.view(1, -1, 1, 1).to(dtype))
+            self.__dict__["_folded"] = cached
+        return cached[1], cached[2]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        scale = self.weight * (self.running_var + self.eps).rsqrt()
-        bias = self.bias - self.running_mean * scale
-        return x * scale.view(1, -1, 1, 1).to(x.dtype) + bias.view(1, -1, 1, 1).to(x.dtype)
+        scale, shift = self.folded(x.dtype)
+        return torch.addcmul(shift, x, scale)
 
 
 def _norm(cfg: BackboneConfig, channels: int) -> nn.Module:

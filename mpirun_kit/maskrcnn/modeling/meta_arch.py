@@ -56,16 +56,47 @@ class MaskRCNN(nn.Module):
         images, sizes = self.preprocess(samples)
         feats = self.fpn(self.backbone(images))
         if self.training:
-            targets = [{k: s[k].to(self.device, non_blocking=True) for k in ("boxes", "labels", "masks")}
-                       for s in samples]
-            seeds = [int(s.get("seed", 0)) for s in samples]
-            proposals, losses = self.rpn(feats, sizes, [t["boxes"] for t in targets], seeds)
-            losses.update(self.roi_heads.forward_train(feats, proposals, targets, seeds))
+            targets = pad_targets(samples, self.device)
+            proposals, losses = self.rpn(feats, sizes, targets)
+            losses.update(self.roi_heads.forward_train(feats, proposals, targets))
             return losses
         proposals, _ = self.rpn(feats, sizes)
         dets = self.roi_heads.forward_test(feats, proposals, sizes)
         return [detector_postprocess(d, sz, s["orig_size"]) | {"image_id": s["image_id"]}
                 for d, sz, s in zip(dets, sizes, samples)]
+
+
+def pad_targets(samples: list[dict[str, Any]], device: torch.device) -> dict[str, torch.Tensor]:
+    """Per-image targets (host tensors from the loader) -> one padded batch on ``device``.
+
+    boxes [B, G, 4], labels [B, G], valid [B, G] (G = the most boxes of any image, >= 1), seeds [B],
+    and every GT mask in one [1 + sum G_i, H, W] uint8 tensor (row 0 all zero, for padding; H, W the
+    largest mask) with mask_rows [B, G] pointing into it.  Built on the host, where the sizes are
+    known, then copied without making the host wait (pinned + non_blocking on CUDA).
+    """
+    b = len(samples)
+    counts = [int(s["boxes"].shape[0]) for s in samples]
+    g = max(1, *counts)
+    boxes = torch.zeros((b, g, 4))
+    labels = torch.zeros((b, g), dtype=torch.int64)
+    valid = torch.zeros((b, g), dtype=torch.bool)
+    rows = torch.zeros((b, g), dtype=torch.int64)
+    mh = max(int(s["masks"].shape[-2]) for s in samples)
+    mw = max(int(s["masks"].shape[-1]) for s in samples)
+    masks = torch.zeros((1 + sum(counts), mh, mw), dtype=torch.uint8)
+    row = 1
+    for i, (s, n) in enumerate(zip(samples, counts)):
+        boxes[i, :n] = s["boxes"].float()
+        labels[i, :n] = s["labels"]
+        valid[i, :n] = True
+        rows[i, :n] = torch.arange(row, row + n)
+        masks[row:row + n, :s["masks"].shape[-2], :s["masks"].shape[-1]] = s["masks"]
+        row += n
+    seeds = torch.tensor([int(s.get("seed", 0)) for s in samples], dtype=torch.int64)
+    out = {"boxes": boxes, "labels": labels, "valid": valid, "mask_rows": rows, "masks": masks, "seeds": seeds}
+    if device.type == "cuda":
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in out.items()}
+    return {k: v.to(device, non_blocking=True) for k, v in out.items()}
 
 
 def build_model(cfg: ModelConfig, size_divisibility: int = 32) -> MaskRCNN:

@@ -7,6 +7,11 @@ averaged over images, which keeps DDP and single-process losses equal), and a fo
 RoIAlign) predicts 28x28 masks on the foreground RoIs against targets cut out of the GT masks
 (which coco.py rasterised from the polygons/RLE) with RoIAlign.  Inference: per-class decode,
 score threshold, per-class NMS, top-k, then masks for the kept boxes.
+
+Training runs on the whole batch with fixed shapes: padded proposals + padded GT, a fixed number of
+sampled slots per image (invalid ones weighted 0), foreground first so the mask head takes the
+first ``batch_size_per_image * positive_fraction`` slots, and RoIAlign over all FPN levels in one
+call (``multiscale_roi_align_packed``).  Nothing in it reads a device value on the host.
 """
 from __future__ import annotations
 
@@ -15,9 +20,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import RoIHeadsConfig
-from ..ops import batched_nms, box_iou, decode_boxes, encode_boxes, multiscale_roi_align, roi_align
+from ..ops import (batched_nms, decode_boxes, encode_boxes, multiscale_roi_align, multiscale_roi_align_packed,
+                   roi_align)
 from .fpn import STRIDES
-from .sampling import image_generator, match, subsample
+from .sampling import batched_iou, match, subsample
 
 POOL_STRIDES = STRIDES[:4]  # RoIs pool from P2..P5
 
@@ -58,78 +64,78 @@ class RoIHeads(nn.Module):
             nn.init.zeros_(m.bias)
 
     # ----------------------------------------------------------------- heads
-    def _pool(self, feats: list[torch.Tensor], rois: torch.Tensor, size: int) -> torch.Tensor:
+    def _pool(self, feats: list[torch.Tensor], rois: torch.Tensor, size: int, packed: bool = False) -> torch.Tensor:
         # RoIAlign runs in float32 even under AMP (as AMP O1 did): bf16/fp16 RoI coordinates would
         # be off by pixels at 800x1333, and the op wants rois in the features' dtype
         feats = [f.float() for f in feats[:4]]
+        if packed:  # training: one kernel call, no host sync (the RoIs are clipped to the image)
+            return multiscale_roi_align_packed(feats, rois.float(), (size, size), self.cfg.sampling_ratio, POOL_STRIDES)
         return multiscale_roi_align(feats, rois.float(), (size, size), self.cfg.sampling_ratio,
                                     POOL_STRIDES, aligned=True)
 
-    def box_head(self, feats: list[torch.Tensor], rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self._pool(feats, rois, self.cfg.box_pool_size).flatten(1)
+    def box_head(self, feats: list[torch.Tensor], rois: torch.Tensor, packed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._pool(feats, rois, self.cfg.box_pool_size, packed).flatten(1)
         x = F.relu(self.fc2(F.relu(self.fc1(x))))
         return self.cls_score(x).float(), self.bbox_pred(x).float()
 
-    def mask_head(self, feats: list[torch.Tensor], rois: torch.Tensor) -> torch.Tensor:
-        x = self._pool(feats, rois, self.cfg.mask_pool_size)
+    def mask_head(self, feats: list[torch.Tensor], rois: torch.Tensor, packed: bool = False) -> torch.Tensor:
+        x = self._pool(feats, rois, self.cfg.mask_pool_size, packed)
         x = F.relu(self.mask_deconv(self.mask_convs(x)))
         return self.mask_pred(x).float()
 
     # -------------------------------------------------------------- training
-    def forward_train(self, feats, proposals, targets, seeds: list[int] | None = None) -> dict[str, torch.Tensor]:
-        sampled_boxes, cls_t, reg_t, mask_boxes, mask_labels, mask_t = [], [], [], [], [], []
-        roi_w, mask_w = [], []  # per-RoI loss weights: 1 / (RoIs of its image * images)
-        n_img = len(targets)
-        seeds = seeds or [0] * n_img
-        for i, (props, t) in enumerate(zip(proposals, targets)):
-            gt, gl = t["boxes"], t["labels"]
-            with torch.no_grad():
-                props = torch.cat([props, gt])
-                idx, labels = match(box_iou(gt, props), self.cfg.fg_iou_thresh, self.cfg.fg_iou_thresh, False)
-                pos, neg = subsample(labels, self.cfg.batch_size_per_image, self.cfg.positive_fraction,
-                                     image_generator(seeds[i], 1))
-                sel = torch.cat([pos, neg])
-                boxes = props[sel]
-                cls = torch.cat([gl[idx[pos]], torch.zeros_like(neg)])
-                reg = encode_boxes(gt[idx[sel]], boxes, self.cfg.bbox_reg_weights) if gt.numel() else boxes * 0
-                sampled_boxes.append(boxes)
-                cls_t.append(cls)
-                reg_t.append(reg)
-                mask_boxes.append(props[pos])
-                mask_labels.append(gl[idx[pos]])
-                mask_t.append(self._mask_targets(t["masks"], props[pos], idx[pos]))
-                roi_w.append(torch.full((sel.numel(),), 1.0 / (max(sel.numel(), 1) * n_img), device=props.device))
-                mask_w.append(torch.full((pos.numel(),), 1.0 / (max(pos.numel(), 1) * n_img), device=props.device))
-        rois = _rois(sampled_boxes)
-        cls_logits, box_deltas = self.box_head(feats, rois)
-        cls_t, reg_t, roi_w_t = torch.cat(cls_t), torch.cat(reg_t), torch.cat(roi_w)
-        loss_cls = (F.cross_entropy(cls_logits, cls_t, reduction="none") * roi_w_t).sum()
-        fg = torch.nonzero(cls_t > 0).flatten()
-        if fg.numel():
-            k = cls_t[fg] - 1
-            pred = box_deltas.view(-1, self.num_classes, 4)[fg, k]
-            loss_box = (F.l1_loss(pred, reg_t[fg], reduction="none").sum(1) * roi_w_t[fg]).sum()
-        else:
-            loss_box = box_deltas.sum() * 0
-        mask_rois = _rois(mask_boxes)
-        mask_labels_t = torch.cat(mask_labels)
-        if mask_rois.shape[0]:
-            logits = self.mask_head(feats, mask_rois)
-            logits = logits[torch.arange(logits.shape[0], device=logits.device), mask_labels_t - 1]
-            per_roi = F.binary_cross_entropy_with_logits(logits, torch.cat(mask_t), reduction="none").mean((1, 2))
-            loss_mask = (per_roi * torch.cat(mask_w)).sum()
-        else:
+    def forward_train(self, feats, proposals: tuple[torch.Tensor, torch.Tensor],
+                      targets: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Losses for padded proposals ([B, P, 4], valid [B, P]) and padded targets (meta_arch.pad_targets)."""
+        gt, gt_valid, gt_labels = targets["boxes"], targets["valid"], targets["labels"]
+        b = gt.shape[0]
+        with torch.no_grad():
+            props = torch.cat([proposals[0].to(gt.dtype), gt], 1)  # GT boxes join the proposals
+            props_valid = torch.cat([proposals[1], gt_valid], 1)
+            idx, labels = match(batched_iou(gt, props), gt_valid, self.cfg.fg_iou_thresh, self.cfg.fg_iou_thresh, False)
+            labels = torch.where(props_valid, labels, torch.full_like(labels, -1))  # padding is never sampled
+            sel, is_pos, valid = subsample(labels, self.cfg.batch_size_per_image, self.cfg.positive_fraction,
+                                           targets["seeds"], 1)
+            boxes = props.gather(1, sel[..., None].expand(-1, -1, 4))
+            gt_sel = idx.gather(1, sel)
+            cls_t = torch.where(is_pos, gt_labels.gather(1, gt_sel), torch.zeros_like(gt_sel))
+            reg_t = encode_boxes(gt.gather(1, gt_sel[..., None].expand(-1, -1, 4)).reshape(-1, 4),
+                                 boxes.reshape(-1, 4), self.cfg.bbox_reg_weights).view(b, -1, 4)
+            reg_t = torch.where(is_pos[..., None], reg_t, torch.zeros_like(reg_t))
+            # per-RoI weight 1 / (sampled RoIs of its image * images): the old per-image mean
+            roi_w = valid / (valid.sum(1, keepdim=True).clamp(min=1) * b)
+            batch_idx = torch.arange(b, device=gt.device, dtype=boxes.dtype)[:, None, None].expand(-1, boxes.shape[1], 1)
+            rois = torch.cat([batch_idx, boxes], 2)  # [B, S, 5]
+        cls_logits, box_deltas = self.box_head(feats, rois.reshape(-1, 5), packed=True)
+        loss_cls = (F.cross_entropy(cls_logits, cls_t.reshape(-1), reduction="none") * roi_w.reshape(-1)).sum()
+        k = (cls_t.reshape(-1) - 1).clamp(min=0)
+        pred = box_deltas.view(-1, self.num_classes, 4).gather(1, k[:, None, None].expand(-1, 1, 4))[:, 0]
+        box_l1 = F.l1_loss(pred, reg_t.reshape(-1, 4), reduction="none").sum(1)
+        loss_box = torch.where(is_pos.reshape(-1), box_l1 * roi_w.reshape(-1), torch.zeros_like(box_l1)).sum()
+        # foreground slots come first: the mask head takes a fixed prefix, invalid slots weigh 0
+        mp = min(int(self.cfg.batch_size_per_image * self.cfg.positive_fraction), sel.shape[1])
+        if mp == 0:
             # keep every mask-head parameter in the graph (DDP expects a gradient for each)
             loss_mask = sum(p.sum() for p in [*self.mask_convs.parameters(), *self.mask_deconv.parameters(),
                                               *self.mask_pred.parameters()]) * 0
+            return {"loss_cls": loss_cls, "loss_box_reg": loss_box, "loss_mask": loss_mask}
+        with torch.no_grad():
+            m_valid = is_pos[:, :mp]
+            m_rois = rois[:, :mp].reshape(-1, 5)
+            m_labels = (cls_t[:, :mp].reshape(-1) - 1).clamp(min=0)
+            m_rows = targets["mask_rows"].gather(1, gt_sel[:, :mp]).reshape(-1)
+            mask_t = self._mask_targets(targets["masks"], m_rois[:, 1:], m_rows)
+            mask_w = (m_valid / (m_valid.sum(1, keepdim=True).clamp(min=1) * b)).reshape(-1)
+        logits = self.mask_head(feats, m_rois, packed=True)
+        logits = logits.gather(1, m_labels[:, None, None, None].expand(-1, 1, *logits.shape[2:]))[:, 0]
+        per_roi = F.binary_cross_entropy_with_logits(logits, mask_t, reduction="none").mean((1, 2))
+        loss_mask = torch.where(m_valid.reshape(-1), per_roi * mask_w, torch.zeros_like(per_roi)).sum()
         return {"loss_cls": loss_cls, "loss_box_reg": loss_box, "loss_mask": loss_mask}
 
-    def _mask_targets(self, gt_masks: torch.Tensor, boxes: torch.Tensor, gt_idx: torch.Tensor) -> torch.Tensor:
-        """[P, M, M] binary targets: each box's matched GT mask resampled into the box."""
+    def _mask_targets(self, gt_masks: torch.Tensor, boxes: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """[P, M, M] binary targets: GT mask ``rows[i]`` of ``gt_masks`` [R, H, W] resampled into box i."""
         m = self.cfg.mask_resolution
-        if boxes.shape[0] == 0:
-            return boxes.new_zeros((0, m, m))
-        rois = torch.cat([gt_idx[:, None].to(boxes.dtype), boxes], 1)
+        rois = torch.cat([rows[:, None].to(boxes.dtype), boxes], 1)
         t = roi_align(gt_masks[:, None].to(boxes.dtype), rois, (m, m), 1.0, 2, True)[:, 0]
         return (t >= 0.5).to(boxes.dtype)
 

@@ -7,7 +7,9 @@ level, post-NMS top-k per image).  Training labels anchors by IoU with the GT bo
 < 0.3 bg, each GT's best anchors fg), samples 256 per image at half foreground, and applies
 binary cross-entropy + L1 box loss, each image's sums normalised by its number of sampled anchors
 and averaged over images (so the loss of a batch split across DDP ranks averages to the loss of
-the whole batch).
+the whole batch).  Training works on the whole batch at once with fixed shapes (padded GT, a fixed
+number of sampled slots per image, padded proposals with a validity mask), so the step never
+reads a device value on the host (sampling.py).
 """
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import RPNConfig
-from ..ops import box_iou, encode_boxes, generate_anchors, generate_proposals
+from ..ops import box_iou, encode_boxes, generate_anchors, generate_proposals, generate_proposals_padded
 from .fpn import STRIDES
-from .sampling import image_generator, match, subsample
+from .sampling import match, subsample
 
 
 class RPN(nn.Module):
@@ -48,7 +50,9 @@ class RPN(nn.Module):
         return self._anchor_cache[key]
 
     def forward(self, feats: list[torch.Tensor], image_sizes: list[tuple[int, int]],
-                gt_boxes: list[torch.Tensor] | None = None, seeds: list[int] | None = None) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+                targets: dict[str, torch.Tensor] | None = None):
+        """Inference: per-image proposal lists.  Training (``targets`` from ``pad_targets``):
+        ((boxes [B, post, 4], valid [B, post]), losses)."""
         logits, deltas = [], []
         for f in feats:
             t = F.relu(self.conv(f))
@@ -60,33 +64,36 @@ class RPN(nn.Module):
         logits_all = torch.cat(logits, 1).float()
         deltas_all = torch.cat(deltas, 1).float()
         anchors, levels = self.anchors(feats)
-        training = gt_boxes is not None
+        args = (self.cfg.nms_thresh, self.cfg.min_size)
         with torch.no_grad():
-            proposals, _ = generate_proposals(
-                anchors, logits_all.detach(), deltas_all.detach(), image_sizes,
-                self.cfg.pre_nms_topk_train if training else self.cfg.pre_nms_topk_test,
-                self.cfg.post_nms_topk_train if training else self.cfg.post_nms_topk_test,
-                self.cfg.nms_thresh, self.cfg.min_size, levels=levels)
-        if not training:
-            return proposals, {}
-        return proposals, self.losses(anchors, logits_all, deltas_all, gt_boxes, seeds or [0] * len(gt_boxes))
+            if targets is None:
+                proposals, _ = generate_proposals(anchors, logits_all.detach(), deltas_all.detach(), image_sizes,
+                                                  self.cfg.pre_nms_topk_test, self.cfg.post_nms_topk_test, *args,
+                                                  levels=levels)
+                return proposals, {}
+            # the level ranges as host ints (feature sizes x anchors per location): sliced, never searched
+            level_sizes = [f.shape[-2] * f.shape[-1] * self.num_anchors for f in feats]
+            boxes, _, valid = generate_proposals_padded(anchors, logits_all.detach(), deltas_all.detach(), image_sizes,
+                                                        self.cfg.pre_nms_topk_train, self.cfg.post_nms_topk_train,
+                                                        *args, level_sizes=level_sizes)
+        return (boxes, valid), self.losses(anchors, logits_all, deltas_all, targets)
 
     def losses(self, anchors: torch.Tensor, logits: torch.Tensor, deltas: torch.Tensor,
-               gt_boxes: list[torch.Tensor], seeds: list[int]) -> dict[str, torch.Tensor]:
-        cls_losses, box_losses = [], []
-        for b, gt in enumerate(gt_boxes):
-            with torch.no_grad():
-                idx, labels = match(box_iou(gt, anchors), self.cfg.fg_iou_thresh, self.cfg.bg_iou_thresh, True)
-                pos, neg = subsample(labels, self.cfg.batch_size_per_image, self.cfg.positive_fraction,
-                                     image_generator(seeds[b], 0))
-            sel = torch.cat([pos, neg])
-            target = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)]).to(logits.dtype)
-            norm = max(sel.numel(), 1)
-            cls_losses.append(F.binary_cross_entropy_with_logits(logits[b, sel], target, reduction="sum") / norm)
-            if pos.numel():
-                with torch.no_grad():
-                    reg_target = encode_boxes(gt[idx[pos]], anchors[pos])
-                box_losses.append(F.l1_loss(deltas[b, pos], reg_target, reduction="sum") / norm)
-        n = len(gt_boxes)
-        box = torch.stack(box_losses).sum() if box_losses else deltas.sum() * 0
-        return {"loss_rpn_cls": torch.stack(cls_losses).sum() / n, "loss_rpn_box": box / n}
+               targets: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        gt, gt_valid = targets["boxes"], targets["valid"]
+        b, g = gt_valid.shape
+        with torch.no_grad():
+            # one IoU call for the whole batch: every image's GT against the shared anchors
+            iou = box_iou(gt.reshape(-1, 4), anchors).view(b, g, -1)
+            idx, labels = match(iou, gt_valid, self.cfg.fg_iou_thresh, self.cfg.bg_iou_thresh, True)
+            sel, is_pos, valid = subsample(labels, self.cfg.batch_size_per_image, self.cfg.positive_fraction,
+                                           targets["seeds"], 0)
+            # each image's sums over its sampled anchors / its count, then the mean over images
+            weight = valid / (valid.sum(1, keepdim=True).clamp(min=1) * b)
+            matched = gt.gather(1, idx.gather(1, sel)[..., None].expand(-1, -1, 4))
+            reg_target = encode_boxes(matched.reshape(-1, 4), anchors[sel].reshape(-1, 4)).view(b, -1, 4)
+            reg_target = torch.where(is_pos[..., None], reg_target, torch.zeros_like(reg_target))
+        cls = F.binary_cross_entropy_with_logits(logits.gather(1, sel), is_pos.to(logits.dtype), reduction="none")
+        box = F.l1_loss(deltas.gather(1, sel[..., None].expand(-1, -1, 4)), reg_target, reduction="none").sum(2)
+        return {"loss_rpn_cls": (cls * weight).sum(),
+                "loss_rpn_box": torch.where(is_pos, box * weight, torch.zeros_like(box)).sum()}

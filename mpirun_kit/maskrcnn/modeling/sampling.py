@@ -1,55 +1,105 @@
-"""Matching and subsampling shared by the RPN and the RoI heads (pure tensor functions).
+"""Matching and subsampling shared by the RPN and the RoI heads: batched, fixed-size, sync-free.
 
-Random choices draw from a generator seeded per image (the sampler's item seed), so the samples an
-image gets do not depend on which rank sees it or on what ran before: a DDP step equals a
-single-process step on the same global batch, and a resumed run draws what an uninterrupted one
-would.
+Data flow: the RPN (anchors x padded GT boxes) and the RoI heads (padded proposals + GT x padded GT)
+give a batched IoU [B, G, P] -> ``match`` labels every prediction -> ``subsample`` picks a fixed
+number of slots per image -> the heads compute their losses on those slots, weighting invalid ones
+by zero.  Every shape here is known on the host before the step runs, so nothing reads a device
+value back (tests/maskrcnn/test_maskrcnn_syncs.py holds that): no ``nonzero``, no boolean-mask
+indexing, no ``randperm`` on the CPU.
+
+Randomness is a counter-based hash of (image seed, consumer, prediction index), so the samples an
+image gets do not depend on which rank sees it, on the device, or on what ran before: a DDP step
+equals a single-process step on the same global batch, and a resumed run draws what an
+uninterrupted one would.  Sampling "k at random" is ``topk`` over those keys.
 """
 from __future__ import annotations
 
 import torch
 
+_MASK32 = 0xFFFFFFFF
 
-def match(iou: torch.Tensor, fg_thresh: float, bg_thresh: float, allow_low_quality: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Assign each prediction (column of ``iou`` [G, P]) to its best GT.
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    # a 32-bit integer hash (two multiply-xorshift rounds) in int64 arithmetic: every product stays
+    # below 2**59, so it is exact and identical on every device
+    x = ((x ^ (x >> 16)) * 0x045D9F3B) & _MASK32
+    x = ((x ^ (x >> 16)) * 0x045D9F3B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def random_keys(seeds: torch.Tensor, n: int, salt: int) -> torch.Tensor:
+    """[B, n] distinct non-negative int64 keys, a pure function of (seeds[b], salt, index).
+
+    The low 24 bits are the index itself, so keys never tie (topk is deterministic).
+    """
+    s = _mix32((seeds.to(torch.int64) * 4 + salt) & _MASK32)
+    i = torch.arange(n, device=seeds.device, dtype=torch.int64)
+    h = _mix32((s[:, None] + _mix32(i)[None, :]) & _MASK32)
+    return (h << 24) | (i & 0xFFFFFF)
+
+
+def batched_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU of a [B, G, 4] x b [B, P, 4] -> [B, G, P] (same arithmetic as ops.reference.box_iou)."""
+    area_a = (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
+    area_b = (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])
+    lt = torch.maximum(a[:, :, None, :2], b[:, None, :, :2])
+    rb = torch.minimum(a[:, :, None, 2:], b[:, None, :, 2:])
+    wh = (rb - lt).clamp(min=0)
+    inter = wh[..., 0] * wh[..., 1]
+    return inter / (area_a[:, :, None] + area_b[:, None, :] - inter)
+
+
+def match(iou: torch.Tensor, gt_valid: torch.Tensor, fg_thresh: float, bg_thresh: float,
+          allow_low_quality: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Assign each prediction (column of ``iou`` [B, G, P]) to its best valid GT.
+
+    Args:
+        gt_valid: [B, G] False for the padding rows of images with fewer than G boxes.
 
     Returns:
-        (matched gt index [P], label [P]) with label 1 = foreground (IoU >= fg_thresh),
-        0 = background (IoU < bg_thresh), -1 = ignored (in between).  With ``allow_low_quality``
-        each GT's best predictions are foreground too, so no GT is left without one.
+        (matched gt index [B, P], label [B, P] int8) with label 1 = foreground (IoU >= fg_thresh),
+        0 = background (IoU < bg_thresh, or an image without GT), -1 = ignored (in between).  With
+        ``allow_low_quality`` each GT's best predictions are foreground too.
     """
-    num_pred = iou.shape[1]
-    if iou.shape[0] == 0:
-        return (torch.zeros(num_pred, dtype=torch.int64, device=iou.device),
-                torch.zeros(num_pred, dtype=torch.int8, device=iou.device))
-    vals, idx = iou.max(dim=0)
-    labels = torch.full((num_pred,), -1, dtype=torch.int8, device=iou.device)
-    labels[vals < bg_thresh] = 0
-    labels[vals >= fg_thresh] = 1
+    iou = torch.where(gt_valid[:, :, None], iou, torch.full((), -1.0, dtype=iou.dtype, device=iou.device))
+    vals, idx = iou.max(dim=1)
+    labels = torch.full_like(idx, -1, dtype=torch.int8)
+    labels = torch.where(vals < bg_thresh, torch.zeros_like(labels), labels)
+    labels = torch.where(vals >= fg_thresh, torch.ones_like(labels), labels)
     if allow_low_quality:
-        best = iou.max(dim=1, keepdim=True).values
+        best = iou.max(dim=2, keepdim=True).values
         # (gt, pred) pairs that reach their gt's best IoU; a gt with IoU 0 everywhere gets none
-        _, preds = torch.nonzero((iou == best) & (best > 0), as_tuple=True)
-        labels[preds] = 1
+        low = ((iou == best) & (best > 0)).any(dim=1)
+        labels = torch.where(low, torch.ones_like(labels), labels)
     return idx, labels
 
 
-def subsample(labels: torch.Tensor, batch_size: int, positive_fraction: float,
-              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Randomly pick up to ``batch_size`` predictions, at most ``positive_fraction`` foreground.
+def subsample(labels: torch.Tensor, batch_size: int, positive_fraction: float, seeds: torch.Tensor,
+              salt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pick up to ``batch_size`` predictions per image at random, at most ``positive_fraction`` fg.
+
+    Args:
+        labels: [B, P] from ``match`` (1 fg, 0 bg, -1 ignored).
+        seeds: [B] per-image seeds; ``salt`` tells consumers apart (0 = RPN, 1 = RoI heads).
 
     Returns:
-        (positive indices, negative indices).
+        (index [B, S], is_foreground [B, S], valid [B, S]) with S = min(batch_size, P): the
+        foreground picks first, then the background ones; slots past the image's sample count are
+        invalid (their index is a harmless 0).
     """
-    pos = torch.nonzero(labels == 1).flatten()
-    neg = torch.nonzero(labels == 0).flatten()
-    num_pos = min(pos.numel(), int(batch_size * positive_fraction))
-    num_neg = min(neg.numel(), batch_size - num_pos)
-    pos = pos[torch.randperm(pos.numel(), generator=generator)[:num_pos].to(pos.device)]
-    neg = neg[torch.randperm(neg.numel(), generator=generator)[:num_neg].to(neg.device)]
-    return pos, neg
-
-
-def image_generator(seed: int, salt: int) -> torch.Generator:
-    """A CPU generator for one image and one consumer (``salt``: 0 = RPN, 1 = RoI heads)."""
-    return torch.Generator().manual_seed(int(seed) * 4 + salt)
+    b, p = labels.shape
+    s = min(batch_size, p)
+    max_pos = min(int(batch_size * positive_fraction), p)
+    keys = random_keys(seeds, p, salt)
+    none = torch.full((), -1, dtype=keys.dtype, device=keys.device)
+    slot = torch.arange(s, device=labels.device)
+    pos_key, pos_idx = torch.where(labels == 1, keys, none).topk(max(max_pos, 1), dim=1)
+    neg_key, neg_idx = torch.where(labels == 0, keys, none).topk(s, dim=1)
+    num_pos = (pos_key[:, :max_pos] >= 0).sum(1, keepdim=True)  # [B, 1]
+    num_neg = torch.minimum((neg_key >= 0).sum(1, keepdim=True), s - num_pos)
+    is_pos = slot[None, :] < num_pos
+    from_neg = (slot[None, :] - num_pos).clamp(min=0)
+    index = torch.where(is_pos, pos_idx.gather(1, slot[None, :].clamp(max=pos_idx.shape[1] - 1).expand(b, s)),
+                        neg_idx.gather(1, from_neg))
+    valid = slot[None, :] < num_pos + num_neg
+    return index, is_pos, valid

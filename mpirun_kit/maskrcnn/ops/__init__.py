@@ -17,8 +17,8 @@ from ._loader import OpsFallbackWarning, OpsUnavailableError
 from .anchors import generate_anchors
 from .boxes import DEFAULT_CLIP, box_iou, decode_boxes, encode_boxes
 from .nms import batched_nms, nms
-from .proposals import generate_proposals
-from .roi_align import MultiScaleRoIAlign, boxes_to_rois, multiscale_roi_align, roi_align
+from .proposals import generate_proposals, generate_proposals_padded
+from .roi_align import MultiScaleRoIAlign, boxes_to_rois, multiscale_roi_align, multiscale_roi_align_packed, pack_levels, roi_align
 
 __all__ = [
     "DEFAULT_CLIP",
@@ -33,10 +33,13 @@ __all__ = [
     "encode_boxes",
     "generate_anchors",
     "generate_proposals",
+    "generate_proposals_padded",
     "load_error",
     "multiscale_roi_align",
+    "multiscale_roi_align_packed",
     "nms",
     "ops_available",
+    "pack_levels",
     "roi_align",
 ]
 

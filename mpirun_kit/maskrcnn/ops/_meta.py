@@ -72,6 +72,12 @@ def _register() -> None:
         mf = torch.channels_last if _is_channels_last(grad) else torch.contiguous_format
         return torch.empty((batch_size, channels, height, width), dtype=grad.dtype, device=grad.device, memory_format=mf)
 
+    @torch.library.register_fake(lib + "generate_proposals_padded")
+    def _generate_proposals_padded(anchors, objectness, deltas, image_sizes, level_sizes, pre_nms_top_n, post_nms_top_n, nms_thresh, min_size, weights, clip_value):
+        b = objectness.shape[0]
+        return (anchors.new_empty((b, post_nms_top_n, 4)), objectness.new_empty((b, post_nms_top_n)),
+                objectness.new_empty((b,), dtype=torch.int64))
+
     @torch.library.register_fake(lib + "generate_proposals")
     def _generate_proposals(anchors, objectness, deltas, image_sizes, levels, pre_nms_top_n, post_nms_top_n, nms_thresh, min_size, weights, clip_value):
         n = torch.library.get_ctx().new_dynamic_size()

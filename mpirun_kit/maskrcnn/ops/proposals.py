@@ -57,6 +57,17 @@ def generate_proposals(
     Raises:
         OpInputError: mismatched shapes, dtypes or devices, bad counts or weights.
     """
+    sizes, levels, pre, post, thr, min_size, w = _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n,
+                                                             post_nms_top_n, nms_thresh, min_size, levels, weights)
+    if _loader.use_compiled("generate_proposals", anchors.device):
+        boxes, scores, counts = _compiled(anchors, objectness, deltas, sizes, levels, pre, post, thr, min_size, w, clip_value)
+        split = counts.tolist()
+        return list(boxes.split(split)), list(scores.split(split))
+    return reference.generate_proposals(anchors, objectness, deltas, sizes, pre, post, thr, min_size, levels, w, float(clip_value))
+
+
+def _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n, post_nms_top_n, nms_thresh, min_size,
+                levels, weights):
     check_boxes("anchors", anchors)
     a = anchors.shape[0]
     if not isinstance(objectness, torch.Tensor) or objectness.dim() != 2 or objectness.shape[1] != a:
@@ -87,11 +98,66 @@ def generate_proposals(
     if not min_size >= 0:
         raise OpInputError(f"min_size must be >= 0 pixels, got {min_size!r}")
     w = check_weights(weights)
-    if _loader.use_compiled("generate_proposals", anchors.device):
-        sizes_t = torch.tensor(sizes, dtype=anchors.dtype, device=anchors.device).reshape(b, 2)
-        boxes, scores, counts = torch.ops.mpirun_kit.generate_proposals(
-            anchors, objectness, deltas, sizes_t, levels, pre, post, thr, min_size, list(w), float(clip_value)
-        )
-        split = counts.tolist()
-        return list(boxes.split(split)), list(scores.split(split))
-    return reference.generate_proposals(anchors, objectness, deltas, sizes, pre, post, thr, min_size, levels, w, float(clip_value))
+    return sizes, levels, pre, post, thr, min_size, w
+
+
+def _sizes_tensor(sizes: list[tuple[int, int]], anchors: torch.Tensor) -> torch.Tensor:
+    t = torch.tensor(sizes, dtype=anchors.dtype).reshape(len(sizes), 2)
+    if anchors.device.type != "cpu":
+        # pinned + non_blocking: the host does not wait for this copy
+        t = t.pin_memory().to(anchors.device, non_blocking=True)
+    return t
+
+
+def _compiled(anchors, objectness, deltas, sizes, levels, pre, post, thr, min_size, w, clip_value):
+    return torch.ops.mpirun_kit.generate_proposals(
+        anchors, objectness, deltas, _sizes_tensor(sizes, anchors), levels, pre, post, thr, min_size, list(w),
+        float(clip_value))
+
+
+def generate_proposals_padded(
+    anchors: torch.Tensor,
+    objectness: torch.Tensor,
+    deltas: torch.Tensor,
+    image_sizes: Sequence[tuple[int, int]],
+    pre_nms_top_n: int,
+    post_nms_top_n: int,
+    nms_thresh: float,
+    min_size: float,
+    level_sizes: Sequence[int] = (),
+    weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0),
+    clip_value: float = reference.DEFAULT_CLIP,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``generate_proposals`` with fixed-size outputs, for the training step.
+
+    Args:
+        level_sizes: anchors per FPN level, in the order ``anchors`` concatenates them (host ints:
+            the level ranges are slices, never searched on the device); empty = one level.
+        others: as ``generate_proposals``.
+
+    Returns:
+        (boxes [B, post, 4], scores [B, post], valid [B, post]): image b's proposals in its first
+        k_b slots, by decreasing objectness, zeros after.  The compiled kernels read nothing back
+        to the host (the CUDA one included); the reference fallback does, per image.
+
+    Raises:
+        OpInputError: as ``generate_proposals``, or level_sizes not summing to the anchors.
+    """
+    a = anchors.shape[0] if isinstance(anchors, torch.Tensor) and anchors.dim() == 2 else -1
+    sizes_l = [int(n) for n in level_sizes]
+    if sizes_l and (sum(sizes_l) != a or min(sizes_l) < 0):
+        raise OpInputError(f"level_sizes must be anchor counts >= 0 summing to the rows of anchors ({a}), got {sizes_l}")
+    levels = None
+    if sizes_l:
+        # a host-side tensor for the checks and the reference; the compiled kernels take the sizes
+        levels = torch.repeat_interleave(torch.arange(len(sizes_l)), torch.tensor(sizes_l), output_size=a)
+    sizes, _, pre, post, thr, min_size, w = _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n,
+                                                        post_nms_top_n, nms_thresh, min_size, None, weights)
+    if _loader.use_compiled("generate_proposals_padded", anchors.device):
+        boxes, scores, counts = torch.ops.mpirun_kit.generate_proposals_padded(
+            anchors, objectness, deltas, _sizes_tensor(sizes, anchors), sizes_l, pre, post, thr, min_size, list(w), float(clip_value))
+        valid = torch.arange(post, device=anchors.device)[None, :] < counts[:, None]
+        return boxes, scores, valid
+    return reference.generate_proposals_padded(anchors, objectness, deltas, sizes, pre, post, thr, min_size,
+                                               None if levels is None else levels.to(anchors.device), w,
+                                               float(clip_value))

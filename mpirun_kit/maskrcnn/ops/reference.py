@@ -137,13 +137,14 @@ def clip_boxes(boxes: torch.Tensor, height: float, width: float) -> torch.Tensor
 # ------------------------------------------------------------------- anchors
 def cell_anchors(sizes: Sequence[float], aspect_ratios: Sequence[float], dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
     """The A = len(ratios) * len(sizes) anchors centred on (0, 0), rounded to integers (torchvision order)."""
-    scales = torch.as_tensor(list(sizes), dtype=dtype, device=device)
-    ratios = torch.as_tensor(list(aspect_ratios), dtype=dtype, device=device)
+    # computed on the host (a handful of numbers), then one copy that does not make the host wait
+    scales = torch.as_tensor(list(sizes), dtype=dtype)
+    ratios = torch.as_tensor(list(aspect_ratios), dtype=dtype)
     h_ratios = torch.sqrt(ratios)
     w_ratios = 1 / h_ratios
     ws = (w_ratios[:, None] * scales[None, :]).reshape(-1)
     hs = (h_ratios[:, None] * scales[None, :]).reshape(-1)
-    return (torch.stack([-ws, -hs, ws, hs], dim=1) / 2).round()
+    return (torch.stack([-ws, -hs, ws, hs], dim=1) / 2).round().to(device, non_blocking=True)
 
 
 def grid_anchors(cell: torch.Tensor, height: int, width: int, stride: int) -> torch.Tensor:
@@ -244,8 +245,8 @@ def roi_align(
 def fpn_levels(rois: torch.Tensor, num_levels: int, canonical_scale: float = 224.0, canonical_level: int = 4, min_level: int = 2) -> torch.Tensor:
     """FPN eq. (1): level index (0 = finest) of each [K, 5] RoI, clamped to the available levels."""
     s = torch.sqrt((rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2]))
-    eps = torch.tensor(1e-6, dtype=s.dtype, device=s.device)
-    lvl = torch.floor(canonical_level + torch.log2(s / canonical_scale) + eps)
+    # eps as a Python float: a device scalar built from host data would be a synchronous copy
+    lvl = torch.floor(canonical_level + torch.log2(s / canonical_scale) + 1e-6)
     lvl = lvl.clamp(min=min_level, max=min_level + num_levels - 1)
     return lvl.to(torch.int64) - min_level
 
@@ -326,3 +327,30 @@ def generate_proposals(
         boxes_out.append(boxes[keep])
         scores_out.append(scores[keep])
     return boxes_out, scores_out
+
+
+def generate_proposals_padded(
+    anchors: torch.Tensor,
+    objectness: torch.Tensor,
+    deltas: torch.Tensor,
+    image_sizes: Sequence[tuple[int, int]],
+    pre_nms_top_n: int,
+    post_nms_top_n: int,
+    nms_thresh: float,
+    min_size: float,
+    levels: torch.Tensor | None = None,
+    weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0),
+    clip_value: float = DEFAULT_CLIP,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``generate_proposals`` padded: boxes [B, post, 4], scores [B, post], valid [B, post]."""
+    boxes_l, scores_l = generate_proposals(anchors, objectness, deltas, image_sizes, pre_nms_top_n, post_nms_top_n,
+                                           nms_thresh, min_size, levels, weights, clip_value)
+    b = len(boxes_l)
+    boxes = anchors.new_zeros((b, post_nms_top_n, 4))
+    scores = objectness.new_zeros((b, post_nms_top_n))
+    valid = torch.zeros((b, post_nms_top_n), dtype=torch.bool, device=anchors.device)
+    for i, (bx, sc) in enumerate(zip(boxes_l, scores_l)):
+        boxes[i, :bx.shape[0]] = bx
+        scores[i, :sc.shape[0]] = sc
+        valid[i, :sc.shape[0]] = True
+    return boxes, scores, valid

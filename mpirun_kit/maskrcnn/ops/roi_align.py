@@ -60,13 +60,20 @@ def roi_align(
     """
     oh, ow = check_output_size(output_size)
     check_roi_align_inputs(input, rois, sampling_ratio)
+    if _loader.use_compiled("roi_align", input.device):
+        # the CPU kernel checks the batch indices itself (TORCH_CHECK, same wording); checking here
+        # too would read rois on the host, a device sync on CUDA
+        try:
+            return torch.ops.mpirun_kit.roi_align(input, rois, float(spatial_scale), oh, ow, int(sampling_ratio), bool(aligned))
+        except RuntimeError as exc:
+            if "must be batch indices" in str(exc):
+                raise OpInputError(str(exc).splitlines()[0]) from None
+            raise
     if rois.device.type == "cpu" and rois.shape[0] > 0 and not torch.compiler.is_compiling():
         # A bad batch index would read out of bounds; on CPU checking costs no sync.
         lo, hi = float(rois[:, 0].min()), float(rois[:, 0].max())
         if lo < 0 or hi >= input.shape[0] or lo != math.floor(lo) or hi != math.floor(hi):
             raise OpInputError(f"rois[:, 0] must be batch indices in [0, {input.shape[0] - 1}], got values in [{lo:g}, {hi:g}]")
-    if _loader.use_compiled("roi_align", input.device):
-        return torch.ops.mpirun_kit.roi_align(input, rois, float(spatial_scale), oh, ow, int(sampling_ratio), bool(aligned))
     return reference.roi_align(input, rois, (oh, ow), float(spatial_scale), int(sampling_ratio), bool(aligned))
 
 
@@ -113,6 +120,74 @@ def multiscale_roi_align(
     return reference.multiscale_roi_align(
         features, rois, size, sampling_ratio, list(strides), canonical_scale, canonical_level, aligned, roi_align_fn=roi_align
     )
+
+
+def pack_levels(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+    """Tile FPN levels into one [N, C, Hc, Wc] canvas for ``multiscale_roi_align_packed``.
+
+    Level 0 sits on the left, the coarser levels stacked in a column to its right; each tile has a
+    one-pixel border replicating its edge (so bilinear samples at a map's edge read what RoIAlign's
+    edge clamp reads) and zeros between tiles.  Returns the canvas and each level's (y, x) origin
+    of its interior.  Differentiable: gradients flow back to every level.
+    """
+    tiles = [torch.nn.functional.pad(f, (1, 1, 1, 1), mode="replicate") for f in features]
+    right = tiles[1:]
+    height = max(tiles[0].shape[2], sum(t.shape[2] for t in right))
+    right_w = max((t.shape[3] for t in right), default=0)
+    pad_h = lambda t, h: torch.nn.functional.pad(t, (0, 0, 0, h - t.shape[2]))  # noqa: E731
+    origins = [(1, 1)]
+    y = 0
+    for t in right:
+        origins.append((y + 1, tiles[0].shape[3] + 1))
+        y += t.shape[2]
+    columns = [pad_h(tiles[0], height)]
+    if right:
+        col = torch.cat([torch.nn.functional.pad(t, (0, right_w - t.shape[3])) for t in right], dim=2)
+        columns.append(pad_h(col, height))
+    canvas = torch.cat(columns, dim=3)
+    if features[0].is_contiguous(memory_format=torch.channels_last):
+        canvas = canvas.contiguous(memory_format=torch.channels_last)
+    return canvas, origins
+
+
+def multiscale_roi_align_packed(
+    features: Sequence[torch.Tensor],
+    rois: torch.Tensor,
+    output_size: int | tuple[int, int],
+    sampling_ratio: int,
+    strides: Sequence[int],
+    canonical_scale: float = 224.0,
+    canonical_level: int = 4,
+) -> torch.Tensor:
+    """The FPN pooler in one ``roi_align`` call, with a per-RoI level and no host sync (aligned=True).
+
+    ``multiscale_roi_align`` splits the RoIs by level (``nonzero``: the host waits for the device,
+    once per level).  Here the levels are tiled into one canvas (``pack_levels``) and each RoI is
+    moved into its level's tile: scaled by its level's 1/stride and shifted by the tile origin, so
+    one kernel call pools every RoI from its own level.  For RoIs inside the image (the model's:
+    proposals and GT boxes are clipped to it) the result equals ``multiscale_roi_align(...,
+    aligned=True)`` up to float rounding; a RoI reaching more than a pixel past a level's map would
+    read the neighbouring tile's border.  Only the aligned variant: the legacy one stretches tiny
+    RoIs to 1x1 feature pixels, which can cross that border.
+
+    Args: as ``multiscale_roi_align`` (rois [K, 5] in image pixels).  Returns [K, C, oh, ow].
+    """
+    size = check_output_size(output_size)
+    _check_strides(features, strides)
+    check_boxes("rois", rois, cols=5)
+    min_level = int(round(math.log2(strides[0])))
+    levels = reference.fpn_levels(rois, len(features), canonical_scale, canonical_level, min_level)
+    canvas, origins = pack_levels(list(features))
+    scale = torch.tensor([1.0 / s for s in strides], dtype=rois.dtype)
+    origin = torch.tensor([[x, y] for y, x in origins], dtype=rois.dtype)
+    if rois.device.type != "cpu":
+        # two tiny host constants: pinned + non_blocking, so the host does not wait for the copy
+        scale = scale.pin_memory().to(rois.device, non_blocking=True)
+        origin = origin.pin_memory().to(rois.device, non_blocking=True)
+    s = scale[levels][:, None]
+    o = origin[levels].repeat(1, 2)
+    moved = torch.cat([rois[:, :1], rois[:, 1:] * s + o], dim=1)
+    return roi_align(canvas, moved, size, 1.0, sampling_ratio, True)
 
 
 @dataclass(frozen=True)

@@ -146,3 +146,82 @@ def test_cuda_kernels_agree_with_torchvision(gen):
         for sr in (0, 2):
             torch.testing.assert_close(
                 M.roi_align(feat, rois, 0.25, 7, 7, sr, aligned), torchvision.ops.roi_align(feat, rois, 7, 0.25, sr, aligned))
+
+
+@pytest.mark.parametrize("per_level", [False, True])
+def test_generate_proposals_padded_cuda_matches_cpu_without_syncing(gen, per_level):
+    sizes = [(16, 20), (8, 10), (4, 5)]
+    per = ops.generate_anchors(sizes, [4, 8, 16], ((32,), (64,), (128,)), (0.5, 1.0, 2.0))
+    level_sizes = [len(a) for a in per] if per_level else []
+    anchors = torch.cat(per)
+    obj = torch.randn(3, anchors.shape[0], generator=gen)
+    deltas = torch.randn(3, anchors.shape[0], 4, generator=gen) * 0.3
+    args = ([(64, 80), (50, 61), (64, 40)], 300, 100, 0.7, 2.0, level_sizes)
+    want = ops.generate_proposals_padded(anchors, obj, deltas, *args)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any device -> host read inside raises
+    try:
+        got = ops.generate_proposals_padded(anchors.cuda(), obj.cuda(), deltas.cuda(), *args)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(got[2].cpu(), want[2])
+    torch.testing.assert_close(got[1].cpu(), want[1])
+    torch.testing.assert_close(got[0].cpu(), want[0], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_packed_multiscale_roi_align_cuda_forward_backward(gen, dtype, channels_last):
+    n, c, img_h, img_w = 2, 4, 256, 384
+    feats = [torch.randn(n, c, img_h // s, img_w // s, generator=gen).to(dtype) for s in (4, 8, 16, 32)]
+    xy = torch.rand(64, 2, generator=gen) * torch.tensor([img_w, img_h])
+    wh = torch.rand(64, 2, generator=gen) ** 2 * torch.tensor([img_w, img_h])
+    b = torch.cat([xy, xy + wh], 1)
+    b[:, 0::2] = b[:, 0::2].clamp(0, img_w)
+    b[:, 1::2] = b[:, 1::2].clamp(0, img_h)
+    rois = torch.cat([torch.randint(0, n, (64, 1), generator=gen).float(), b], 1).to(dtype)
+    od = _oracle_dtype(dtype)
+    ref_feats = [f.to(od).requires_grad_(True) for f in feats]
+    want = ops.multiscale_roi_align(ref_feats, rois.to(od), 7, 2, [4, 8, 16, 32], aligned=True)
+    cuda_feats = [f.cuda() for f in feats]
+    if channels_last:
+        cuda_feats = [f.contiguous(memory_format=torch.channels_last) for f in cuda_feats]
+    cuda_feats = [f.requires_grad_(True) for f in cuda_feats]
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = ops.multiscale_roi_align_packed(cuda_feats, rois.cuda(), 7, 2, [4, 8, 16, 32])
+        upstream = torch.randn(want.shape, generator=gen).to(dtype)
+        got.backward(upstream.cuda())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want.backward(upstream.to(od))
+    t = tol(dtype) if dtype != torch.float32 else {"rtol": 1e-4, "atol": 1e-4}
+    torch.testing.assert_close(got.detach().cpu().to(od), want.detach(), **t)
+    for gf, rf in zip(cuda_feats, ref_feats):
+        torch.testing.assert_close(gf.grad.cpu().to(od), rf.grad, **{k: v * 10 for k, v in t.items()})
+
+
+def test_training_step_passes_sync_debug_mode_error(tmp_path):
+    """One full training step of the GPU preset (bf16, channels-last) with set_sync_debug_mode("error")."""
+    from mpirun_kit.maskrcnn.dist import DistInfo
+    from mpirun_kit.maskrcnn.train import Trainer, build_parser
+
+    sys_path = __import__("sys").path
+    sys_path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[3] / "benchmarks"))
+    from bench_maskrcnn_gpu import synthetic_batch
+
+    args = build_parser().parse_args(["--config", "r50_fpn_1x", "--data-dir", str(tmp_path), "--output-dir",
+                                      str(tmp_path / "out"), "--set", "model.backbone.weights="])
+    t = Trainer(args, DistInfo(0, 1, 0, 1))
+    t._setup_runtime()
+    t._build_model()
+    batch = synthetic_batch(4, 512, 853, 80, torch.Generator().manual_seed(0), pin=True)
+    t.train_step(batch)  # warm-up: cuDNN autotuning and the anchor cache may sync once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        t.train_step(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()

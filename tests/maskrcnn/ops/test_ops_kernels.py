@@ -241,7 +241,67 @@ def test_generate_proposals_matches_reference(gen, dtype, per_level):
         torch.testing.assert_close(gb, wb, **tol(dtype))
 
 
+@pytest.mark.parametrize("per_level", [False, True])
+def test_generate_proposals_padded_matches_the_list_op(gen, per_level):
+    """The training step's fixed-size variant: image b's proposals in its first slots, zeros after."""
+    cell = reference.cell_anchors((16,), (0.5, 1.0, 2.0))
+    parts = [reference.grid_anchors(cell, 12, 14, 4), reference.grid_anchors(cell, 6, 7, 8)]
+    anchors = torch.cat(parts)
+    obj = torch.randn(3, anchors.shape[0], generator=gen)
+    deltas = torch.randn(3, anchors.shape[0], 4, generator=gen) * 0.3
+    sizes = [(48, 56), (40, 50), (30, 56)]
+    level_sizes = [p.shape[0] for p in parts] if per_level else []
+    levels = torch.repeat_interleave(torch.arange(2), torch.tensor(level_sizes)) if per_level else None
+    boxes, scores, valid = ops.generate_proposals_padded(anchors, obj, deltas, sizes, 80, 300, 0.6, 2.0, level_sizes)
+    want_b, want_s = ops.generate_proposals(anchors, obj, deltas, sizes, 80, 300, 0.6, 2.0, levels=levels)
+    ref_b, ref_s, ref_v = reference.generate_proposals_padded(anchors, obj, deltas, sizes, 80, 300, 0.6, 2.0, levels)
+    assert boxes.shape == (3, 300, 4) and scores.shape == valid.shape == (3, 300)
+    torch.testing.assert_close(boxes, ref_b)
+    torch.testing.assert_close(valid, ref_v)
+    for i in range(3):
+        n = want_b[i].shape[0]
+        assert 0 < n < 300 and int(valid[i].sum()) == n and bool(valid[i, :n].all())
+        torch.testing.assert_close(boxes[i, :n], want_b[i])
+        torch.testing.assert_close(scores[i, :n], want_s[i])
+        assert not boxes[i, n:].any() and not scores[i, n:].any()
+
+
+def test_generate_proposals_padded_rejects_level_sizes_that_do_not_add_up(gen):
+    anchors = reference.grid_anchors(reference.cell_anchors((16,), (1.0,)), 2, 2, 4)
+    with pytest.raises(ops.OpInputError, match=r"level_sizes must be anchor counts >= 0 summing to the rows of anchors \(4\), got \[3, 2\]"):
+        ops.generate_proposals_padded(anchors, torch.zeros(1, 4), torch.zeros(1, 4, 4), [(8, 8)], 5, 5, 0.7, 0.0, [3, 2])
+    with pytest.raises(RuntimeError, match=r"level_sizes must sum to the rows of anchors \(4\), got \[3, 2\] \(sum 5\)"):
+        torch.ops.mpirun_kit.generate_proposals_padded(anchors, torch.zeros(1, 4), torch.zeros(1, 4, 4),
+                                                       torch.tensor([[8.0, 8.0]]), [3, 2], 5, 5, 0.7, 0.0, [1.0] * 4, 4.0)
+
+
 def test_generate_proposals_min_size_can_drop_everything(gen):
     anchors, obj, deltas, _ = _proposal_inputs(gen, torch.float32, b=1)
     boxes, scores = ops.generate_proposals(anchors, obj, deltas, [(64, 80)], 50, 10, 0.7, 1e6)
     assert boxes[0].shape == (0, 4) and scores[0].shape == (0,)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_packed_multiscale_roi_align_equals_the_per_level_pooler(gen, channels_last):
+    """One roi_align call over the tiled levels == the per-level split, values and gradients,
+    for RoIs inside the image (the training step's: proposals and GT are clipped)."""
+    n, c, img_h, img_w = 2, 3, 512, 768
+    feats = [torch.randn(n, c, img_h // s, img_w // s, generator=gen) for s in (4, 8, 16, 32)]
+    if channels_last:
+        feats = [f.contiguous(memory_format=torch.channels_last) for f in feats]
+    feats = [f.requires_grad_(True) for f in feats]
+    xy = torch.rand(200, 2, generator=gen) * torch.tensor([img_w, img_h])
+    wh = torch.rand(200, 2, generator=gen) ** 2 * torch.tensor([img_w, img_h])
+    b = torch.cat([xy, xy + wh], 1)
+    b[:, 0::2] = b[:, 0::2].clamp(0, img_w)
+    b[:, 1::2] = b[:, 1::2].clamp(0, img_h)
+    b[:4] = torch.tensor([[0.0, 0, 40, 40], [10, 10, 130, 130], [0, 0, 300, 250], [0, 0, img_w, img_h]])  # P2..P5
+    rois = torch.cat([torch.randint(0, n, (200, 1), generator=gen).float(), b], 1)
+    want = ops.multiscale_roi_align(feats, rois, 7, 2, [4, 8, 16, 32], aligned=True)
+    got = ops.multiscale_roi_align_packed(feats, rois, 7, 2, [4, 8, 16, 32])
+    assert set(reference.fpn_levels(rois, 4).tolist()) == {0, 1, 2, 3}  # every level is exercised
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    g_want = torch.autograd.grad(want.square().sum(), feats)
+    g_got = torch.autograd.grad(got.square().sum(), feats)
+    for gw, gg in zip(g_want, g_got):
+        torch.testing.assert_close(gg, gw, rtol=1e-3, atol=1e-3)

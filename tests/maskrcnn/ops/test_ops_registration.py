@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("compiled")
 CASE_NAMES = [
     "nms", "batched_nms", "box_iou", "encode_boxes", "decode_boxes", "grid_anchors", "roi_align",
     "roi_align_channels_last", "_roi_align_backward", "generate_proposals", "generate_proposals_levels",
+    "generate_proposals_padded", "generate_proposals_padded_levels",
 ]
 
 
@@ -53,6 +54,9 @@ def _cases(g):
         ("_roi_align_backward", M._roi_align_backward, (grad, rois, 0.5, 2, 2, 2, 3, 8, 9, 2, True)),
         ("generate_proposals", M.generate_proposals, (anchors, obj, deltas, sizes, None, 20, 10, 0.7, 1.0, [1.0] * 4, 4.0)),
         ("generate_proposals_levels", M.generate_proposals, (anchors, obj, deltas, sizes, levels, 20, 10, 0.7, 1.0, [1.0] * 4, 4.0)),
+        ("generate_proposals_padded", M.generate_proposals_padded, (anchors, obj, deltas, sizes, [], 20, 10, 0.7, 1.0, [1.0] * 4, 4.0)),
+        ("generate_proposals_padded_levels", M.generate_proposals_padded,
+         (anchors, obj, deltas, sizes, [anchors.shape[0] // 2, anchors.shape[0] - anchors.shape[0] // 2], 20, 10, 0.7, 1.0, [1.0] * 4, 4.0)),
     ]
 
 

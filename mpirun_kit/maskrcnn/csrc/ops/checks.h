@@ -128,5 +128,16 @@ inline void check_proposal_args(
   }
 }
 
+// level_sizes of generate_proposals_padded: anchors per level, in order, summing to A ([] = one level).
+inline void check_level_sizes(at::IntArrayRef level_sizes, int64_t a) {
+  int64_t total = 0;
+  for (const int64_t n : level_sizes) {
+    TORCH_CHECK(n >= 0, "level_sizes must be anchor counts >= 0, got ", level_sizes);
+    total += n;
+  }
+  TORCH_CHECK(level_sizes.empty() || total == a, "level_sizes must sum to the rows of anchors (", a, "), got ",
+              level_sizes, " (sum ", total, ")");
+}
+
 }  // namespace ops
 }  // namespace mpirun_kit

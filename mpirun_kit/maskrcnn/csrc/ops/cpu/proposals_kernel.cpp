@@ -135,10 +135,43 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> generate_proposals_kernel(
   return {boxes_out, scores_out, counts};
 }
 
+// The padded variant: the same proposals, each image's in its own [post, 4] block.
+// On the CPU nothing waits for a device, so it reuses the kernel above and pads.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> generate_proposals_padded_kernel(
+    const at::Tensor& anchors, const at::Tensor& objectness, const at::Tensor& deltas, const at::Tensor& image_sizes,
+    at::IntArrayRef level_sizes, int64_t pre_nms_top_n, int64_t post_nms_top_n, double nms_thresh, double min_size,
+    at::ArrayRef<double> weights, double clip_value) {
+  check_proposal_args(anchors, objectness, deltas, image_sizes, c10::nullopt, pre_nms_top_n, post_nms_top_n, min_size,
+                      weights);
+  check_level_sizes(level_sizes, anchors.size(0));
+  c10::optional<at::Tensor> levels;
+  if (!level_sizes.empty()) {
+    auto lv = at::empty({anchors.size(0)}, anchors.options().dtype(at::kLong));
+    int64_t* p = lv.data_ptr<int64_t>();
+    for (int64_t l = 0; l < static_cast<int64_t>(level_sizes.size()); ++l) {
+      p = std::fill_n(p, level_sizes[l], l);
+    }
+    levels = lv;
+  }
+  auto [boxes, scores, counts] = generate_proposals_kernel(anchors, objectness, deltas, image_sizes, levels,
+                                                           pre_nms_top_n, post_nms_top_n, nms_thresh, min_size,
+                                                           weights, clip_value);
+  const int64_t b = objectness.size(0);
+  auto out_boxes = at::zeros({b, post_nms_top_n, 4}, boxes.options());
+  auto out_scores = at::zeros({b, post_nms_top_n}, scores.options());
+  const int64_t* pc = counts.data_ptr<int64_t>();
+  for (int64_t im = 0, row = 0; im < b; row += pc[im], ++im) {
+    out_boxes[im].narrow(0, 0, pc[im]).copy_(boxes.narrow(0, row, pc[im]));
+    out_scores[im].narrow(0, 0, pc[im]).copy_(scores.narrow(0, row, pc[im]));
+  }
+  return {out_boxes, out_scores, counts};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mpirun_kit, CPU, m) {
   m.impl("generate_proposals", TORCH_FN(generate_proposals_kernel));
+  m.impl("generate_proposals_padded", TORCH_FN(generate_proposals_padded_kernel));
 }
 
 }  // namespace ops

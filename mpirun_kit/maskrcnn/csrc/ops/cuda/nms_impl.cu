@@ -97,7 +97,80 @@ __global__ void nms_gather_keep_kernel(int64_t n, const unsigned long long* __re
   }
 }
 
+// Greedy pass per segment: block s walks sorted positions [s * seg_len, (s + 1) * seg_len).
+// Boxes of different segments never share a group, so their mask bits are zero and
+// a segment only needs the "removed" words of its own column blocks.
+__global__ void nms_gather_keep_segments_kernel(int64_t n, int64_t seg_len, const unsigned long long* __restrict__ mask,
+                                                uint8_t* __restrict__ keep) {
+  extern __shared__ unsigned long long removed[];
+  const int64_t col_blocks = (n + kNmsBlock - 1) / kNmsBlock;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * seg_len;
+  const int64_t hi = min(lo + seg_len, n);
+  if (lo >= hi) {
+    return;  // uniform over the block: no barrier is skipped by some threads only
+  }
+  const int64_t cb0 = lo / kNmsBlock, cb1 = (hi - 1) / kNmsBlock;
+  for (int64_t j = threadIdx.x; j <= cb1 - cb0; j += blockDim.x) {
+    removed[j] = 0;
+  }
+  __syncthreads();
+  for (int64_t i = lo; i < hi; ++i) {
+    const int64_t nb = i / kNmsBlock;
+    const unsigned long long rv = removed[nb - cb0];
+    // every thread has read rv before anyone ORs in this row
+    __syncthreads();
+    if (!(rv & (1ULL << (i % kNmsBlock)))) {
+      if (threadIdx.x == 0) {
+        keep[i] = 1;
+      }
+      const unsigned long long* p = mask + i * col_blocks;
+      for (int64_t j = nb + threadIdx.x; j <= cb1; j += blockDim.x) {
+        removed[j - cb0] |= p[j];
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// [n * col_blocks] suppression bitmasks of the sorted boxes (groups may be undefined).
+at::Tensor nms_masks(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr) {
+  const int64_t n = sorted_boxes.size(0);
+  const int64_t col_blocks = (n + kNmsBlock - 1) / kNmsBlock;
+  auto mask = at::empty({n * col_blocks}, sorted_boxes.options().dtype(at::kLong));
+  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(col_blocks));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sorted_boxes.scalar_type(), "mpirun_kit::nms_mask", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    nms_mask_kernel<scalar_t><<<grid, kNmsBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        n, static_cast<acc_t>(thr), sorted_boxes.data_ptr<scalar_t>(),
+        sorted_groups.defined() ? sorted_groups.data_ptr<int64_t>() : nullptr,
+        reinterpret_cast<unsigned long long*>(mask.data_ptr<int64_t>()));
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return mask;
+}
+
 }  // namespace
+
+at::Tensor nms_keep_mask_segments(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr,
+                                  int64_t seg_len) {
+  const int64_t n = sorted_boxes.size(0);
+  auto keep = at::zeros({n}, sorted_boxes.options().dtype(at::kByte));
+  if (n == 0) {
+    return keep;
+  }
+  TORCH_CHECK(seg_len >= 1, "nms_keep_mask_segments: seg_len must be >= 1, got ", seg_len);
+  const int64_t words = seg_len / kNmsBlock + 2;
+  const size_t shmem = static_cast<size_t>(words) * sizeof(unsigned long long);
+  TORCH_CHECK(shmem <= 48 * 1024, "generate_proposals_padded: ", seg_len,
+              " boxes per image is more than one CUDA block can walk (393k); lower pre_nms_top_n");
+  const auto mask = nms_masks(sorted_boxes, sorted_groups, thr);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t segments = (n + seg_len - 1) / seg_len;
+  nms_gather_keep_segments_kernel<<<static_cast<unsigned>(segments), 256, shmem, stream>>>(
+      n, seg_len, reinterpret_cast<const unsigned long long*>(mask.data_ptr<int64_t>()), keep.data_ptr<uint8_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return keep;
+}
 
 // Kept positions (into the sorted arrays), increasing.  `groups` may be undefined.
 at::Tensor nms_sorted_positions(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr) {
@@ -107,17 +180,8 @@ at::Tensor nms_sorted_positions(const at::Tensor& sorted_boxes, const at::Tensor
     return at::empty({0}, long_opts);
   }
   const int64_t col_blocks = (n + kNmsBlock - 1) / kNmsBlock;
-  auto mask = at::empty({n * col_blocks}, sorted_boxes.options().dtype(at::kLong));
+  const auto mask = nms_masks(sorted_boxes, sorted_groups, thr);
   auto stream = c10::cuda::getCurrentCUDAStream();
-  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(col_blocks));
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sorted_boxes.scalar_type(), "mpirun_kit::nms_mask", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    nms_mask_kernel<scalar_t><<<grid, kNmsBlock, 0, stream>>>(
-        n, static_cast<acc_t>(thr), sorted_boxes.data_ptr<scalar_t>(),
-        sorted_groups.defined() ? sorted_groups.data_ptr<int64_t>() : nullptr,
-        reinterpret_cast<unsigned long long*>(mask.data_ptr<int64_t>()));
-  });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
   const size_t shmem = static_cast<size_t>(col_blocks) * sizeof(unsigned long long);
   if (shmem <= 48 * 1024) {
     auto keep = at::zeros({n}, sorted_boxes.options().dtype(at::kByte));

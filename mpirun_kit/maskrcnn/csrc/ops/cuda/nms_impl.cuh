@@ -22,6 +22,12 @@ namespace cuda {
 // Kept positions (into the sorted arrays), increasing.  `sorted_groups` may be undefined.
 at::Tensor nms_sorted_positions(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr);
 
+// Keep flags (uint8 [n], 1 = kept) for sorted boxes cut into segments of seg_len
+// consecutive positions that share no group (e.g. one segment per image): one CUDA
+// block walks each segment, nothing is read back to the host.
+at::Tensor nms_keep_mask_segments(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr,
+                                  int64_t seg_len);
+
 // Full NMS: sort, mask, greedy walk, map back; kept indices by decreasing
 // score, ties by lower index (the CPU kernels' and references' order).
 at::Tensor nms_indices(const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& groups, double thr);
