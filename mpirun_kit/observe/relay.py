@@ -136,6 +136,8 @@ class Relay:
         self.last_sent = 0.0
         self.faulthandler_ready = False
         self._stop = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()     # stop() wakes the thread's select at once
+        self._send_lock = threading.Lock()        # stop() may send while the thread still does
         self._thread = threading.Thread(target=self._run, daemon=True, name="mpirun_kit-relay")
         self._inbuf = b""
         self._pipebuf = b""
@@ -148,13 +150,15 @@ class Relay:
     def stop(self) -> socket.socket | None:
         """Flush the last step, end the thread; returns the channel socket for the exit report."""
         self._stop.set()
+        os.write(self._wake_w, b"x")
         self._thread.join(timeout=2.0)
         self._drain_pipe()
         self._send_progress(force=True)
-        try:
-            os.close(self.read_fd)
-        except OSError:
-            pass
+        for fd in (self.read_fd, self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
         if self.stack_file:
             try:
                 os.unlink(self.stack_file)
@@ -164,7 +168,9 @@ class Relay:
 
     def _send(self, msg: dict) -> None:
         if self.addr:
-            self.sock = send_rank_event(self.addr, {**self.ident, **msg, "t": time.time()}, self.key, sock=self.sock)
+            with self._send_lock:
+                self.sock = send_rank_event(self.addr, {**self.ident, **msg, "t": time.time()}, self.key,
+                                            sock=self.sock)
 
     def _send_progress(self, force: bool = False) -> None:
         if self.step is None or self.step == self.sent_step:
@@ -227,7 +233,8 @@ class Relay:
     def _run(self) -> None:
         pipe_open, chan_open = True, self.sock is not None
         while not self._stop.is_set() and (pipe_open or chan_open):
-            fds = ([self.read_fd] if pipe_open else []) + ([self.sock] if chan_open and self.sock else [])
+            fds = [self._wake_r, *([self.read_fd] if pipe_open else []),
+                   *([self.sock] if chan_open and self.sock else [])]
             try:
                 ready, _, _ = select.select(fds, [], [], PROGRESS_EVERY_S)
             except (OSError, ValueError):

@@ -157,3 +157,18 @@ def test_step_never_blocks_when_nobody_reads():
     os.close(w)
     os.close(r)
     assert out.returncode == 0 and out.stdout == "done\n", out.stderr
+
+
+def test_stop_wakes_the_thread(tmp_path, monkeypatch):
+    """The wrapper's exit waits for stop(): it wakes the thread instead of waiting out its select
+    (made a minute long here, so a stop that did not wake it would leave the thread running)."""
+    monkeypatch.setattr(relay_mod, "PROGRESS_EVERY_S", 60.0)
+    master, rel, child, ready, _ = start_wrapped(tmp_path)
+    try:
+        wait_file(ready)              # the program now sleeps: nothing more arrives on the pipe
+        master.messages(lambda g: any(m.get("step") == 0 for m in g))
+        rel.stop()
+        assert not rel._thread.is_alive()
+    finally:
+        child.kill()
+        child.wait()
