@@ -246,6 +246,9 @@ class ResultServer:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._peers: dict[int, _Peer] = {}            # fileno -> peer (touched by the loop only)
+        # Peers not authenticated yet, oldest first (insertion order = accept order): the loop's timers
+        # look at these only, never at every connection (the loop wakes ~2,300 times a second at 256x8).
+        self._unauthed: dict[_Peer, None] = {}
         self._rank_events: list[dict] = []
         self._seen: set[tuple[int, str]] = set()
         self._acks: set[str] = set()
@@ -267,6 +270,7 @@ class ResultServer:
         self._thread: threading.Thread | None = None
         self._accept_paused_until: float | None = None
         self._next_heartbeat = 0.0
+        self._next_silence_check = 0.0                  # no worker can be lost before this (monotonic)
 
     # -- life cycle -------------------------------------------------------------
     def start(self) -> "ResultServer":
@@ -316,6 +320,7 @@ class ResultServer:
             p.alive = False
             _shut(p.sock)
         self._peers.clear()
+        self._unauthed.clear()
         for s in (self._listener, self._wake_r, self._wake_w):
             if s is not None:
                 try:
@@ -376,10 +381,12 @@ class ResultServer:
             for p in list(self._peers.values()):
                 if p.role == "worker" and not p.send_raw(beat):
                     self._drop(p)
-        for p in [p for p in self._peers.values() if p.role is None]:
-            if now - p.opened > self.first_message_s:
-                self._reject(p.addr, f"no valid message within {self.first_message_s:g} s of connecting")
-                self._drop(p)
+        while self._unauthed:
+            p = next(iter(self._unauthed))
+            if now - p.opened <= self.first_message_s:
+                break   # the oldest is not due, so none is
+            self._reject(p.addr, f"no valid message within {self.first_message_s:g} s of connecting")
+            self._drop(p)
         self._check_silence(now)
         nxt = min(self._next_heartbeat - now, 0.25)
         if self._accept_paused_until is not None:
@@ -387,17 +394,25 @@ class ResultServer:
         return max(0.0, nxt)
 
     def _check_silence(self, now: float) -> None:
-        if self.worker_silence_s is None:
+        """Declare lost the workers silent for ``worker_silence_s``.  Scans only when the earliest
+        deadline is due: times heard only move later, and a new worker's deadline is past that one."""
+        if self.worker_silence_s is None or now < self._next_silence_check:
             return
         with self._changed:
             if self._result is not None:
                 return
+            earliest = math.inf
             for host, last in self._last_heard.items():
-                if host not in self._lost and now - last > self.worker_silence_s:
+                if host in self._lost:
+                    continue
+                if now - last > self.worker_silence_s:
                     self._lost[host] = now - last
                     log.error("result channel: worker %s silent for %.1f s (limit %g s): host lost",
                               host, now - last, self.worker_silence_s)
                     self._changed.notify_all()
+                else:
+                    earliest = min(earliest, last + self.worker_silence_s)
+            self._next_silence_check = earliest
 
     def _accept(self) -> None:
         for _ in range(64):  # a burst at a time, so reads are not starved
@@ -432,11 +447,12 @@ class ResultServer:
                 _shut(conn)
                 continue
             self._peers[conn.fileno()] = peer
+            self._unauthed[peer] = None
 
     def _evict_one(self) -> bool:
         """Make room for one connection: the oldest that has not authenticated goes.  Each candidate's
         pending bytes are read first, so a rank whose report is already here is never the one evicted."""
-        for p in sorted((p for p in self._peers.values() if p.role is None), key=lambda p: p.opened):
+        for p in list(self._unauthed):  # oldest first
             self._read(p)
             if not p.alive:
                 return True  # it closed, or its line was refused: room made
@@ -449,6 +465,7 @@ class ResultServer:
     def _drop(self, peer: _Peer, by_peer: bool = False) -> None:
         """Close ``peer``; ``by_peer``: it closed first (EOF or reset), not us."""
         peer.alive = False
+        self._unauthed.pop(peer, None)
         try:
             fd = peer.sock.fileno()
             if fd >= 0:
@@ -502,7 +519,9 @@ class ResultServer:
             if peer.role is None:  # never authenticated: nothing of value on this connection
                 self._drop(peer)
             return
-        peer.role = role
+        if peer.role is None:
+            peer.role = role
+            self._unauthed.pop(peer, None)
         kind = msg.get("type")
         if role == "rank":
             if kind != "rank":
@@ -568,6 +587,8 @@ class ResultServer:
                 self._closed.discard(host)
                 self._hellos.add(host)
                 self._last_heard[host] = now
+                if self.worker_silence_s is not None:   # its deadline may be the earliest (the first hello's is)
+                    self._next_silence_check = min(self._next_silence_check, now + self.worker_silence_s)
                 result = self._result
                 self._changed.notify_all()
             if old is not None and old is not peer:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hmac
 import json
 import socket
-from hashlib import sha256
 
 #: environment variable carrying the ranks' channel key (hex); the rank wrapper removes it
 #: from the program's environment.
@@ -29,7 +28,9 @@ MAX_LINE = 64 * 1024
 
 
 def sign(key: bytes, body: bytes) -> bytes:
-    return hmac.new(key, body, sha256).hexdigest().encode()
+    # hmac.digest: OpenSSL's one-shot HMAC, no HMAC object per line (the master checks ~2,300 lines a second
+    # at 256 hosts x 8); the same bytes as hmac.new(key, body, sha256).hexdigest().
+    return hmac.digest(key, body, "sha256").hex().encode()
 
 
 def encode(msg: dict, key: bytes) -> bytes:
