@@ -108,3 +108,15 @@ def test_backbone_key_mismatch(tmp_path):
     with pytest.raises(WeightsFileError, match=r"w.pth: 1 missing key\(s\) \(e.g. \['layer4.0.conv3.weight'\]\), "
                                                r"1 unexpected \(e.g. \['layer5.0.conv1.weight'\]\); expected torchvision"):
         load_backbone_weights(model, tmp_path / "w.pth")
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--set", "solver.cuda_graphs=true"], "solver.cuda_graphs=True needs a CUDA device, but this run is on cpu; "
+                                           "use --set solver.cuda_graphs=false"),
+    (["--set", "solver.amp=bf16"], "solver.amp='bf16' needs a CUDA device, but this run is on cpu; use --set solver.amp=none"),
+    (["--set", "solver.channels_last=true"], "solver.channels_last=True needs a CUDA device"),
+])
+def test_gpu_only_settings_on_a_cpu_run_fail_at_start_naming_the_key(shapes, tmp_path, capsys, extra, message):
+    assert _run(shapes, tmp_path, "--set", "device=cpu", *extra) == 64
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "metrics.jsonl").exists()  # nothing ran

@@ -1,0 +1,63 @@
+"""benchmarks/bench_maskrcnn_gpu.py: the parts a CPU machine can check.
+
+The benchmark itself needs a GPU (it times the trainer on CUDA); here: its argument checks, the
+hard failure when the compiled CUDA ops are not what the step would run (this CPU-only build has
+no CUDA kernels, so that failure is real, not mocked), and the COCO-shaped set it writes loading
+through the trainer's own dataset class.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_maskrcnn_gpu as bench  # noqa: E402
+
+from mpirun_kit.maskrcnn.data.coco import CocoDataset  # noqa: E402
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--steps", "50", "--window", "20"], r"--steps \(50\) must be a multiple of --window \(20\)"),
+    (["--images", "0"], r"--images must be >= 1, got 0"),
+    (["--warmup", "-1"], r"--warmup must be >= 0, got -1"),
+])
+def test_bad_arguments(argv, message):
+    with pytest.raises(bench.BenchError, match=message):
+        bench.parse_args(argv)
+
+
+def test_defaults_time_the_gpu_preset_at_800x1333():
+    args = bench.parse_args([])
+    assert (args.device, args.size, args.warmup, args.steps, args.window) == ("cuda", 800, 20, 60, 20)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this build may have CUDA kernels on a GPU host")
+def test_refuses_to_time_without_compiled_cuda_kernels(capsys):
+    with pytest.raises(bench.BenchError, match=r"the compiled ops have no CUDA kernels for roi_align, _roi_align_backward, "
+                                               r"generate_proposals_padded.*rebuild on the GPU host with FORCE_CUDA=1"):
+        bench.require_compiled_ops("cuda")
+    bench.require_compiled_ops("cpu")  # the CPU kernels are there
+    assert bench.main(["--device", "cuda"]) == 70
+    assert "bench_maskrcnn_gpu: error: no CUDA device here" in capsys.readouterr().err
+
+
+def test_refuses_to_time_the_reference_fallback(monkeypatch):
+    from mpirun_kit.maskrcnn import ops
+
+    # the loader's state says the extension did not load (as on a host where the build failed)
+    monkeypatch.setattr(ops, "ops_available", lambda: False)
+    monkeypatch.setattr(ops, "load_error", lambda: ImportError("no _C.so"))
+    with pytest.raises(bench.BenchError, match=r"the compiled detection ops are not loaded \(no _C.so\); the step would "
+                                               r"time the pure-PyTorch references"):
+        bench.require_compiled_ops("cuda")
+
+
+def test_the_synthetic_set_is_coco_shaped_and_loads(tmp_path):
+    ann = bench.write_coco_like(tmp_path, 2, 80, 133, num_classes=80)
+    ds = CocoDataset(ann, tmp_path / "train", train=True, min_sizes=(80,), max_size=133, num_classes=80)
+    s = ds[(0, 0)]
+    assert tuple(s["image"].shape) == (3, 80, 133) and s["boxes"].shape[0] >= 3
+    assert s["masks"].shape == (s["boxes"].shape[0], 80, 133) and s["masks"].sum() > 0
