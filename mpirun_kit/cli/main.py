@@ -56,7 +56,6 @@ EXIT_CODE_TEXT: dict[int, str] = {
     ExitCode.UNREACHABLE: "a host or AWS unreachable, or AWS refused (no credentials, access denied)",
     ExitCode.LAUNCH_FAILED: "launcher failure (mpirun missing, MPI daemon never started; also internal errors)",
     ExitCode.HOST_LOST: "a worker host went silent mid-job",
-    ExitCode.HUNG: "the job hung: no rank advanced within timeouts.hang_abort_s of its hang report",
     ExitCode.MASTER_LOST: "a worker lost its master",
     ExitCode.HUNG: "the ranks stalled past timeouts.hang_abort_s (after a hang report)",
     ExitCode.TIMEOUT: "the job ran past timeouts.job_s",
