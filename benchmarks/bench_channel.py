@@ -152,6 +152,7 @@ class Recorder:
         self.window = window
         self.delays: list[float] = []
         self.progress = self.starts = self.exits = 0
+        self.last_step: dict[int, int] = {}     # rank -> the last step recorded (steps go 1, 2, 3, ...)
 
     def check(self, msg: dict, rank_hosts) -> tuple[dict | None, str]:
         """observe/hang.py's checker; the clean report keeps the sender's ``t`` for the delay only."""
@@ -166,6 +167,8 @@ class Recorder:
         if event == "progress":
             self.watch.progress(msg["rank"], msg["step"])
             self.progress += 1
+            if msg["step"] == self.last_step.get(msg["rank"], 0) + 1:   # in order, none missing
+                self.last_step[msg["rank"]] = msg["step"]
             if self.window[0] <= msg["_sent"] < self.window[1]:
                 self.delays.append(now - msg["_sent"])
         elif event == "start":
@@ -181,9 +184,10 @@ def _pct(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[min(len(sorted_vals) - 1, int(q * len(sorted_vals)))]
 
 
-def run_load(hosts: int = 256, per_host: int = 8, seconds: float = 30.0, clients: int = 4,
-             settle_s: float = 1.0, connect_timeout_s: float = 120.0) -> dict:
-    """Run the load once; returns the figures (see the module docstring)."""
+def run_load(hosts: int = 256, per_host: int = 8, seconds: int = 30, clients: int = 4,
+             settle_s: float = 1.0) -> dict:
+    """Run the load once; returns the figures (see the module docstring).  Each rank sends exactly
+    ``seconds`` progress reports (steps 1 .. seconds), each worker ``seconds`` heartbeats."""
     rank_hosts, workers = placement(hosts, per_host)
     n_conn = len(rank_hosts) + len(workers)
     raise_nofile(n_conn + _FD_SLACK)
@@ -194,9 +198,9 @@ def run_load(hosts: int = 256, per_host: int = 8, seconds: float = 30.0, clients
     server = ResultServer("127.0.0.1", 0, rank_key=rank_key, worker_key=worker_key, rank_hosts=rank_hosts,
                           workers=workers, allowed_peers={"127.0.0.1"}, worker_silence_s=10.0,
                           on_rank_event=rec.on_rank_event, check_other=rec.check).start()
+    procs = []
     try:
         t0 = time.time()
-        procs = []
         for c in range(clients):
             cfg = {"port": server.port, "rank_key": rank_key.hex(), "worker_key": worker_key.hex(),
                    "ranks": [(r, h) for r, h in rank_hosts.items() if r % clients == c],
@@ -222,6 +226,7 @@ def run_load(hosts: int = 256, per_host: int = 8, seconds: float = 30.0, clients
         ru0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.time()
         time.sleep(max(0.0, go_at + seconds - time.time()))
         ru1, w1 = resource.getrusage(resource.RUSAGE_SELF), time.time()
+        lost = sorted(server.lost_workers())     # now, while every worker still heartbeats
         sent = {"progress": 0, "heartbeat": 0, "failed": 0}
         for p, _ in procs:
             out = p.stdout.read()
@@ -234,18 +239,25 @@ def run_load(hosts: int = 256, per_host: int = 8, seconds: float = 30.0, clients
         while (rec.progress < sent["progress"] or rec.exits < len(rank_hosts)) and time.time() < deadline:
             time.sleep(0.05)
     finally:
+        for p, _ in procs:
+            if p.poll() is None:   # only after a failure: kill what this run started
+                p.kill()
+                p.wait()
         server.close()
-    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    user, system = ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime
     d = sorted(rec.delays)
     return {
         "hosts": hosts, "ranks": len(rank_hosts), "workers": len(workers), "connections": n_conn,
         "clients": clients, "seconds": round(w1 - w0, 2), "connect_s": round(connected_s, 2),
         "sent_progress": sent["progress"], "sent_heartbeats": sent["heartbeat"], "send_failures": sent["failed"],
         "recorded_progress": rec.progress, "recorded_starts": rec.starts, "recorded_exits": rec.exits,
-        "rejected": server._n_rejected, "rejected_reasons": sorted({r.reason for r in server.rejected()})[:10],
-        "lost_workers": sorted(server.lost_workers()), "connected_workers": len(server.connected_workers()),
+        "rejected": len(server.rejected()), "rejected_reasons": sorted({r.reason for r in server.rejected()})[:10],
+        "ranks_with_every_step": sum(1 for r in rank_hosts if rec.last_step.get(r) == seconds),
+        "lost_workers": lost, "connected_workers": len(server.connected_workers()),
         "messages_per_s": round((sent["progress"] + sent["heartbeat"]) / max(1e-9, w1 - w0), 1),
-        "master_cpu_share": round(cpu / max(1e-9, w1 - w0), 4),
+        "master_cpu_share": round((user + system) / max(1e-9, w1 - w0), 4),
+        "master_cpu_user_share": round(user / max(1e-9, w1 - w0), 4),
+        "master_cpu_system_share": round(system / max(1e-9, w1 - w0), 4),
         "delay_samples": len(d), "delay_p50_ms": round(_pct(d, 0.50) * 1e3, 2),
         "delay_p99_ms": round(_pct(d, 0.99) * 1e3, 2), "delay_max_ms": round((d[-1] if d else float("nan")) * 1e3, 2),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
@@ -256,7 +268,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=256)
     ap.add_argument("--per-host", type=int, default=8, help="ranks per host (GPUs)")
-    ap.add_argument("--seconds", type=float, default=30.0, help="measured window (the run stops by itself)")
+    ap.add_argument("--seconds", type=int, default=30, help="measured window (the run stops by itself)")
     ap.add_argument("--clients", type=int, default=4, help="client processes driving the connections")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
@@ -272,7 +284,8 @@ def main(argv=None) -> int:
     else:
         print(f"{r['connections']} connections ({r['ranks']} ranks + {r['workers']} workers, {r['clients']} client "
               f"processes), all up in {r['connect_s']} s; {r['messages_per_s']} messages/s for {r['seconds']} s")
-        print(f"master CPU share: {r['master_cpu_share'] * 100:.1f} % of one core")
+        print(f"master CPU share: {r['master_cpu_share'] * 100:.1f} % of one core (user "
+              f"{r['master_cpu_user_share'] * 100:.1f} %, system {r['master_cpu_system_share'] * 100:.1f} %)")
         print(f"report send -> record delay: p50 {r['delay_p50_ms']} ms, p99 {r['delay_p99_ms']} ms, "
               f"max {r['delay_max_ms']} ms ({r['delay_samples']} reports)  [goal p99 <= 50 ms]")
         print(f"progress sent {r['sent_progress']}, recorded {r['recorded_progress']}; starts {r['recorded_starts']}, "
