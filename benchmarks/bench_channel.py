@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mpirun_kit.clock import SYSTEM_CLOCK, Deadline  # noqa: E402
+from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline  # noqa: E402
 from mpirun_kit.exec.channel import (HEARTBEAT_S, MasterLink, ResultServer,  # noqa: E402
                                      worker_key_from_secret)
 from mpirun_kit.exec.report import send_rank_event  # noqa: E402

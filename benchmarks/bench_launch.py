@@ -95,7 +95,7 @@ def _wait_exits(procs: dict, timeout: float) -> dict[str, tuple[float, int]]:
 
 
 def one_n(n: int, repeats: int, root: Path) -> dict:
-    from mpirun_kit.model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
+    from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
     from mpirun_kit.sim import SimCluster
 
     py = sys.executable

@@ -1,7 +1,7 @@
 """mpirun_kit: MPI cluster orchestration for multi-node GPU training.
 
 Data flow, top to bottom:
-  job spec (spec/) or hyperparameters  ->  LaunchSpec (model.py)
+  job spec (spec/) or hyperparameters  ->  LaunchSpec (spec/launch_spec.py)
   cluster discovery (cluster/)          ->  Cluster
   make plan (plan/)                     ->  LaunchPlan, a frozen printable value
   execute (exec/, entrypoint/)          ->  JobResult, every host exits with its code

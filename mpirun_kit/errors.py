@@ -3,6 +3,8 @@
 Every layer raises a subclass of ``MpirunKitError``; the CLI (cli/main.py) is the
 only place that turns one into a message and an exit code.  A message says what
 failed, carries the offending value (file, field, host) and says how to fix it.
+``translate`` turns the few library errors caused by the environment (botocore's
+no region/credentials, unreadable files) into one of these.
 
 Exit codes: one ``ExitCode`` enum below (the README's "Exit codes" table lists the same
 values; keep the two in step).  Codes 1-63 are the job's own, passed through from the
@@ -86,3 +88,31 @@ class JobFailedError(MpirunKitError):
         super().__init__(message)
         self.exit_code = exit_code
         self.failures = tuple(failures)
+
+
+def translate(exc: BaseException) -> MpirunKitError | None:
+    """A library error caused by the environment, as an MpirunKitError naming what to set or fix.
+
+    None for anything else (a bug: reported as an internal error).
+    """
+    mod = type(exc).__module__ or ""
+    name = type(exc).__name__
+    if mod.startswith("botocore") or mod.startswith("boto3"):
+        if name == "NoRegionError":
+            return SpecError("no AWS region configured; pass --region REGION, or set AWS_DEFAULT_REGION "
+                             "(or `region` in ~/.aws/config)")
+        if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+            return ClusterError(f"no usable AWS credentials ({exc}); set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+                                "AWS_SECRET_ACCESS_KEY, or run `aws configure`")
+        if name == "ProfileNotFound":
+            return SpecError(f"{exc}; check AWS_PROFILE and ~/.aws/config")
+        if name == "ClientError":
+            err = getattr(exc, "response", {}).get("Error", {})
+            return ClusterError(f"AWS refused the request: {err.get('Code', '?')}: {err.get('Message', exc)}")
+        return ClusterError(f"AWS call failed: {exc}; check --region, the network and AWS_ENDPOINT_URL")
+    if isinstance(exc, UnicodeDecodeError):
+        return SpecError(f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); pass a text file")
+    if isinstance(exc, OSError):
+        where = exc.filename if exc.filename is not None else ""
+        return SpecError(f"{where}: {exc.strerror or exc}; check the path and its permissions")
+    return None

@@ -8,7 +8,7 @@ advanced for ``timeouts.stall_s`` (or one rank fell ``stall_s`` behind the other
 hang report naming the rank, its host, its last step and the frames it waits in
 (observe/hang.py).  A program that never calls ``step`` is never reported as hung.
 
-Data flow: ``step`` writes one short line to a pipe the rank wrapper (rank.py,
+Data flow: ``step`` writes one short line to a pipe the rank wrapper (rank/wrapper.py,
 observe/relay.py) handed this process as ``MPIRUN_KIT_PROGRESS_FD``; the wrapper signs
 it with the channel key the program never sees and forwards it to the master,
 coalesced to a few reports a second (a pipe write costs about a microsecond).  ``step`` never blocks (the pipe is

@@ -1,4 +1,4 @@
-"""`mpirun_kit keys new|show|install`: the per-job ssh key material (library: mpirun_kit.sshkeys).
+"""`mpirun_kit keys new|show|install`: the per-job ssh key material (library: mpirun_kit.exec.sshkeys).
 
   keys new --out FILE              write a fresh 32-byte job secret (mode 600); the only random step
   keys show --secret-file F --job J   public keys and fingerprints derived for job J (never private keys)
@@ -103,7 +103,7 @@ def _new(args) -> int:
     import tempfile
 
     from ..errors import SpecError
-    from ..sshkeys import SECRET_BYTES, format_secret
+    from ..exec.sshkeys import SECRET_BYTES, format_secret
 
     out = Path(args.out)
     if not args.out or out.is_dir():
@@ -134,7 +134,7 @@ def _new(args) -> int:
 
 def _material(args, secret_file: str):
     from ..errors import SpecError
-    from ..sshkeys import derive_material, parse_secret
+    from ..exec.sshkeys import derive_material, parse_secret
 
     job = args.job or os.environ.get("TRAINING_JOB_NAME")
     if not job:
@@ -168,7 +168,7 @@ def _sagemaker_context(args) -> tuple[str, tuple[str, ...], str | None] | None:
     """(secret file, hosts, cluster address) on a SageMaker host; None where no keys are needed."""
     from ..cluster.sagemaker import RESOURCE_CONFIG, parse_resource_config, read_json
     from ..errors import SpecError
-    from ..sshkeys import SAGEMAKER_SECRET_PATH
+    from ..exec.sshkeys import SAGEMAKER_SECRET_PATH
 
     rc = Path(args.opt_ml) / RESOURCE_CONFIG
     if not rc.exists():
@@ -201,7 +201,7 @@ def _show(args) -> int:
 
 def _install(args) -> int:
     from ..errors import SpecError
-    from ..sshkeys import HOST_KEY_PATH, LISTEN_CONFIG_PATH, plan_install, resolve_addresses, write_files
+    from ..exec.sshkeys import HOST_KEY_PATH, LISTEN_CONFIG_PATH, plan_install, resolve_addresses, write_files
 
     address = None
     if args.sagemaker:

@@ -8,7 +8,7 @@ heavy dependencies (torch, boto3) inside ``func``, never at module level, so
 This is the one place where an error becomes a message on stderr and an exit
 code (errors.ExitCode): an ``MpirunKitError`` as it is, the few library errors a
 bad environment produces (no AWS region or credentials, a file that cannot be
-read or written) through ``translate``, and anything else as one "internal
+read or written) through ``errors.translate``, and anything else as one "internal
 error" line -- never a traceback, unless -vv asks for it.
 
 Output policy (one format for the tool's own lines): ``mpirun_kit: error: ...``,
@@ -27,7 +27,7 @@ import sys
 import textwrap
 
 from .. import __version__
-from ..errors import ExitCode, MpirunKitError
+from ..errors import ExitCode, MpirunKitError, translate  # noqa: F401  (translate: used here and by callers)
 
 #: command modules, in --help order.  Each adds its own subcommand(s).
 COMMAND_MODULES: tuple[str, ...] = (
@@ -197,36 +197,6 @@ def configure_output(verbose: int, quiet: bool) -> logging.Handler:
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
     base.OUTPUT_LEVEL = 0 if quiet else min(verbose + 1, 2)
     return handler
-
-
-def translate(exc: BaseException) -> MpirunKitError | None:
-    """A library error caused by the environment, as an MpirunKitError naming what to set or fix.
-
-    None for anything else (a bug: reported as an internal error).
-    """
-    from ..errors import ClusterError, SpecError
-
-    mod = type(exc).__module__ or ""
-    name = type(exc).__name__
-    if mod.startswith("botocore") or mod.startswith("boto3"):
-        if name == "NoRegionError":
-            return SpecError("no AWS region configured; pass --region REGION, or set AWS_DEFAULT_REGION "
-                             "(or `region` in ~/.aws/config)")
-        if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
-            return ClusterError(f"no usable AWS credentials ({exc}); set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
-                                "AWS_SECRET_ACCESS_KEY, or run `aws configure`")
-        if name == "ProfileNotFound":
-            return SpecError(f"{exc}; check AWS_PROFILE and ~/.aws/config")
-        if name == "ClientError":
-            err = getattr(exc, "response", {}).get("Error", {})
-            return ClusterError(f"AWS refused the request: {err.get('Code', '?')}: {err.get('Message', exc)}")
-        return ClusterError(f"AWS call failed: {exc}; check --region, the network and AWS_ENDPOINT_URL")
-    if isinstance(exc, UnicodeDecodeError):
-        return SpecError(f"a file is not UTF-8 text ({exc.reason} at byte {exc.start}); pass a text file")
-    if isinstance(exc, OSError):
-        where = exc.filename if exc.filename is not None else ""
-        return SpecError(f"{where}: {exc.strerror or exc}; check the path and its permissions")
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,7 +149,7 @@ def _ask(question: str) -> bool:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from ..clock import SYSTEM_CLOCK
+    from ..exec.clock import SYSTEM_CLOCK
     from ..stack import deploy, load_template, make_deploy_request, parse_param_args
 
     template = load_template(args.template)
@@ -206,7 +206,7 @@ def _outputs(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    from ..clock import SYSTEM_CLOCK
+    from ..exec.clock import SYSTEM_CLOCK
     from ..stack import delete
     from ..stack.request import check_stack_name
 

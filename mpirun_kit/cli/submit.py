@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from .plan import SPEC_CODE_NOTES, add_spec_args, compile_from_args
+from ..spec.resolve import compile_from_args
+from .plan import SPEC_CODE_NOTES, add_spec_args
 
 
 def free_port() -> int:

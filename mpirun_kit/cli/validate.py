@@ -52,7 +52,7 @@ def spec_files(paths: list[str]) -> list[Path]:
 def validate_file(path: Path, target: str | None = None) -> tuple[bool, str]:
     """(ok, message) for one spec; the message lists every problem."""
     from ..spec.compile import compile_job
-    from .plan import load_spec
+    from ..spec.resolve import load_spec
 
     try:
         job = load_spec(path, target)

@@ -4,6 +4,9 @@ Data flow: discovery (``discover.py``, the one reader of /opt/ml and the
 environment) turns a SageMaker resourceconfig, ``SM_HOSTS``/``SM_CURRENT_HOST``,
 a hostfile or "this machine alone" into a ``Cluster`` value; ``election.py``
 picks the master from it; plan/ combines it with a LaunchSpec into a LaunchPlan.
+One host's hardware: ``probe.py`` reads NVML/sysfs/EFA into the values of
+``topology.py`` (no I/O there, so plan/ imports them without discovery);
+``local.py`` reads this machine's facts for planning a job here.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Collection, Mapping
 
 from ..errors import SpecError
-from ..model import LaunchSpec
+from ..spec.launch_spec import LaunchSpec
 from . import Cluster, Host
 from .hostfile import hostfile_cluster, parse_hostfile, parse_hosts_arg
 from .sagemaker import HYPERPARAMETERS, RESOURCE_CONFIG, parse_hyperparameters, parse_resource_config, parse_sm_env, read_json

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Collection, Mapping
 
 from ..errors import SpecError
-from ..model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
+from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
 from . import Cluster, Host
 
 RESOURCE_CONFIG = Path("input/config/resourceconfig.json")

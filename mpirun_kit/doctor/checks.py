@@ -73,18 +73,6 @@ class AllreduceResult:
     logs: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
-def bus_bandwidth(nbytes: int, seconds: float, world_size: int) -> tuple[float, float]:
-    """(algorithm bandwidth, bus bandwidth) in GB/s for one allreduce of ``nbytes``.
-
-    Bus bandwidth is the nccl-tests figure: algbw * 2(n-1)/n, the bytes each link
-    carries in a ring allreduce, comparable across world sizes.
-    """
-    if seconds <= 0 or world_size < 1:
-        return 0.0, 0.0
-    algbw = nbytes / seconds / 1e9
-    return algbw, algbw * 2 * (world_size - 1) / world_size
-
-
 # --- per host ---------------------------------------------------------------------
 
 def check_gpus(f: HostFacts) -> list[Check]:

@@ -22,10 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, MpirunKitError, SpecError
-from . import allreduce as ar
-from .checks import AllreduceResult, Check, Expectations, bus_bandwidth, check_allreduce, check_cluster, check_host
+from ..workloads import allreduce as ar
+from .checks import AllreduceResult, Check, Expectations, check_allreduce, check_cluster, check_host
 from .facts import HostFacts
 
 log = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ def run_allreduce(req: DoctorRequest, *, clock: Clock = SYSTEM_CLOCK, start: Sta
     res = ar.parse_result(results[0][3])
     if res is None:
         return AllreduceResult(req.world_size, backend, error="rank 0 printed no result", logs=logs)
-    algbw, busbw = bus_bandwidth(res["bytes"], res["seconds"], res["world_size"])
+    algbw, busbw = ar.bus_bandwidth(res["bytes"], res["seconds"], res["world_size"])
     return AllreduceResult(res["world_size"], res["backend"], res["bytes"], res["seconds"], algbw, busbw)
 
 

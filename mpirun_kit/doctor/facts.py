@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import SpecError
-from ..model import parse_json_object
+from ..spec.launch_spec import parse_json_object
 
 
 @dataclass(frozen=True)

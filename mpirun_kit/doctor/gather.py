@@ -1,13 +1,13 @@
 """The doctor's gatherer: reads one host into a ``HostFacts`` value; judges nothing.
 
 Place in the data flow: this is a discovery module (like cluster/discover.py and
-topology.py), one of the few that read the machine: NVML, sysfs, /proc/net,
+cluster/probe.py), one of the few that read the machine: NVML, sysfs, /proc/net,
 the loader cache, ~/.ssh, name resolution and free space.  Its environment is an
 argument (the CLI passes ``os.environ``).  The parsers of what it reads
 (``parse_proc_net_tcp``, ``parse_ldconfig``, ``lib_version``) are pure and tested
 on recorded text; checks.py judges the result.
 
-GPUs and EFA reuse topology.py (``read_gpus``, ``detect_efa``) so the doctor sees
+GPUs and EFA reuse cluster/probe.py (``read_gpus``, ``detect_efa``) so the doctor sees
 exactly what pinning sees; only the health fields (memory, ECC, NVLink) are read
 here in addition.
 """
@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..exec.clock import SYSTEM_CLOCK, Clock
 from .facts import FileMode, GpuFact, HostFacts, LibFact, Listener, MountFact, Resolution
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def relevant_env(environ: Mapping[str, str], stale_names: Sequence[str] = ()) ->
 # --- readers --------------------------------------------------------------------
 
 def _gpu_facts(sys_root: Path, nvml) -> tuple[str, tuple[GpuFact, ...]]:
-    from ..topology import read_gpus
+    from ..cluster.probe import read_gpus
 
     if nvml is None:
         try:
@@ -241,7 +241,7 @@ def gather_host(host: str, *, peers: Sequence[str] = (), mounts: Sequence[str] =
         nvml: the pynvml module (injected in tests); imported when None.
     """
     from ..plan.presets import STALE_ENV
-    from ..topology import detect_efa
+    from ..cluster.probe import detect_efa
 
     nvml_state, gpus = _gpu_facts(sys_root, nvml)
     efa = detect_efa(sys_root)

@@ -36,7 +36,7 @@ def write_failure(opt_ml: Path, exit_code: int, text: str) -> Path | None:
 
 def default_secret_file(opt_ml: Path) -> Path:
     """Where a SageMaker host finds the job secret: the ``mpirun-keys`` input channel."""
-    from ..sshkeys import SECRET_FILE_NAME
+    from ..exec.sshkeys import SECRET_FILE_NAME
 
     return Path(opt_ml) / "input" / "data" / "mpirun-keys" / SECRET_FILE_NAME
 
@@ -52,7 +52,7 @@ def channel_worker_key(secret_file: Path | None, opt_ml: Path, plan) -> bytes | 
         SpecError: ``secret_file`` cannot be read or is not a job secret.
     """
     from ..errors import SpecError
-    from ..sshkeys import parse_secret
+    from ..exec.sshkeys import parse_secret
 
     path = Path(secret_file) if secret_file is not None else default_secret_file(opt_ml)
     try:

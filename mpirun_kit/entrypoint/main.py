@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, discover_spec, gpu_count
 from ..errors import LaunchError, SpecError
 from ..exec.signals import SignalLatch
-from ..model import LaunchSpec
+from ..spec.launch_spec import LaunchSpec
 from ..plan.launch_plan import LaunchPlan, build_launch_plan, render, to_json
-from ..plan.mpi import detect_with
+from ..cluster.local import detect_flavour
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def make_plan(opts: EntrypointOptions, environ: Mapping[str, str],
     detected = spec.mpi_flavour
     if spec.mpi_flavour == "auto":
         try:
-            detected = detect_with(lambda argv: _run_text(argv, cancelled))
+            detected = detect_flavour(lambda argv: _run_text(argv, cancelled), fallback=None)
         except _Stopped:
             detected = _STOPPED_FLAVOUR
     # A forced master (``--role master``, ``mpirun_kit launch``) is this host, whatever the election says.

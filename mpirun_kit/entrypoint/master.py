@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode, LaunchError, SSHUnreachableError
 from ..exec.channel import ResultServer, new_rank_key, worker_key_without_secret
 from ..exec.process import LauncherExit, run_launcher

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError, MasterLostError
 from ..exec.channel import HEARTBEAT_S, MasterLink, worker_key_without_secret
 from ..exec.daemon import alive, find_daemons, signal_pids

@@ -46,7 +46,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from .clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import LaunchError, MasterLostError
 from .report import MAX_LINE, encode, send_rank_event, verify  # noqa: F401  (send_rank_event: re-exported)
 from .result import JobResult, RankFailure, rank_failure_from_report

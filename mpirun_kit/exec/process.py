@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Mapping, Sequence
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from .clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import LaunchError
 from .result import signal_name
 

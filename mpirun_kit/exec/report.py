@@ -19,9 +19,7 @@ import hmac
 import json
 import socket
 
-#: environment variable carrying the ranks' channel key (hex); the rank wrapper removes it
-#: from the program's environment.
-CHANNEL_KEY_VAR = "MPIRUN_KIT_CHANNEL_KEY"
+from ..rank.contract import CHANNEL_KEY_VAR  # noqa: F401  (the ranks' key variable; stdlib-only module)
 #: hex characters of a MAC, and the longest line either side accepts.
 MAC_HEX = 64
 MAX_LINE = 64 * 1024

@@ -1,6 +1,6 @@
 """The rank wrapper's side of progress and stacks: program -> pipe -> wrapper -> signed channel.
 
-The rank wrapper (rank.py) calls ``prepare`` before it starts the program (a pipe whose
+The rank wrapper (rank/wrapper.py) calls ``prepare`` before it starts the program (a pipe whose
 write end the program inherits as ``MPIRUN_KIT_PROGRESS_FD``; mpirun_kit.progress writes
 step numbers to it), then runs a ``Relay`` thread next to ``child.wait()``.  The thread
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..errors import SpecError
 
 VERSION = 1

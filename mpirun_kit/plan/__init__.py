@@ -2,8 +2,11 @@
 
 ``ranks`` places ranks on hosts, ``mpi`` holds the MPI dialects as data,
 ``env`` decides what the ranks see, ``mpirun`` builds the launcher argv and
-``launch_plan`` ties them into ``build_launch_plan`` and ``render``.  Other
-modules of this package (presets, gpu) are imported directly by their users.
+``launch_plan`` ties them into ``build_launch_plan`` and ``render``; ``jobplan``
+adds the job layer's view (rank -> GPU -> CPU map, tuning report) for
+``mpirun_kit plan``.  Other modules (presets: the tuning tables spec/, plan/ and
+doctor/ share; gpu: pinning; redact) are imported directly by their users.
+Nothing here imports exec/ or targets/ (tests/test_layering.py checks).
 """
 import importlib
 

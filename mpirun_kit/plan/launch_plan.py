@@ -15,12 +15,12 @@ from typing import Mapping
 
 from ..cluster import Cluster, Host, elect_master
 from ..errors import SpecError
-from ..model import LaunchSpec, Timeouts
+from ..spec.launch_spec import LaunchSpec, Timeouts
 from .env import redact, resolve_env
 from .redact import redact_argv
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
-from ..rank import CHANNEL_KEY_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
+from ..rank.contract import CHANNEL_KEY_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
 from .ranks import RankSlot, assign_ranks, encode_host_slots
 
 RANK_MODULE = "mpirun_kit.rank"

@@ -2,7 +2,7 @@
 
 Place in the data flow: every printer and request builder passes what it shows through here
 before it leaves the process -- the plan's text and JSON (``plan/launch_plan.py``,
-``spec/jobplan.py``), dry-run requests and shipped files (``targets/base.py``, the SageMaker
+``plan/jobplan.py``), dry-run requests and shipped files (``targets/base.py``, the SageMaker
 request printer), the failure file and FailureReason (``exec/result.py``) and log records
 (``cli/main.py`` installs ``RedactingFilter`` on its handler).  To show something new, call
 one of these functions; never write another pattern elsewhere.

@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 import psutil
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, SpecError
 from .layout import (HOST_IFNAME, HOST_OPT_ML, NETNS_PREFIX, SimHost, SimLayout, plan_layout, render_hosts_file,
                      render_known_hosts, render_resource_config, render_ssh_client_config,

@@ -1,5 +1,8 @@
-"""The YAML job definition layer: schema (dataclasses + JSON Schema), loader, compiler.
+"""What the user asked for, as values: the job spec (YAML) and the LaunchSpec it compiles to.
 
-``load_job(path) -> JobSpec`` (load.py) validates; ``compile_job`` (compile.py)
-turns a JobSpec into a ``model.LaunchSpec`` plus target settings.
+``launch_spec.py`` holds ``LaunchSpec`` (what every rank runs and how, the value
+the per-host entrypoint receives); ``schema.py`` the job spec's dataclasses and
+JSON Schema; ``load_job(path) -> JobSpec`` (load.py) validates; ``compile_job``
+(compile.py) turns a JobSpec into a ``LaunchSpec`` plus target settings;
+``resolve.py`` ties load, ``${stack:...}`` outputs and compile together for the CLI.
 """

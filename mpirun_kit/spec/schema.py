@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from .. import model as _model
+from . import launch_spec as _model
 
 API_VERSION = "mpirun_kit/v1"
 KIND = "Job"

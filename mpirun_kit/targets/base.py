@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from ..clock import SYSTEM_CLOCK, Clock
+from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode
 
 

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..spec.compile import CompiledJob
 from .base import DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
 

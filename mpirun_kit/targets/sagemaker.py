@@ -18,10 +18,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, ExitCode, SpecError
 from ..exec.result import exit_code_from_failure
-from ..model import LAUNCH_SPEC_HYPERPARAMETER
+from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..spec.compile import CompiledJob, checkpoint_path
 from ..stack.infra import JOB_NAME_REF  # the one reference a channel URI may hold (per-job key material)
 from .base import DryRun, Progress, redact_value

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.signals import SignalLatch
-from ..model import LAUNCH_SPEC_HYPERPARAMETER
+from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from .base import DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster import elect_master
 from ..errors import ClusterError, SSHUnreachableError
 from ..spec.compile import CompiledJob

@@ -7,7 +7,7 @@ import pytest
 from mpirun_kit.cluster import Cluster, Host
 from mpirun_kit.cluster.discover import discover_cluster, discover_spec, gpu_count, local_interfaces
 from mpirun_kit.errors import SpecError
-from mpirun_kit.model import LaunchSpec
+from mpirun_kit.spec.launch_spec import LaunchSpec
 
 
 def write_rc(opt_ml, **raw):

@@ -6,7 +6,7 @@ import pytest
 from mpirun_kit.cluster import Cluster, Host
 from mpirun_kit.cluster.sagemaker import parse_hyperparameters, parse_resource_config, parse_sm_env, read_json
 from mpirun_kit.errors import SpecError
-from mpirun_kit.model import LaunchSpec, Timeouts
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
 RC = {
     "current_host": "algo-2",

@@ -246,7 +246,7 @@ def test_sshd_config_key_only_and_loopback_unless_told(tmp_path):
 
 
 def test_sshd_config_takes_the_listen_drop_in_keys_install_writes(tmp_path):
-    from mpirun_kit import sshkeys
+    from mpirun_kit.exec import sshkeys
 
     cfg = _sshd_config(tmp_path)
     m = sshkeys.derive_material(bytes(32), "j")
@@ -259,7 +259,7 @@ def test_sshd_config_takes_the_listen_drop_in_keys_install_writes(tmp_path):
 
 
 def test_sshd_config_host_key_path_is_where_keys_install_writes_it():
-    from mpirun_kit import sshkeys
+    from mpirun_kit.exec import sshkeys
 
     assert f"HostKey {sshkeys.HOST_KEY_PATH}" in (DOCKER / "sshd_config").read_text()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit.doctor.checks import (CLUSTER, AllreduceResult, Check, Expectations, bus_bandwidth, check_allreduce,
+from mpirun_kit.doctor.checks import (CLUSTER, AllreduceResult, Check, Expectations, check_allreduce,
                                       check_cluster, check_efa, check_env, check_gpus, check_host, check_libraries,
                                       check_mounts, check_resolution, check_ssh, skew_lower_bound)
 from mpirun_kit.doctor.coordinate import (DoctorCheckFailed, DoctorReport, DoctorUnreachableError,
@@ -202,11 +202,6 @@ def test_cluster_rows_skew_unreachable_and_gpu_mismatch():
               "hosts differ in GPUs: algo-1: 8 x NVIDIA A100-SXM4-40GB; algo-2: 7 x NVIDIA A100-SXM4-40GB",
               "use one instance type for every host; replace hosts with missing GPUs"),
     ]
-
-
-def test_bus_bandwidth_is_the_nccl_tests_formula():
-    assert bus_bandwidth(8_000_000_000, 1.0, 4) == (8.0, 12.0)
-    assert bus_bandwidth(1, 0.0, 4) == (0.0, 0.0)
 
 
 def test_allreduce_rows():

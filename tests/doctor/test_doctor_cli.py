@@ -95,9 +95,9 @@ def test_request_commands_are_the_dry_run():
         "# algo-1: gather facts in-process",
         "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.cli.main doctor "
         "--gather-only --as-host algo-2 --hosts algo-1,algo-2 --ssh-dir /root/.ssh --ssh-port 22 --mount /fsx'",
-        "/py -m mpirun_kit.doctor.allreduce --rank 0 --world-size 2 --local-rank 0 --master algo-1 --port 29499 "
+        "/py -m mpirun_kit.workloads.allreduce --rank 0 --world-size 2 --local-rank 0 --master algo-1 --port 29499 "
         "--bytes 1024 --iters 5 --timeout 30",
-        "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.doctor.allreduce --rank 1 "
+        "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.workloads.allreduce --rank 1 "
         "--world-size 2 --local-rank 0 --master algo-1 --port 29499 --bytes 1024 --iters 5 --timeout 30'",
     ]
     proc = doctor("--hosts", "localhost,algo-2", "--dry-run", "--remote-python", "/opt/conda/bin/python")
@@ -105,7 +105,7 @@ def test_request_commands_are_the_dry_run():
     lines = proc.stdout.splitlines()
     assert lines[0] == "# localhost: gather facts in-process"
     assert lines[1].startswith("ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/opt/conda/bin/python -m ")
-    assert lines[2].startswith(f"{PY} -m mpirun_kit.doctor.allreduce --rank 0 ")
+    assert lines[2].startswith(f"{PY} -m mpirun_kit.workloads.allreduce --rank 0 ")
 
 
 def test_request_rejects_no_hosts():

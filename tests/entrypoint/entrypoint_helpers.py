@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpirun_kit.model import LaunchSpec
+from mpirun_kit.spec.launch_spec import LaunchSpec
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = REPO / "tests" / "bin"

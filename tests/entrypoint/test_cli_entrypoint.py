@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mpirun_kit.model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
+from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
 
 from entrypoint_helpers import cli, write_config
 

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from mpirun_kit.clock import SYSTEM_CLOCK, Deadline
-from mpirun_kit.model import LaunchSpec, Timeouts
+from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
 from entrypoint_helpers import BIN, CLI, PY, cli, free_port, write_spec
 

@@ -14,7 +14,7 @@ import pytest
 
 from mpirun_kit.exec.channel import ResultServer, worker_key_from_secret
 from mpirun_kit.exec.result import JobResult
-from mpirun_kit.model import LaunchSpec, Timeouts
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
 from entrypoint_helpers import CLI, free_port, write_spec
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from mpirun_kit.clock import SYSTEM_CLOCK, Deadline
-from mpirun_kit.model import LaunchSpec, Timeouts
+from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
 from test_sim_entrypoint import BIN, ENTRY, FAST, PY, failure_of, run_job, sim_cluster, wait_all
 

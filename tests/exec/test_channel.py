@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-from mpirun_kit.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.errors import MasterLostError
 from mpirun_kit.exec.channel import MasterLink, ResultServer, send_rank_event
 from mpirun_kit.exec.report import encode

@@ -206,7 +206,7 @@ def test_done_ranks_waiting_after_the_last_one_exits_are_not_hung():
 
 def test_plan_shows_the_stall_policy():
     from mpirun_kit.cluster import Cluster, Host
-    from mpirun_kit.model import LaunchSpec, Timeouts
+    from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
     from mpirun_kit.plan import build_launch_plan, render
 
     cluster = Cluster(hosts=(Host("algo-1"), Host("algo-2")), current_host="algo-1", source="test")

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from mpirun_kit.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.exec.channel import MasterLink, ResultServer
 from mpirun_kit.exec.report import encode, verify
 from mpirun_kit.exec.result import JobResult

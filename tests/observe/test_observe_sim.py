@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.errors import ExitCode
-from mpirun_kit.model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
+from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
 from mpirun_kit.observe import timeline
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(300)]

@@ -63,7 +63,7 @@ class Master:
 
 
 def start_wrapped(tmp_path, rank=3, host="algo-2"):
-    """Start PROGRAM behind a Relay the way rank.py does: (master, relay, child, ready file, stack file)."""
+    """Start PROGRAM behind a Relay the way rank/wrapper.py does: (master, relay, child, ready file, stack file)."""
     master = Master()
     sock = socket.create_connection(master.listener.getsockname())
     env, r, w, stack_file = prepare(dict(os.environ))

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit.errors import SpecError
-from mpirun_kit.plan.gpu import (RankPinning, Topology, format_cpu_list, parse_cpu_list,
-                                 pin_local_ranks)
+from mpirun_kit.cluster.topology import Topology, format_cpu_list, parse_cpu_list
+from mpirun_kit.plan.gpu import RankPinning, pin_local_ranks
 
 TOPO = Path(__file__).parent / "topologies"
 

@@ -5,7 +5,7 @@ import pytest
 
 from mpirun_kit.cluster import Cluster, Host
 from mpirun_kit.errors import SpecError
-from mpirun_kit.model import LaunchSpec, Timeouts
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 from mpirun_kit.plan import LaunchPlan, RankSlot, build_launch_plan, render, to_json
 
 CLUSTER = Cluster(hosts=(Host("algo-2"), Host("algo-1")), current_host="algo-2", source="rc.json",

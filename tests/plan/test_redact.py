@@ -7,7 +7,7 @@ import logging
 
 from mpirun_kit.cluster import Cluster, Host
 from mpirun_kit.exec.result import RankFailure, job_result
-from mpirun_kit.model import LaunchSpec
+from mpirun_kit.spec.launch_spec import LaunchSpec
 from mpirun_kit.plan import build_launch_plan, render, to_json
 from mpirun_kit.plan.env import launcher_env, resolve_env
 from mpirun_kit.plan.redact import RedactingFilter, redact_argv, redact_text, redact_value

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import boto3
-import pytest
 
 from mpirun_kit.cli.main import main
 
@@ -119,12 +118,3 @@ def test_readme_example_spec_is_valid(tmp_path):
 def test_validate_empty_directory(tmp_path, capsys):
     assert main(["validate", str(tmp_path)]) == 64
     assert f"{tmp_path}: no *.yaml or *.yml job specs in this directory" in capsys.readouterr().err
-
-
-def test_allreduce_program_helpers():
-    from mpirun_kit.bench.allreduce import bus_bandwidth, parse_size
-
-    assert [parse_size(s) for s in ("64K", "1M", "1.5k", "100")] == [65536, 1048576, 1536, 100]
-    assert bus_bandwidth(10**9, 1.0, 4) == (1.0, 1.5)
-    with pytest.raises(SystemExit, match=r"allreduce: size 'lots' is not a size; expected bytes like 65536, 64K or 1M"):
-        parse_size("lots")

@@ -94,7 +94,7 @@ launch_trees = st.recursive(scalars, lambda kids: st.one_of(
 
 def check_launch(text: str) -> str:
     """Any text gives a LaunchSpec that round-trips, or a SpecError naming the source; nothing else escapes."""
-    from mpirun_kit.model import LaunchSpec
+    from mpirun_kit.spec.launch_spec import LaunchSpec
 
     try:
         spec = LaunchSpec.from_json(text, "hyperparameters.json")

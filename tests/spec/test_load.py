@@ -268,7 +268,7 @@ def test_host_names_starting_with_a_dash_never_reach_ssh(capsys):
         parse_resource_config({"current_host": "algo-1", "hosts": ["algo-1", "-oProxyCommand=x"]}, "rc.json")
     # ... and the operator tools that ssh to hosts or pin them: doctor --hosts, keys install --hosts.
     from mpirun_kit.cli.main import main
-    from mpirun_kit.sshkeys import resolve_addresses
+    from mpirun_kit.exec.sshkeys import resolve_addresses
 
     assert main(["doctor", "--hosts", "algo-1,-oProxyCommand=x"]) == 64
     assert "--hosts: host name '-oProxyCommand=x' starts with '-'; expected names like algo-1" in capsys.readouterr().err

@@ -16,7 +16,7 @@ import pytest
 from botocore.stub import Stubber
 
 from mpirun_kit.errors import ClusterError, SpecError
-from mpirun_kit.model import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
+from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
 from mpirun_kit.spec.compile import compile_job
 from mpirun_kit.spec.load import load_job_text
 from mpirun_kit.targets import sagemaker as T

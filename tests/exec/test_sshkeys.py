@@ -1,4 +1,4 @@
-"""Per-job key material (mpirun_kit/sshkeys.py): derivation compared as values; the
+"""Per-job key material (mpirun_kit/exec/sshkeys.py): derivation compared as values; the
 files and the sshd argv checked by the real ssh-keygen and sshd."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit import sshkeys
+from mpirun_kit.exec import sshkeys
 from mpirun_kit.errors import ClusterError, SpecError
 
 REPO = Path(__file__).resolve().parents[2]

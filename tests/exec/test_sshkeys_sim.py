@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from mpirun_kit import sshkeys
+from mpirun_kit.exec import sshkeys
 from mpirun_kit.sim import SimCluster
 
 pytestmark = pytest.mark.sim

@@ -2,7 +2,7 @@
 import pytest
 
 from mpirun_kit.errors import SpecError
-from mpirun_kit.model import LaunchSpec, Timeouts
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
 
 def test_launch_spec_json_round_trip():

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mpirun_kit.model import LaunchSpec, Timeouts
-from mpirun_kit.plan.gpu import Topology
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
+from mpirun_kit.cluster.topology import Topology
 from mpirun_kit.spec.compile import compile_job
-from mpirun_kit.spec.jobplan import EnvRow, RankRow, make_job_plan
+from mpirun_kit.plan.jobplan import EnvRow, RankRow, make_job_plan
 from mpirun_kit.spec.load import load_job, load_job_text
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ what mpirun's own messages often lose: which rank on which host ended how
 
 The rank number comes from the MPI's own variables; its host comes from the
 plan's placement (``MPIRUN_KIT_HOSTS``), not from gethostname(), which on some
-platforms is not the cluster name.  If ``mpirun_kit.pinning`` is installed its
+platforms is not the cluster name (contract.py).  If ``mpirun_kit.rank.pinning`` is installed its
 ``apply_rank_pinning(environ)`` runs before the program starts.
 """
 from __future__ import annotations
@@ -22,41 +22,16 @@ from __future__ import annotations
 import importlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-# Only the stdlib and one stdlib-only module: every rank imports this at start, on the
+# Only the stdlib and stdlib-only modules: every rank imports this at start, on the
 # launch's critical path (the rest of the package is imported lazily where needed).
-from .exec.report import CHANNEL_KEY_VAR, send_rank_event
+from ..exec.report import send_rank_event
+from .contract import CHANNEL_KEY_VAR, PINNING_VAR, RESULT_ADDR_VAR, local_size_text, rank_identity
 
-#: env vars the plan (plan/launch_plan.py) sets for this wrapper.
-RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
-HOSTS_VAR = "MPIRUN_KIT_HOSTS"
-#: read by mpirun_kit.pinning in each rank ("auto" | "none").
-PINNING_VAR = "MPIRUN_KIT_PINNING"
-#: host of rank 0, for frameworks that rendezvous there (torch.distributed's
-#: MASTER_ADDR; the training module reads it).  A name from the cluster's own
-#: host list, so every host resolves it, unlike rank 0's own FQDN.
-RENDEZVOUS_VAR = "MPIRUN_KIT_MASTER_ADDR"
-
-RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK")
-SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE")
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def host_of_rank(encoded: str, rank: int) -> tuple[str, int] | None:
-    """(host, local_rank) of ``rank`` in ``algo-1:2,algo-2:2`` (plan.ranks.encode_host_slots); None if absent."""
-    start = 0
-    for item in encoded.split(","):
-        host, _, n = item.rpartition(":")
-        if not host or not n.isdigit():
-            return None
-        if rank < start + int(n):
-            return host, rank - start
-        start += int(n)
-    return None
 
 
 def signal_name(signum: int) -> str:
@@ -64,22 +39,6 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-def _first_int(env, names, default: int = -1) -> int:
-    for n in names:
-        v = env.get(n, "")
-        if v.lstrip("-").isdigit():
-            return int(v)
-    return default
-
-
-def rank_identity(env) -> tuple[int, str, int, int]:
-    """(rank, host, local_rank, world_size) from an environment mapping."""
-    rank = _first_int(env, RANK_VARS)
-    placed = host_of_rank(env.get(HOSTS_VAR, ""), rank) if rank >= 0 else None
-    host, local = placed if placed else (socket.gethostname(), _first_int(env, ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"), 0))
-    return rank, host, local, _first_int(env, SIZE_VARS, 0)
 
 
 def child_env(env: dict) -> dict:
@@ -94,7 +53,7 @@ def child_env(env: dict) -> dict:
         out.setdefault("LOCAL_RANK", str(local))
     if size:
         out.setdefault("WORLD_SIZE", str(size))
-    local_size = env.get("OMPI_COMM_WORLD_LOCAL_SIZE") or env.get("MPI_LOCALNRANKS")
+    local_size = local_size_text(env)
     if local_size:
         out.setdefault("LOCAL_WORLD_SIZE", local_size)
     if "SM_HOSTS" in env:
@@ -115,9 +74,9 @@ def apply_pinning(env: dict, dev: str = "/dev") -> tuple[dict, str]:
     if not os.path.exists(os.path.join(dev, "nvidiactl")):
         return env, "no GPU driver"
     try:
-        mod = importlib.import_module("mpirun_kit.pinning")
+        mod = importlib.import_module("mpirun_kit.rank.pinning")
     except ModuleNotFoundError as exc:
-        if exc.name == "mpirun_kit.pinning":
+        if exc.name == "mpirun_kit.rank.pinning":
             return env, "absent"
         raise
     hook = getattr(mod, "apply_rank_pinning", None)
@@ -177,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                                    "t": time.time()}, key, sock=sock)
         return code
 
-    from .errors import MpirunKitError
+    from ..errors import MpirunKitError
 
     try:
         env, _ = apply_pinning(env)
@@ -200,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in FORWARDED:
         signal.signal(s, forward)
     # Progress and stacks (observe/relay.py): the program writes steps to a pipe; this wrapper signs them.
-    from .observe import relay
+    from ..observe import relay
 
     env, progress_r, progress_w, stack_file = relay.prepare(env)
     try:
@@ -231,7 +190,3 @@ def main(argv: list[str] | None = None) -> int:
         os.kill(os.getpid(), sig)
         return 128 + sig
     return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from .errors import SpecError
+from ..errors import SpecError
 
 
 def parse_json_object(text: str, source: str, expected: str) -> dict:
@@ -97,7 +97,7 @@ class LaunchSpec:
         Raises:
             SpecError: naming ``source``, every offending key, what was expected and what was found.
         """
-        from .spec.load import launch_spec_findings  # spec/ imports this module: import at call time
+        from .load import launch_spec_findings  # spec.load imports this module: import at call time
 
         if not isinstance(raw, dict):
             raise SpecError(f"{source}: expected a JSON object (a serialized LaunchSpec), got {type(raw).__name__}")

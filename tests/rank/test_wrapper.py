@@ -10,7 +10,8 @@ import pytest
 
 from mpirun_kit.exec.channel import ResultServer
 from mpirun_kit.exec.report import CHANNEL_KEY_VAR
-from mpirun_kit.rank import apply_pinning, child_env, rank_identity
+from mpirun_kit.rank.contract import rank_identity
+from mpirun_kit.rank.wrapper import apply_pinning, child_env
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.mpi]
 BIN = Path(__file__).resolve().parents[1] / "bin"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit.errors import SpecError
-from mpirun_kit.pinning import apply_rank_pinning
-from mpirun_kit.plan.gpu import Gpu, NumaNode, Topology
-from mpirun_kit.topology import detect_efa, read_cpu_layout, read_gpus, read_topology
+from mpirun_kit.rank.pinning import apply_rank_pinning
+from mpirun_kit.cluster.topology import Gpu, NumaNode, Topology
+from mpirun_kit.cluster.probe import detect_efa, read_cpu_layout, read_gpus, read_topology
 
-TOPO = Path(__file__).parent / "plan" / "topologies"
+TOPO = Path(__file__).resolve().parents[1] / "plan" / "topologies"
 
 
 def load(name: str) -> Topology:

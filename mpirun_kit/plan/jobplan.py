@@ -1,6 +1,6 @@
 """The fully resolved job plan that ``mpirun_kit plan`` prints: a pure value.
 
-Place in the data flow: ``CompiledJob`` (compile.py) + the planned cluster go
+Place in the data flow: ``CompiledJob`` (spec/compile.py) + the planned cluster go
 through the launcher's ``build_launch_plan`` (plan/launch_plan.py, the same
 function the per-host entrypoint calls on the master, so what ``plan`` shows is
 what runs); this module adds what the job layer knows on top: the rank -> host
@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from ..cluster import Cluster
-from ..plan.env import redact
-from ..plan.redact import redact_value
-from ..plan.gpu import Topology, pin_local_ranks
-from ..plan.launch_plan import LaunchPlan, build_launch_plan, render as render_launch_plan, to_dict
-from .compile import CompiledJob
+from ..cluster.topology import Topology
+from ..spec.compile import CompiledJob
+from .env import redact
+from .gpu import pin_local_ranks
+from .redact import redact_value
+from .launch_plan import LaunchPlan, build_launch_plan, render as render_launch_plan, to_dict
 
 #: the interface name the hosts share, by target (SageMaker's resourceconfig says eth0; the sim's veth too).
 TARGET_INTERFACE = {"local": None, "sim": "eth0", "ssh": None, "sagemaker": "eth0"}

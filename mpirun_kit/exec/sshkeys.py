@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .clock import SYSTEM_CLOCK, Clock, Deadline
-from .errors import ClusterError, SpecError
+from ..errors import ClusterError, SpecError
 
 #: bytes of randomness in a job secret (hex-encoded in its file).
 SECRET_BYTES = 32

@@ -20,37 +20,24 @@ import os
 from dataclasses import replace
 from typing import Callable, Mapping
 
-from .errors import SpecError
-from .plan.gpu import Topology, pin_local_ranks
+from ..cluster.topology import Topology
+from ..errors import SpecError
+from ..plan.gpu import pin_local_ranks
+from . import contract
+from .contract import PINNING_VAR
 
 log = logging.getLogger(__name__)
 
-#: (local rank, local size) variable pairs, by launcher; first one present wins.
-LOCAL_RANK_VARS = (
-    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),  # Open MPI
-    ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),                         # MPICH hydra
-    ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),                             # torchrun style
-)
-#: Set to "none" (the launch plan does so for LaunchSpec.pinning == "none") to skip pinning.
-PINNING_VAR = "MPIRUN_KIT_PINNING"
-
-
 def local_rank_of(environ: Mapping[str, str]) -> tuple[int, int] | None:
-    """(local rank, local size) from the rank's environment; None outside a launcher.
+    """(local rank, local size) from the rank's environment (contract.local_rank_of); None outside a launcher.
 
     Raises:
         SpecError: a variable is present but not an integer.
     """
-    for rank_var, size_var in LOCAL_RANK_VARS:
-        if rank_var in environ:
-            try:
-                rank = int(environ[rank_var])
-                size = int(environ.get(size_var, rank + 1))
-            except ValueError as exc:
-                raise SpecError(f"{rank_var}={environ[rank_var]!r} / {size_var}={environ.get(size_var)!r}: "
-                                "expected integers (set by mpirun)") from exc
-            return rank, max(size, rank + 1)
-    return None
+    try:
+        return contract.local_rank_of(environ)
+    except contract.RankVariableError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def apply_rank_pinning(environ: Mapping[str, str], *, topology: Topology | None = None,
@@ -75,7 +62,7 @@ def apply_rank_pinning(environ: Mapping[str, str], *, topology: Topology | None 
         return {}
     local_rank, local_size = where
     if topology is None:
-        from .topology import read_topology
+        from ..cluster.probe import read_topology
         topology = read_topology()
     if not topology.gpus:
         return {}

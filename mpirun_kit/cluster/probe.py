@@ -1,7 +1,7 @@
 """Host discovery for pinning and tuning: GPUs (NVML), NUMA/CPU layout and EFA (sysfs).
 
 Place in the data flow: this is a discovery module, one of the few allowed to
-read the machine.  It returns plain values (``plan.gpu.Topology``,
+read the machine.  It returns plain values (``cluster.topology.Topology``,
 ``EfaInfo``) that the pure planners consume; nothing else here decides.
 
 GPUs come from NVML (nvidia-ml-py) in NVML's PCI-bus order; without a driver or
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .plan.gpu import Gpu, NumaNode, Topology, parse_cpu_list
+from .topology import Gpu, NumaNode, Topology, parse_cpu_list
 
 log = logging.getLogger(__name__)
 

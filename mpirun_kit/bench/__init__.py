@@ -1,1 +1,0 @@
-"""Benchmark programs run as jobs (jobs/allreduce-bench.yaml runs allreduce.py)."""
