@@ -10,11 +10,11 @@ A few client processes (``--clients``) each hold a share of the connections on o
 ``selectors`` loop, made and used by the real senders:
 
 * rank-like: ``send_rank_event`` (report.py, what the rank wrapper calls) with a start
-  report, then one ``progress`` report per second (phases spread evenly over the second),
+  report, then ``--rate`` ``progress`` reports per second (default 1; phases spread evenly),
   each stamped ``t = time.time()`` just before it is signed and sent, as relay.py does;
   an exit report at the end;
 * worker-like: ``MasterLink.connect`` (hello), then ``{"type": "heartbeat"}`` every
-  ``HEARTBEAT_S`` through ``MasterLink.send`` as entrypoint/worker.py does, reading (and
+  second (channel.HEARTBEAT_S) through ``MasterLink.send`` as entrypoint/worker.py does, reading (and
   dropping) the master's heartbeats so that the master never sees a full socket.
 
 Figures, over the measured window (after every connection is up, for ``--seconds``):
@@ -46,8 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline  # noqa: E402
-from mpirun_kit.exec.channel import (HEARTBEAT_S, MasterLink, ResultServer,  # noqa: E402
-                                     worker_key_from_secret)
+from mpirun_kit.exec.channel import MasterLink, ResultServer, worker_key_from_secret  # noqa: E402
 from mpirun_kit.exec.report import send_rank_event  # noqa: E402
 from mpirun_kit.observe.hang import HangWatch, check_observe_report  # noqa: E402
 
@@ -96,9 +95,9 @@ def client_main(cfg: dict, wait_go) -> dict:
     print(json.dumps({"connected": len(ranks) + len(links)}), flush=True)   # the parent waits for this line
     cfg = {**cfg, **wait_go()}
 
-    # One schedule per second: every rank and worker once, at its own phase within the second.
-    n_all = cfg["n_ranks"] + cfg["n_workers"]
-    sched = sorted([(r / n_all, "r", r) for r in ranks]
+    # One schedule per second: every rank ``rate`` times and every worker once, each at its own phase.
+    n_all, rate = cfg["n_ranks"] + cfg["n_workers"], cfg["rate"]
+    sched = sorted([((r / n_all + j) / rate, "r", r) for r in ranks for j in range(rate)]
                    + [((cfg["n_ranks"] + int(h.split("-")[1]) - 2) / n_all, "w", i) for i, h in
                       enumerate(cfg["workers"])])
     sent = {"progress": 0, "heartbeat": 0, "failed": 0}
@@ -106,7 +105,7 @@ def client_main(cfg: dict, wait_go) -> dict:
     cycle, i = cfg["go"], 0
     while True:
         if i == len(sched):
-            cycle, i = cycle + HEARTBEAT_S, 0
+            cycle, i = cycle + 1.0, 0
         due = cycle + sched[i][0]
         if due >= cfg["end"]:
             break
@@ -185,9 +184,9 @@ def _pct(sorted_vals: list[float], q: float) -> float:
 
 
 def run_load(hosts: int = 256, per_host: int = 8, seconds: int = 30, clients: int = 4,
-             settle_s: float = 1.0) -> dict:
+             settle_s: float = 1.0, rate: int = 1) -> dict:
     """Run the load once; returns the figures (see the module docstring).  Each rank sends exactly
-    ``seconds`` progress reports (steps 1 .. seconds), each worker ``seconds`` heartbeats."""
+    ``rate * seconds`` progress reports (steps 1, 2, ...), each worker ``seconds`` heartbeats."""
     rank_hosts, workers = placement(hosts, per_host)
     n_conn = len(rank_hosts) + len(workers)
     raise_nofile(n_conn + _FD_SLACK)
@@ -204,7 +203,8 @@ def run_load(hosts: int = 256, per_host: int = 8, seconds: int = 30, clients: in
         for c in range(clients):
             cfg = {"port": server.port, "rank_key": rank_key.hex(), "worker_key": worker_key.hex(),
                    "ranks": [(r, h) for r, h in rank_hosts.items() if r % clients == c],
-                   "workers": workers[c::clients], "n_ranks": len(rank_hosts), "n_workers": len(workers)}
+                   "workers": workers[c::clients], "n_ranks": len(rank_hosts), "n_workers": len(workers),
+                   "rate": rate}
             procs.append((subprocess.Popen([sys.executable, __file__, "--client"], stdin=subprocess.PIPE,
                                            stdout=subprocess.PIPE, text=True), cfg))
         # Every client connects first; then all start at the same go time (a second line on their stdin),
@@ -247,12 +247,12 @@ def run_load(hosts: int = 256, per_host: int = 8, seconds: int = 30, clients: in
     user, system = ru1.ru_utime - ru0.ru_utime, ru1.ru_stime - ru0.ru_stime
     d = sorted(rec.delays)
     return {
-        "hosts": hosts, "ranks": len(rank_hosts), "workers": len(workers), "connections": n_conn,
+        "hosts": hosts, "ranks": len(rank_hosts), "reports_per_rank_s": rate, "workers": len(workers), "connections": n_conn,
         "clients": clients, "seconds": round(w1 - w0, 2), "connect_s": round(connected_s, 2),
         "sent_progress": sent["progress"], "sent_heartbeats": sent["heartbeat"], "send_failures": sent["failed"],
         "recorded_progress": rec.progress, "recorded_starts": rec.starts, "recorded_exits": rec.exits,
         "rejected": len(server.rejected()), "rejected_reasons": sorted({r.reason for r in server.rejected()})[:10],
-        "ranks_with_every_step": sum(1 for r in rank_hosts if rec.last_step.get(r) == seconds),
+        "ranks_with_every_step": sum(1 for r in rank_hosts if rec.last_step.get(r) == rate * seconds),
         "lost_workers": lost, "connected_workers": len(server.connected_workers()),
         "messages_per_s": round((sent["progress"] + sent["heartbeat"]) / max(1e-9, w1 - w0), 1),
         "master_cpu_share": round((user + system) / max(1e-9, w1 - w0), 4),
@@ -269,6 +269,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hosts", type=int, default=256)
     ap.add_argument("--per-host", type=int, default=8, help="ranks per host (GPUs)")
     ap.add_argument("--seconds", type=int, default=30, help="measured window (the run stops by itself)")
+    ap.add_argument("--rate", type=int, default=1, help="progress reports per rank per second (the rank "
+                    "wrapper sends at most 2: observe/relay.py PROGRESS_EVERY_S)")
     ap.add_argument("--clients", type=int, default=4, help="client processes driving the connections")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
@@ -278,7 +280,7 @@ def main(argv=None) -> int:
         sent = client_main(cfg, lambda: json.loads(sys.stdin.readline()))
         print(json.dumps(sent), flush=True)
         return 0
-    r = run_load(a.hosts, a.per_host, a.seconds, a.clients)
+    r = run_load(a.hosts, a.per_host, a.seconds, a.clients, rate=a.rate)
     if a.json:
         print(json.dumps(r))
     else:
