@@ -1,23 +1,30 @@
 """Launch benchmark of the per-host entrypoint on the simulated cluster (needs root).
 
-For N hosts x 2 ranks, median of several runs, three figures:
+For N hosts x 2 ranks, median of several runs, read from the job's own timeline
+(``<opt_ml>/output/timeline.json``, written by the master: mpirun_kit/observe/timeline.py):
 
-(a) launch: every entrypoint started -> every rank running user code, next to the
-    floor measured in the same run: a bare ``mpirun`` of the same program from
-    algo-1 over sshds already up (same placement and interface flags, no wrapper);
-    also the part before mpirun is exec'd (from the master's "mpirun starting" log line);
+(a) launch: the first entrypoint's process started -> the last rank's program started
+    (the timeline's ``launch_s``), next to the floor measured in the same run: a bare
+    ``mpirun`` of the same program from algo-1 over sshds already up (same placement and
+    interface flags, no wrapper), from its start to the last rank's program started;
+    also the part before mpirun is exec'd (the master's ``mpirun_started`` phase);
 (a') the same launch, timed from the master's start, with the workers' entrypoints
     already up and idle: on this few-core machine N interpreters starting at once
     compete for the same CPUs, which real hosts do not;
-(b) shutdown tail: the last rank's user code finished -> every entrypoint exited;
-(c) failure fan-out: one rank on the last worker exits 3 -> every entrypoint exited
-    non-zero.
+(b) shutdown tail: the last rank exited -> the master exited (the timeline's
+    ``shutdown_s``; the master exits only after every worker acknowledged the result);
+(c) failure fan-out: one rank on the last worker exits 3 -> the master exited, every
+    worker having acknowledged the result (bare mpirun's own abort of the same failure,
+    measured in the same run, is its floor).
 
-Ranks stamp ``time.time()`` into their host's /opt/ml/output/stamps (every sim host
-shares the machine's clock); entrypoint exits are seen by polling at 5 ms.  The
-machine is shared and noisy: compare (a) with its floor from the same run.
+The floor has no timeline: its program stamps when its own process started (from
+/proc/self/stat, the moment the MPI daemon forked it) into its host's
+/opt/ml/output/stamps, the same event the rank wrapper reports as a rank's start.
+Every sim host shares this machine's clock.  The machine is shared and noisy:
+compare each figure with its floor from the same run.
 
     python benchmarks/bench_launch.py                      # N = 2, 4, 8; 3 runs each
+    python benchmarks/bench_launch.py --hosts 2,4,8,16 --repeats 3
     python benchmarks/bench_launch.py --hosts 2 --repeats 5 --json
 """
 from __future__ import annotations
@@ -33,7 +40,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 PPH = 2
-#: the user program: stamp start, work a little, stamp end; the chosen rank fails instead.
+#: the user program: stamp when its process started and when its code ran, work a little,
+#: stamp its end; the chosen rank fails instead.
 STAMP = r"""
 import os, sys, time
 t = time.time()
@@ -45,6 +53,11 @@ def stamp(kind, value):
     with open(tmp, "w") as f:
         f.write(repr(value))
     os.replace(tmp, f"{d}/{kind}.{rank}")
+with open("/proc/self/stat") as f:
+    ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+with open("/proc/uptime") as f:
+    up = float(f.read().split()[0])
+stamp("proc", t - (up - ticks / os.sysconf("SC_CLK_TCK")))
 stamp("start", t)
 crash = int(sys.argv[1]) if len(sys.argv) > 1 else -1
 if int(rank) == crash:
@@ -56,7 +69,8 @@ stamp("end", time.time())
 """
 
 
-def _stamps(sim, kind: str) -> list[float]:
+def stamps(sim, kind: str) -> list[float]:
+    """Every rank's ``kind`` stamp (proc, start, end, crash) on every host."""
     out = []
     for h in sim.hosts:
         for p in (h.opt_ml / "output" / "stamps").glob(f"{kind}.*"):
@@ -64,24 +78,50 @@ def _stamps(sim, kind: str) -> list[float]:
     return out
 
 
-def _clear(sim) -> None:
+def clear(sim) -> None:
+    """Remove the stamps and the last job's timeline from every host."""
     for h in sim.hosts:
         d = h.opt_ml / "output" / "stamps"
         if d.exists():
             for p in d.iterdir():
                 p.unlink()
+        (h.opt_ml / "output" / "timeline.json").unlink(missing_ok=True)
 
 
-def _mpirun_exec_time(log_text: str) -> float | None:
-    """Wall time of the master's "mpirun starting" log line (logging's local-time stamp, ms)."""
-    for line in log_text.splitlines():
-        if "mpirun starting" in line:
-            stamp, ms = line[:23].split(",")
-            return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
-    return None
+def timeline_of(sim) -> dict:
+    """The job's merged timeline, as the master wrote it on algo-1."""
+    from mpirun_kit.observe import timeline
+
+    return timeline.load(sim.hosts[0].opt_ml / "output" / "timeline.json")
 
 
-def _wait_exits(procs: dict, timeout: float) -> dict[str, tuple[float, int]]:
+def phase_t(data: dict, host: str, phase: str) -> float | None:
+    return next((r["t"] for r in data["hosts"][host]["phases"] if r["phase"] == phase), None)
+
+
+def figures(data: dict) -> dict:
+    """The benchmark's figures from one job's timeline: launch, start -> mpirun exec, shutdown tail,
+    fan-out (the first failing rank's exit -> the master's exit), the master's start-up CPU."""
+    from mpirun_kit.observe import timeline
+
+    s = timeline.summary(data)
+    master = timeline.master_of(data)
+    first = min(phase_t(data, h, "started") for h in data["hosts"] if phase_t(data, h, "started") is not None)
+    mpirun = phase_t(data, master, "mpirun_started")
+    exited = phase_t(data, master, "exited")
+    failed = [r["exited"] for r in data["ranks"] if "exited" in r and (r.get("exit_code") or r.get("signal"))]
+    return {"launch": s["launch_s"], "to_mpirun": None if mpirun is None else mpirun - first,
+            "tail": s["shutdown_s"], "fanout": None if not failed or exited is None else exited - min(failed),
+            "master_cpu": s["startup_cpu_s"].get(master)}
+
+
+def stamps_launch(sim, t0: float) -> float:
+    """The launch by the programs' own stamps: ``t0`` -> the last rank's program process started."""
+    return max(stamps(sim, "proc")) - t0
+
+
+def wait_exits(procs: dict, timeout: float) -> dict[str, tuple[float, int]]:
+    """Wait for every process; (time seen exited, exit code) per host, polled at 5 ms."""
     done: dict[str, tuple[float, int]] = {}
     end = time.monotonic() + timeout
     while len(done) < len(procs):
@@ -94,98 +134,117 @@ def _wait_exits(procs: dict, timeout: float) -> dict[str, tuple[float, int]]:
     return done
 
 
-def one_n(n: int, repeats: int, root: Path) -> dict:
+def entry_argv() -> list[str]:
+    return [str(Path(sys.executable).parent / "mpirun_kit"), "entrypoint", "--no-sshd"]
+
+
+def run_job(sim, crash: int = -1, hosts=None, timeouts=None) -> tuple[float, dict]:
+    """Start the STAMP job on every host (or ``hosts``); return (time just before, the processes)."""
     from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
+
+    extra = {"timeouts": timeouts} if timeouts is not None else {}
+    spec = LaunchSpec(program=(sys.executable, "-c", STAMP, str(crash)), processes_per_host=PPH, **extra)
+    sim.write_sagemaker_config({LAUNCH_SPEC_HYPERPARAMETER: spec.to_json()})
+    clear(sim)
+    t0 = time.time()
+    return t0, sim.start_entrypoints(entry_argv(), hosts=hosts)
+
+
+def one_n(n: int, repeats: int, root: Path) -> dict:
     from mpirun_kit.sim import SimCluster
 
     py = sys.executable
-    entry = [str(Path(py).parent / "mpirun_kit"), "entrypoint", "--no-sshd"]
     ranks = n * PPH
     hosts = ",".join(f"algo-{i}:{PPH}" for i in range(1, n + 1))
-    floor_argv = ["mpirun", "--allow-run-as-root", "-np", str(ranks), "-H", hosts, "--bind-to", "none",
-                  "--map-by", "slot", "--oversubscribe", "--mca", "plm_rsh_no_tree_spawn", "1",
-                  "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
-                  "--mca", "mpi_yield_when_idle", "1", py, "-c", STAMP]
-    res = {"floor": [], "launch": [], "to_mpirun": [], "master_last": [], "tail": [], "fanout": []}
-    with SimCluster(n, root / f"n{n}", name=f"benchl{n}") as sim:
-        def job(crash: int) -> tuple[float, dict, str]:
-            spec = LaunchSpec(program=(py, "-c", STAMP, str(crash)), processes_per_host=PPH)
-            sim.write_sagemaker_config({LAUNCH_SPEC_HYPERPARAMETER: spec.to_json()})
-            _clear(sim)
-            t0 = time.time()
-            procs = sim.start_entrypoints(entry)
-            return t0, _wait_exits(procs, 300), procs["algo-1"].output()
 
+    def floor_argv(crash: int) -> list[str]:
+        return ["mpirun", "--allow-run-as-root", "-np", str(ranks), "-H", hosts, "--bind-to", "none",
+                "--map-by", "slot", "--oversubscribe", "--mca", "plm_rsh_no_tree_spawn", "1",
+                "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
+                "--mca", "mpi_yield_when_idle", "1", py, "-c", STAMP, str(crash)]
+
+    keys = ("floor", "launch", "to_mpirun", "master_last", "master_cpu", "tail", "floor_abort", "fanout")
+    res: dict[str, list[float]] = {k: [] for k in keys}
+    with SimCluster(n, root / f"n{n}", name=f"benchl{n}") as sim:
         for _ in range(repeats):
             # floor: bare mpirun from algo-1, sshds already up
-            _clear(sim)
+            clear(sim)
             t0 = time.time()
-            r = sim.run("algo-1", floor_argv, timeout=300)
+            r = sim.run("algo-1", floor_argv(-1), timeout=300)
             if r.returncode != 0:
                 raise RuntimeError(f"bare mpirun failed: {r.stderr[-800:]}")
-            res["floor"].append(max(_stamps(sim, "start")) - t0)
+            res["floor"].append(stamps_launch(sim, t0))
             # (a) + (b)
-            t0, exits, master_log = job(-1)
+            _, procs = run_job(sim)
+            exits = wait_exits(procs, 300)
             bad = {h: c for h, (_, c) in exits.items() if c != 0}
             if bad:
                 raise RuntimeError(f"launch run failed on {bad}; see {sim.hosts[0].dir}/entrypoint.log")
-            starts = _stamps(sim, "start")
-            if len(starts) != ranks:
-                raise RuntimeError(f"{len(starts)} of {ranks} ranks stamped their start")
-            res["launch"].append(max(starts) - t0)
-            exec_at = _mpirun_exec_time(master_log)
-            if exec_at is not None:
-                res["to_mpirun"].append(exec_at - t0)
-            res["tail"].append(max(t for t, _ in exits.values()) - max(_stamps(sim, "end")))
+            f = figures(timeline_of(sim))
+            for k in ("launch", "to_mpirun", "tail", "master_cpu"):
+                res[k].append(f[k])
             # (a') the same launch with the workers' entrypoints already up and idle when the master's
             # starts: what a real cluster sees, where no host's start-up competes for another's CPUs.
-            spec = LaunchSpec(program=(py, "-c", STAMP, "-1"), processes_per_host=PPH)
-            sim.write_sagemaker_config({LAUNCH_SPEC_HYPERPARAMETER: spec.to_json()})
-            _clear(sim)
-            workers = sim.start_entrypoints(entry, hosts=[h.name for h in sim.hosts[1:]])
+            _, workers = run_job(sim, hosts=[h.name for h in sim.hosts[1:]])
             end = time.monotonic() + 120
             while not all("plan ready" in p.output() for p in workers.values()):
                 if time.monotonic() > end:
                     raise RuntimeError("worker entrypoints did not get ready within 120 s")
                 time.sleep(0.05)
             time.sleep(0.5)
-            t0 = time.time()
-            procs = {**workers, **sim.start_entrypoints(entry, hosts=["algo-1"])}
-            exits = _wait_exits(procs, 300)
+            procs = {**workers, **sim.start_entrypoints(entry_argv(), hosts=["algo-1"])}
+            exits = wait_exits(procs, 300)
             if any(c != 0 for _, c in exits.values()):
                 raise RuntimeError(f"master-last run failed: {exits}")
-            res["master_last"].append(max(_stamps(sim, "start")) - t0)
-            # (c)
-            _, exits, _ = job(ranks - 1)
+            data = timeline_of(sim)
+            last = max(r["started"] for r in data["ranks"])
+            res["master_last"].append(last - phase_t(data, "algo-1", "started"))
+            # (c) and its floor: bare mpirun's own abort of the same failure
+            clear(sim)
+            r = sim.run("algo-1", floor_argv(ranks - 1), timeout=300)
+            if r.returncode == 0:
+                raise RuntimeError("bare mpirun with a failing rank exited 0")
+            res["floor_abort"].append(time.time() - min(stamps(sim, "crash")))
+            _, procs = run_job(sim, crash=ranks - 1)
+            exits = wait_exits(procs, 300)
             if any(c == 0 for _, c in exits.values()):
                 raise RuntimeError(f"fan-out run: some entrypoint exited 0: {exits}")
-            res["fanout"].append(max(t for t, _ in exits.values()) - min(_stamps(sim, "crash")))
+            res["fanout"].append(figures(timeline_of(sim))["fanout"])
     med = {k: round(statistics.median(v), 3) if v else float("nan") for k, v in res.items()}
     return {"hosts": n, "ranks": ranks, "repeats": repeats, **{f"{k}_s": v for k, v in med.items()},
             "launch_over_floor_s": round(med["launch"] - med["floor"], 3),
+            "fanout_over_floor_s": round(med["fanout"] - med["floor_abort"], 3),
             "runs": {k: [round(x, 3) for x in v] for k, v in res.items()}}
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| hosts x ranks | bare mpirun floor (s) | (a) launch (s) | launch - floor (s) | of which: start -> "
-             "mpirun exec (s) | (a') launch, master last (s) | (b) shutdown tail (s) | (c) failure fan-out (s) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| hosts x ranks | bare mpirun floor | (a) launch | launch - floor | of which: start -> mpirun exec "
+             "| master CPU to mpirun | (a') launch, master last | (b) shutdown tail | bare mpirun abort "
+             "| (c) failure fan-out |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['hosts']} x {PPH} | {r['floor_s']:.2f} | {r['launch_s']:.2f} | "
-                     f"{r['launch_over_floor_s']:+.2f} | {r['to_mpirun_s']:.2f} | {r['master_last_s']:.2f} | "
-                     f"{r['tail_s']:.2f} | {r['fanout_s']:.2f} |")
+        lines.append(f"| {r['hosts']} x {PPH} | {r['floor_s']:.2f} s | {r['launch_s']:.2f} s | "
+                     f"{r['launch_over_floor_s']:+.2f} s | {r['to_mpirun_s']:.2f} s | {r['master_cpu_s']:.2f} s | "
+                     f"{r['master_last_s']:.2f} s | {r['tail_s']:.2f} s | {r['floor_abort_s']:.2f} s | "
+                     f"{r['fanout_s']:.2f} s ({r['fanout_over_floor_s']:+.2f}) |")
     return "\n".join(lines)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--hosts", default="2,4,8", help="comma-separated host counts (default 2,4,8)")
+    p.add_argument("--hosts", default="2,4,8", help="comma-separated host counts, e.g. 2,4,8,16 (default 2,4,8)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true", help="print one JSON object per host count")
     a = p.parse_args()
+    try:
+        counts = [int(x) for x in a.hosts.split(",")]
+    except ValueError:
+        p.error(f"--hosts {a.hosts!r}: expected comma-separated host counts such as 2,4,8,16")
+    if any(n < 2 for n in counts):
+        p.error(f"--hosts {a.hosts!r}: every host count must be at least 2 (a master and a worker)")
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_launch.") as root:
-        for n in (int(x) for x in a.hosts.split(",")):
+        for n in counts:
             rows.append(one_n(n, a.repeats, Path(root)))
             if a.json:
                 print(json.dumps(rows[-1]), flush=True)

@@ -1,0 +1,58 @@
+"""benchmarks/bench_launch.py reads its figures from the job's timeline: on the simulated cluster (real sshd,
+real mpirun, 3 hosts x 2 ranks) the timeline's launch figure agrees with the programs' own stamps.
+
+Two measurements of the same run, compared with each other (not with a time limit): the timeline's
+launch (the first entrypoint's process start -> the last rank wrapper's start report, both taken on
+the hosts) and the stamps' (the benchmark's clock just before it starts the entrypoints -> the last
+rank program's process start, read by the program from /proc).  Cluster name h10bl.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import bench_launch  # noqa: E402
+
+from mpirun_kit.spec.launch_spec import Timeouts  # noqa: E402
+
+pytestmark = [pytest.mark.sim, pytest.mark.timeout(300)]
+
+#: how far apart the two measurements of one launch may be (the issue's bound).
+AGREE_S = 0.05
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    from mpirun_kit.sim import SimCluster
+
+    with SimCluster(3, tmp_path_factory.mktemp("h10bl"), "h10bl") as sim:
+        yield sim
+
+
+def test_timeline_launch_matches_the_stamps(sim):
+    t0, procs = bench_launch.run_job(sim, timeouts=Timeouts(ssh_ready_s=60.0, master_connect_s=60.0))
+    exits = bench_launch.wait_exits(procs, 120)
+    assert {h: c for h, (_, c) in exits.items()} == {"algo-1": 0, "algo-2": 0, "algo-3": 0}, \
+        procs["algo-1"].output()
+    data = bench_launch.timeline_of(sim)
+    assert len(data["ranks"]) == 6 and len(bench_launch.stamps(sim, "proc")) == 6
+    fig = bench_launch.figures(data)
+    by_stamps = bench_launch.stamps_launch(sim, t0)
+    assert fig["launch"] > 0 and by_stamps > 0
+    assert abs(fig["launch"] - by_stamps) <= AGREE_S, (fig, by_stamps)
+    # the other figures are read from the same file: each one present and in order
+    assert 0 < fig["to_mpirun"] < fig["launch"] and fig["tail"] > 0 and fig["fanout"] is None
+
+
+def test_fanout_is_read_from_the_failing_rank(sim):
+    _, procs = bench_launch.run_job(sim, crash=5, timeouts=Timeouts(ssh_ready_s=60.0, master_connect_s=60.0))
+    exits = bench_launch.wait_exits(procs, 120)
+    assert all(c == 3 for _, c in exits.values()), exits
+    data = bench_launch.timeline_of(sim)
+    crashed = [r for r in data["ranks"] if r.get("exit_code") == 3]
+    assert [r["rank"] for r in crashed] == [5], data["ranks"]
+    fig = bench_launch.figures(data)
+    master_exit = bench_launch.phase_t(data, "algo-1", "exited")
+    assert fig["fanout"] == pytest.approx(master_exit - crashed[0]["exited"])
+    assert fig["fanout"] > 0
