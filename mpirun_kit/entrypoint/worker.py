@@ -9,8 +9,14 @@ bounded wait that ends in a clear non-zero exit, so a worker never hangs:
   (local MPI daemons are stopped by pid so no orted is orphaned, ompi #7790);
 * the MPI daemon never appears within ``daemon_wait_s + per_host * N`` while the
   master is alive -> 70;
-* SIGTERM/SIGINT: forwarded to the local MPI daemons; the master's result is
-  awaited for ``grace_s``, else 128+N.
+* SIGTERM/SIGINT: the ranks here are left to the master's mpirun.  On SageMaker
+  (StopTrainingJob, spot interruption) and under the ssh target's cancel every host
+  gets the signal at once, and the master's mpirun stops every rank itself (SIGTERM,
+  ``grace_s``, SIGKILL) through this host's MPI daemon, which also carries the ranks'
+  last output: stopping that daemon here would kill the ranks under their SIGTERM
+  handlers and lose what they print.  So the worker only waits for the master's
+  result; if none comes within ``grace_s + STOP_MARGIN_S`` (the master is gone, or
+  only this host was stopped) it stops its MPI daemons itself and exits 128+N.
 
 Meanwhile the worker sends the master a heartbeat every ``HEARTBEAT_S``, so the
 master can tell a lost worker host from a quiet one (``timeouts.worker_silence_s``).
@@ -38,6 +44,9 @@ log = logging.getLogger(__name__)
 
 RECV_TICK_S = 0.1
 DAEMON_SCAN_S = 0.2
+#: after a signal, how long past ``grace_s`` a worker waits for the master's result before it stops its
+#: MPI daemons itself: the master's own SIGKILL comes at ``grace_s``, then mpirun's exit and the result.
+STOP_MARGIN_S = 3.0
 
 
 def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, clock: Clock = SYSTEM_CLOCK,
@@ -121,13 +130,18 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
                 f"(MPI daemon {daemon_state}); the master host is gone or unreachable; "
                 "raise timeouts.master_silence_s if its network is slow")
         if latch.received and stop_deadline is None:
-            log.warning("worker %s got %s: forwarding to MPI daemon(s) %s", me, latch.received, daemons)
-            signal_pids(alive(daemons), signal.SIGTERM)
-            stop_deadline = Deadline(clock, t.grace_s)
+            # Not forwarded to the MPI daemon: the master's mpirun stops the ranks here (module docstring).
+            log.warning("worker %s got %s: the master's mpirun stops the ranks here (SIGTERM, %g s grace, SIGKILL); "
+                        "waiting up to %g s for its result", me, latch.received, t.grace_s, t.grace_s + STOP_MARGIN_S)
+            stop_deadline = Deadline(clock, t.grace_s + STOP_MARGIN_S)
         if stop_deadline is not None and stop_deadline.expired():
+            running = alive(daemons)
+            signal_pids(running, signal.SIGTERM)
             code = ExitCode.for_signal(signal.Signals[latch.received].value)
             return JobResult(code, summary=f"worker {me} stopped by {latch.received}; the master sent no result "
-                                           f"within the {t.grace_s:g} s grace period")
+                                           f"within {t.grace_s + STOP_MARGIN_S:g} s (grace_s + {STOP_MARGIN_S:g} s)"
+                                           + (f", so this host's MPI daemon(s) {', '.join(map(str, running))} were "
+                                              "sent SIGTERM" if running else ""))
         if now >= next_scan:
             next_scan = now + DAEMON_SCAN_S
             if daemon_state == "waiting":

@@ -117,15 +117,49 @@ def test_daemon_never_starts_exit_70(tmp_path):
 
 
 def test_sigterm_to_worker_without_result_143(tmp_path):
+    """No result after grace_s + STOP_MARGIN_S: the worker stops its MPI daemon itself and exits 143."""
     port = free_port()
+    daemon = tmp_path / "prted"
+    os.symlink("/bin/sleep", daemon)
     with master(port) as server:
         w = start_worker(tmp_path, port, grace_s=0.5)
         wait_connected(server)
-        w.send_signal(15)
-        out, err = w.communicate(timeout=30)
+        d = subprocess.Popen([str(daemon), "60"])
+        try:
+            time.sleep(0.5)  # the worker sees the daemon (it scans every 0.2 s)
+            w.send_signal(15)
+            out, err = w.communicate(timeout=30)
+            assert d.wait(10) == -15, "the worker did not stop its MPI daemon after the deadline"
+        finally:
+            d.kill()
     assert w.returncode == 143
-    assert "worker localhost stopped by SIGTERM; the master sent no result within the 0.5 s grace period" in \
-        failure(tmp_path)
+    assert (f"worker localhost stopped by SIGTERM; the master sent no result within 3.5 s (grace_s + 3 s), so this "
+            f"host's MPI daemon(s) {d.pid} were sent SIGTERM") in failure(tmp_path)
+
+
+def test_sigterm_to_worker_leaves_the_ranks_to_the_masters_mpirun(tmp_path):
+    """Every host gets SIGTERM at once on SageMaker: the worker does not stop its MPI daemon under the ranks
+    (their SIGTERM handlers' output goes through it); it exits with the result the master sends."""
+    port = free_port()
+    daemon = tmp_path / "prted"
+    os.symlink("/bin/sleep", daemon)
+    with master(port) as server:
+        w = start_worker(tmp_path, port, grace_s=5.0)
+        wait_connected(server)
+        d = subprocess.Popen([str(daemon), "60"])
+        try:
+            time.sleep(0.5)
+            w.send_signal(15)
+            time.sleep(1.0)    # the old worker sent its daemon SIGTERM at once
+            assert d.poll() is None, "the worker stopped its MPI daemon under the ranks"
+            server.publish(JobResult(143, summary="the job was stopped by SIGTERM sent to the master entrypoint"))
+            out, err = w.communicate(timeout=30)
+            assert d.poll() is None
+        finally:
+            d.kill()
+    assert w.returncode == 143, err
+    assert "job result from master: exit code 143" in err
+    assert "the master's mpirun stops the ranks here (SIGTERM, 5 s grace, SIGKILL)" in err
 
 
 def test_worker_heartbeats_keep_it_alive_and_its_silence_is_noticed(tmp_path):
