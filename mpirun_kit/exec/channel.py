@@ -131,8 +131,9 @@ def check_rank_report(msg: dict, rank_hosts: Mapping[int, str]) -> tuple[dict | 
     if event == "start":
         if _is_int(msg.get("local_rank")):
             clean["local_rank"] = msg["local_rank"]
-        if _is_int(msg.get("pid")):
-            clean["pid"] = msg["pid"]
+        for name in ("pid", "program_pid"):        # the wrapper's and its program's
+            if _is_int(msg.get(name)):
+                clean[name] = msg[name]
         return clean, ""
     code, sig = msg.get("exit_code"), msg.get("signal")
     if (code is None) == (sig is None):

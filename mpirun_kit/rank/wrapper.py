@@ -126,14 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     env = child_env(dict(os.environ))
     rank, host, local, _ = rank_identity(env)
     addr = env.get(RESULT_ADDR_VAR) if key else None
-    sock = send_rank_event(addr, {"event": "start", "rank": rank, "host": host, "local_rank": local,
-                                  "pid": os.getpid(), "t": time.time()}, key) if addr else None
 
     def early_exit(code: int, why: str) -> int:
         print(f"mpirun_kit.rank: rank {rank} on {host}: {why}", file=sys.stderr, flush=True)
         if addr:
             send_rank_event(addr, {"event": "exit", "rank": rank, "host": host, "exit_code": code, "signal": None,
-                                   "t": time.time()}, key, sock=sock)
+                                   "t": time.time()}, key)
         return code
 
     from ..errors import MpirunKitError
@@ -162,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..observe import relay
 
     env, progress_r, progress_w, stack_file = relay.prepare(env)
+    started = time.time()
     try:
         child = subprocess.Popen(argv, env=env, pass_fds=(progress_w,))
     except OSError as exc:
@@ -170,6 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         os.close(progress_w)
     for signum in held:
         child.send_signal(signum)
+    # The start is reported once the program runs, not before: connecting to the master is off the
+    # program's path.  "t" is when it was started; "program_pid" shows the report came after.
+    sock = send_rank_event(addr, {"event": "start", "rank": rank, "host": host, "local_rank": local,
+                                  "pid": os.getpid(), "program_pid": child.pid, "t": started},
+                           key) if addr else None
     watcher = relay.Relay(addr, key, sock, {"rank": rank, "host": host}, progress_r, stack_file).start(child.pid)
     status = child.wait()
     sock = watcher.stop()

@@ -73,6 +73,16 @@ def test_success_reports_start_and_exit(server):
     assert server.rank_failures() == ()
 
 
+def test_start_reported_after_the_program_started(server):
+    """Issue 14: the wrapper starts the program first and reports after, so the report never delays it."""
+    res = mpirun(server, 1, [PY, "-c", "import os; print('PID', os.getpid())"])
+    assert res.returncode == 0, res.stderr
+    assert server.wait_rank_events(lambda evs: len(evs) == 2, 10)
+    start = next(e for e in server.rank_events() if e["event"] == "start")
+    assert f"PID {start['program_pid']}" in res.stdout, (start, res.stdout)
+    assert start["pid"] != start["program_pid"]
+
+
 def test_exit_code_passes_through(server):
     res = mpirun(server, 2, [PY, str(BIN / "exit_with.py"), "3", "1"])
     assert res.returncode == 3
