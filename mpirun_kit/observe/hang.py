@@ -44,6 +44,9 @@ TICK_S = 0.5
 STACKS_WAIT_S = 4.0
 #: frames shown per thread in the report.
 REPORT_FRAMES = 12
+#: how often the master logs each host's progress (``progress_lines``; the SageMaker target's metric
+#: definitions read these lines into per-host metrics).
+PROGRESS_LOG_S = 30.0
 
 
 def _is_int(v) -> bool:
@@ -154,6 +157,22 @@ class HangWatch:
         return Stall(behind, False) if behind else None
 
 
+def progress_lines(table: Mapping[int, RankProgress], rank_hosts: Mapping[int, str]) -> list[str]:
+    """The master's progress lines: one per host whose ranks reported a step (the host's lowest step: its
+    slowest rank), then the job's lowest and highest step.  Empty while no rank reported a step."""
+    per_host: dict[str, int] = {}
+    steps = [p.step for p in table.values() if p.step is not None]
+    for r, p in table.items():
+        if p.step is not None:
+            h = rank_hosts[r]
+            per_host[h] = min(per_host.get(h, p.step), p.step)
+    if not per_host:
+        return []
+    lines = [f"mpirun_kit: progress host={h} step={s}" for h, s in sorted(per_host.items())]
+    lines.append(f"mpirun_kit: progress job min_step={min(steps)} max_step={max(steps)}")
+    return lines
+
+
 def _signature(threads: list[dict]) -> tuple:
     """Where a rank waits: the innermost frame of its first thread (the main thread in py-spy's order)."""
     for th in threads:
@@ -249,6 +268,7 @@ class HangMonitor:
         self.report_path: Path | None = None
         self._reported_at: float | None = None
         self._abort = threading.Event()
+        self._last_progress: list[str] = []
 
     # -- fed by the result channel's thread ------------------------------------------
     def on_report(self, msg: dict) -> None:
@@ -278,8 +298,22 @@ class HangMonitor:
     def last_report(self) -> str:
         return self.reports[-1] if self.reports else ""
 
+    def _log_progress(self) -> None:
+        lines = progress_lines(self.watch.snapshot(), self.rank_hosts)
+        if lines and lines != self._last_progress:
+            self._last_progress = lines
+            if self.out is not None:    # the master's log stream
+                print("\n".join(lines), file=self.out, flush=True)
+            else:
+                for line in lines:
+                    log.info("%s", line.removeprefix("mpirun_kit: "))
+
     def _run(self) -> None:
+        next_progress = self.clock.monotonic() + PROGRESS_LOG_S
         while not self._stop.wait(TICK_S):
+            if self.clock.monotonic() >= next_progress:
+                next_progress = self.clock.monotonic() + PROGRESS_LOG_S
+                self._log_progress()
             stall = self.watch.check()
             if stall is not None:
                 self._report(stall)

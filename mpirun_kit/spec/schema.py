@@ -72,6 +72,9 @@ class SageMakerTarget:
     #: secret-looking env/hyperparameter names sent anyway: SageMaker shows both in plain text to anyone
     #: who can describe the job, so such a name is an error unless listed here.
     allow_plaintext_secrets: tuple[str, ...] = ()
+    #: S3 URI for TensorBoard event files (TensorBoardOutputConfig): what the program writes under
+    #: /opt/ml/output/tensorboard is uploaded there while the job runs; "" = no TensorBoard output.
+    tensorboard_s3: str = ""
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,7 @@ JOB_SCHEMA: dict = {
                 "tags": {"type": "object", "additionalProperties": _SCALAR},
                 "logs": {"type": "boolean"},
                 "allow_plaintext_secrets": {"type": "array", "items": _STR},
+                "tensorboard_s3": _S3,
             }),
         }, description="where the job runs, and that target's settings"),
         "resources": _obj({

@@ -38,7 +38,28 @@ METRIC_DEFINITIONS = (
     {"Name": "val:segm_mAP", "Regex": r"segm_mAP=([0-9.]+)"},
     {"Name": "allreduce:busbw_GBps", "Regex": r"busbw_GBps=([0-9.]+)"},
 )
+#: The master's progress lines (observe/hang.py ``progress_lines``, every ``PROGRESS_LOG_S``): the job's
+#: lowest and highest step, then one metric per host (its slowest rank's step).
+PROGRESS_METRICS = (
+    {"Name": "progress:min_step", "Regex": r"mpirun_kit: progress job min_step=(\d+) "},
+    {"Name": "progress:max_step", "Regex": r"mpirun_kit: progress job min_step=\d+ max_step=(\d+)"},
+)
+#: SageMaker accepts at most this many metric definitions per job.
+MAX_METRIC_DEFINITIONS = 40
+
+
+def metric_definitions(hosts) -> list[dict]:
+    """The training metrics, the job's progress, and per-host progress for as many hosts as the limit allows
+    (metric names are fixed in the request, so each host needs its own; the first hosts get them)."""
+    out = [dict(m) for m in METRIC_DEFINITIONS + PROGRESS_METRICS]
+    room = MAX_METRIC_DEFINITIONS - len(out)
+    out += [{"Name": f"progress:{h}", "Regex": rf"mpirun_kit: progress host={re.escape(h)} step=(\d+)"}
+            for h in list(hosts)[:room]]
+    return out
 TERMINAL = ("Completed", "Failed", "Stopped")
+#: where a job's TensorBoard event files go on every host (SageMaker's default LocalPath); the trainer's
+#: ``--tensorboard-dir`` and ``tensorboard_s3`` meet here.
+TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 
 
 def directory_path(mount_name: str, path: str) -> str:
@@ -97,7 +118,7 @@ def build_request(compiled: CompiledJob, job_name: str) -> dict:
         "AlgorithmSpecification": {
             "TrainingImage": job.image,
             "TrainingInputMode": "File",
-            "MetricDefinitions": [dict(m) for m in METRIC_DEFINITIONS],
+            "MetricDefinitions": metric_definitions(h.name for h in compiled.hosts),
             "EnableSageMakerMetricsTimeSeries": True,
         },
         "HyperParameters": {LAUNCH_SPEC_HYPERPARAMETER: launch_json},
@@ -122,6 +143,9 @@ def build_request(compiled: CompiledJob, job_name: str) -> dict:
         req["VpcConfig"] = {"Subnets": list(job.vpc.subnets), "SecurityGroupIds": list(job.vpc.security_groups)}
     if job.retries:
         req["RetryStrategy"] = {"MaximumRetryAttempts": job.retries}
+    if sm.tensorboard_s3:
+        # SageMaker uploads what the program writes under LocalPath to S3OutputPath while the job runs.
+        req["TensorBoardOutputConfig"] = {"S3OutputPath": sm.tensorboard_s3, "LocalPath": TENSORBOARD_LOCAL_PATH}
     from ..stack.limits import validate_request
 
     validate_request("sagemaker", "CreateTrainingJob", req, source=job.source)

@@ -1,8 +1,10 @@
 """The master's stall policy and hang report, driven by an injected clock (no processes needed)."""
 from pathlib import Path
 
-from mpirun_kit.observe.hang import (HangMonitor, HangWatch, Stall, check_observe_report, render_report, suspects,
-                                     write_report)
+import io
+
+from mpirun_kit.observe.hang import (HangMonitor, HangWatch, Stall, check_observe_report, progress_lines, render_report,
+                                     suspects, write_report)
 
 HOSTS = {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
 
@@ -216,3 +218,20 @@ def test_plan_shows_the_stall_policy():
     spec = LaunchSpec(program=("p",), timeouts=Timeouts(stall_s=30, hang_abort_s=120))
     assert "hang report after 30s without progress" in render(build_launch_plan(spec, cluster, {}, 0))
     assert "abort 120s after the report (exit 76)" in render(build_launch_plan(spec, cluster, {}, 0))
+
+
+def test_master_logs_each_hosts_progress(tmp_path):
+    """The lines the SageMaker metric definitions read: each host's slowest rank, the job's lowest and highest."""
+    out = io.StringIO()
+    mon = HangMonitor(HOSTS, 600, None, tmp_path, lambda ranks: ranks, clock=Clock(), out=out)
+    mon._log_progress()
+    assert out.getvalue() == ""                      # nothing reported yet: no lines
+    for r, step in ((0, 5), (1, 7), (2, 4)):        # rank 3 has not reported
+        mon.on_report({"event": "progress", "rank": r, "step": step})
+    mon._log_progress()
+    assert out.getvalue().splitlines() == ["mpirun_kit: progress host=algo-1 step=5",
+                                           "mpirun_kit: progress host=algo-2 step=4",
+                                           "mpirun_kit: progress job min_step=4 max_step=7"]
+    mon._log_progress()                              # nothing changed: not repeated
+    assert len(out.getvalue().splitlines()) == 3
+    assert progress_lines(mon.watch.snapshot(), HOSTS) == out.getvalue().splitlines()

@@ -76,7 +76,7 @@ def test_request_whole_value():
         "RoleArn": "arn:aws:iam::123456789012:role/mrk",
         "AlgorithmSpecification": {"TrainingImage": "1.dkr.ecr.us-west-2.amazonaws.com/mrk:1",
                                    "TrainingInputMode": "File",
-                                   "MetricDefinitions": [dict(m) for m in T.METRIC_DEFINITIONS],
+                                   "MetricDefinitions": T.metric_definitions(["algo-1", "algo-2"]),
                                    "EnableSageMakerMetricsTimeSeries": True},
         "HyperParameters": {LAUNCH_SPEC_HYPERPARAMETER: c.launch.to_json()},
         "Environment": env,
@@ -134,6 +134,42 @@ def test_metric_regexes_match_the_training_lines():
                 found[m["Name"]] = float(hit.group(1))
     assert found == {"train:loss": 0.84, "train:lr": 0.02, "train:images_per_s": 31.5, "val:bbox_mAP": 0.512,
                      "val:segm_mAP": 0.47, "allreduce:busbw_GBps": 41.25}
+
+
+def test_progress_metrics_read_the_masters_progress_lines():
+    """Issue 14 item 6: per-host progress as SageMaker metrics, from the lines the master logs (observe/hang.py)."""
+    from mpirun_kit.observe.hang import RankProgress, progress_lines
+
+    hosts = {0: "algo-1", 1: "algo-1", 2: "algo-10", 3: "algo-10"}
+    lines = progress_lines({0: RankProgress(12, 0.0), 1: RankProgress(11, 0.0), 2: RankProgress(30, 0.0),
+                            3: RankProgress(None, 0.0)}, hosts)
+    defs = T.metric_definitions(f"algo-{i}" for i in range(1, 11))
+    found = {}
+    for m in defs:
+        for line in lines:
+            hit = re.search(m["Regex"], "[algo-1] " + line)
+            if hit:
+                assert m["Name"] not in found, (m, line)     # algo-1's regex must not match algo-10's line
+                found[m["Name"]] = int(hit.group(1))
+    assert found == {"progress:algo-1": 11, "progress:algo-10": 30, "progress:min_step": 11,
+                     "progress:max_step": 30}
+
+
+def test_progress_metrics_stay_within_sagemakers_40_definitions():
+    defs = T.metric_definitions(f"algo-{i}" for i in range(1, 257))
+    assert len(defs) == 40 and defs[-1]["Name"] == "progress:algo-32"
+    req = T.build_request(compiled(SPEC.replace("hosts: 2}", "hosts: 64}")), "n")   # AWS's own limits pass
+    assert len(req["AlgorithmSpecification"]["MetricDefinitions"]) == 40
+
+
+def test_tensorboard_output_config_when_the_spec_asks():
+    assert "TensorBoardOutputConfig" not in T.build_request(compiled(), "n")
+    text = SPEC.replace("    tags: {team: vision}\n", "    tags: {team: vision}\n    tensorboard_s3: s3://bucket/tb\n")
+    req = T.build_request(compiled(text), "n")
+    assert req["TensorBoardOutputConfig"] == {"S3OutputPath": "s3://bucket/tb", "LocalPath": "/opt/ml/output/tensorboard"}
+    bad = SPEC.replace("    tags: {team: vision}\n", "    tags: {team: vision}\n    tensorboard_s3: /tmp/tb\n")
+    with pytest.raises(SpecError, match=r"target\.sagemaker\.tensorboard_s3"):
+        compiled(bad)
 
 
 class FakeClock:
