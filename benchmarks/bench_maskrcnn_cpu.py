@@ -9,6 +9,7 @@ detection ops or the pure-PyTorch fallbacks ran.
 
     python benchmarks/bench_maskrcnn_cpu.py [--ranks 2] [--eval-period 300] [--json out.json] [--set k=v ...]
     python benchmarks/bench_maskrcnn_cpu.py --op-ratio-only   # just the compiled-vs-reference step ratio
+    PYTHONPATH=<tree> python benchmarks/bench_maskrcnn_cpu.py --step-time-only [--weights demo.pth]  # CPU ms/step
 
 It also measures, in one process and in the same run, the demo's training step time with the
 compiled detection ops against the pure-PyTorch references (same model, same batches,
@@ -75,6 +76,55 @@ def op_ratio(steps: int = 6, rounds: int = 3) -> dict:
             "note": "best of %d rounds of %d steps of 4 images, 1 thread" % (rounds, steps)}
 
 
+def step_time(weights: Path | None = None, steps: int = 10, rounds: int = 2) -> dict:
+    """CPU time of one demo training step (4 images at 160 px, 1 thread, compiled ops).
+
+    Process CPU time, not wall clock, so other load on a shared machine inflates it far less.  It
+    uses only config/model/dataset APIs that older trees have too: run it against an old checkout
+    with ``PYTHONPATH=<old checkout>`` to compare (README, Benchmarks).  ``weights``: a demo
+    checkpoint to start from (a trained model samples more foreground, as the real run does).
+    """
+    import torch
+
+    import mpirun_kit
+    from mpirun_kit.maskrcnn.config import resolve_config
+    from mpirun_kit.maskrcnn.data.coco import CocoDataset
+    from mpirun_kit.maskrcnn.data.synthetic import write_shapes_dataset
+    from mpirun_kit.maskrcnn.modeling.meta_arch import build_model
+    from mpirun_kit.maskrcnn.ops import ops_available
+
+    torch.set_num_threads(1)
+    cfg, _ = resolve_config("demo")
+    torch.manual_seed(0)
+    model = build_model(cfg.model).train()
+    if weights is not None:
+        model.load_state_dict(torch.load(weights, weights_only=False)["model"])
+    opt = torch.optim.SGD([q for q in model.parameters() if q.requires_grad], lr=0.01, momentum=0.9)
+    with tempfile.TemporaryDirectory() as d:
+        write_shapes_dataset(d, n_train=4 * steps, n_val=1, size=cfg.data.synthetic_size, seed=2026)
+        ds = CocoDataset(Path(d) / "annotations/instances_train.json", Path(d) / "train", train=True,
+                         min_sizes=(160,), max_size=224, flip_prob=0.0, num_classes=3)
+        batches = [[ds[(4 * i + j, 4 * i + j)] for j in range(4)] for i in range(steps)]
+
+    def step(b):
+        loss = sum(model(b).values())
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        opt.step()
+
+    step(batches[0])
+    per_round = []
+    for _ in range(rounds):
+        t0 = time.process_time()
+        for b in batches:
+            step(b)
+        per_round.append((time.process_time() - t0) / steps * 1000)
+    return {"tree": str(Path(mpirun_kit.__file__).parent.parent), "compiled_ops": ops_available(),
+            "cpu_ms_per_step": round(min(per_round), 1), "rounds": [round(x, 1) for x in per_round],
+            "note": f"best of {rounds} rounds of {steps} steps of 4 images, 1 thread, process CPU time"}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, default=2)
@@ -83,9 +133,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, default=None, help="keep data and output here (default: a temp dir)")
     p.add_argument("--json", type=Path, default=None, help="also write the result here")
     p.add_argument("--op-ratio-only", action="store_true", help="skip the demo run; measure only the op ratio")
+    p.add_argument("--step-time-only", action="store_true",
+                   help="skip the demo run; print the CPU time of one demo training step (compare trees with PYTHONPATH)")
+    p.add_argument("--weights", type=Path, default=None, help="--step-time-only: start from this demo checkpoint")
     args = p.parse_args(argv)
     if args.op_ratio_only:
         print(json.dumps(op_ratio(), indent=2))
+        return 0
+    if args.step_time_only:
+        print(json.dumps(step_time(args.weights), indent=2))
         return 0
 
     mpirun = shutil.which("mpirun")

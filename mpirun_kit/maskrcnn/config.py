@@ -70,6 +70,10 @@ class RoIHeadsConfig:
     mask_conv_dim: int = 256
     mask_num_convs: int = 4
     mask_resolution: int = 28
+    #: foreground RoIs per image the mask head trains on (a fixed number of slots, so the step has
+    #: fixed shapes; the foreground picks are in random order, so fewer slots is a random subset);
+    #: 0 = all of them (batch_size_per_image * positive_fraction)
+    mask_rois_per_image: int = 0
     bbox_reg_weights: tuple[float, ...] = (10.0, 10.0, 5.0, 5.0)
     score_thresh_test: float = 0.05
     nms_thresh_test: float = 0.5
@@ -208,6 +212,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model.roi_heads.fc_dim": 256,
         "model.roi_heads.mask_conv_dim": 64,
         "model.roi_heads.mask_num_convs": 2,
+        # 12 of the (up to) 16 foreground slots: about the foreground an image has here (13 on
+        # average), so the fixed-size mask head costs no more than the old variable-size one did
+        "model.roi_heads.mask_rois_per_image": 12,
         "model.roi_heads.detections_per_img": 20,
         "input.min_size_train": (128, 144, 160),
         "input.max_size_train": 224,
@@ -351,6 +358,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"model.backbone.norm={m.backbone.norm!r}: expected 'frozen_bn' or 'gn'")
     if len(m.rpn.anchor_sizes) != 5:
         raise ConfigError(f"model.rpn.anchor_sizes={m.rpn.anchor_sizes}: expected 5 sizes, one per level P2..P6")
+    if m.roi_heads.mask_rois_per_image < 0:
+        raise ConfigError(f"model.roi_heads.mask_rois_per_image={m.roi_heads.mask_rois_per_image}: expected >= 0 "
+                          "(0 = every foreground slot)")
     if cfg.solver.amp not in ("none", "bf16", "fp16"):
         raise ConfigError(f"solver.amp={cfg.solver.amp!r}: expected 'none', 'bf16' or 'fp16'")
     if cfg.backend not in ("auto", "gloo", "nccl", "horovod"):

@@ -10,8 +10,9 @@ score threshold, per-class NMS, top-k, then masks for the kept boxes.
 
 Training runs on the whole batch with fixed shapes: padded proposals + padded GT, a fixed number of
 sampled slots per image (invalid ones weighted 0), foreground first so the mask head takes the
-first ``batch_size_per_image * positive_fraction`` slots, and RoIAlign over all FPN levels in one
-call (``multiscale_roi_align_packed``).  Nothing in it reads a device value on the host.
+first ``mask_rois_per_image`` slots (default: all ``batch_size_per_image * positive_fraction``),
+and RoIAlign over all FPN levels in one call per head on the levels tiled once per step
+(``pack_levels`` + ``roi_align_packed``).  Nothing in it reads a device value on the host.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import RoIHeadsConfig
-from ..ops import (batched_nms, decode_boxes, encode_boxes, multiscale_roi_align, multiscale_roi_align_packed,
-                   roi_align)
+from ..ops import (batched_nms, decode_boxes, encode_boxes, multiscale_roi_align, pack_levels, roi_align,
+                   roi_align_packed)
 from .fpn import STRIDES
 from .sampling import batched_iou, match, subsample
 
@@ -64,22 +65,25 @@ class RoIHeads(nn.Module):
             nn.init.zeros_(m.bias)
 
     # ----------------------------------------------------------------- heads
-    def _pool(self, feats: list[torch.Tensor], rois: torch.Tensor, size: int, packed: bool = False) -> torch.Tensor:
+    def _pool(self, feats, rois: torch.Tensor, size: int) -> torch.Tensor:
+        """``feats``: P2..P6 (inference: per-level pooling) or a ``pack_levels`` (canvas, origins)
+        pair (training: one kernel call, no host sync; the RoIs are clipped to the image)."""
+        if isinstance(feats, tuple):
+            canvas, origins = feats
+            return roi_align_packed(canvas, origins, rois.float(), (size, size), self.cfg.sampling_ratio, POOL_STRIDES)
         # RoIAlign runs in float32 even under AMP (as AMP O1 did): bf16/fp16 RoI coordinates would
         # be off by pixels at 800x1333, and the op wants rois in the features' dtype
         feats = [f.float() for f in feats[:4]]
-        if packed:  # training: one kernel call, no host sync (the RoIs are clipped to the image)
-            return multiscale_roi_align_packed(feats, rois.float(), (size, size), self.cfg.sampling_ratio, POOL_STRIDES)
         return multiscale_roi_align(feats, rois.float(), (size, size), self.cfg.sampling_ratio,
                                     POOL_STRIDES, aligned=True)
 
-    def box_head(self, feats: list[torch.Tensor], rois: torch.Tensor, packed: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self._pool(feats, rois, self.cfg.box_pool_size, packed).flatten(1)
+    def box_head(self, feats, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._pool(feats, rois, self.cfg.box_pool_size).flatten(1)
         x = F.relu(self.fc2(F.relu(self.fc1(x))))
         return self.cls_score(x).float(), self.bbox_pred(x).float()
 
-    def mask_head(self, feats: list[torch.Tensor], rois: torch.Tensor, packed: bool = False) -> torch.Tensor:
-        x = self._pool(feats, rois, self.cfg.mask_pool_size, packed)
+    def mask_head(self, feats, rois: torch.Tensor) -> torch.Tensor:
+        x = self._pool(feats, rois, self.cfg.mask_pool_size)
         x = F.relu(self.mask_deconv(self.mask_convs(x)))
         return self.mask_pred(x).float()
 
@@ -106,7 +110,9 @@ class RoIHeads(nn.Module):
             roi_w = valid / (valid.sum(1, keepdim=True).clamp(min=1) * b)
             batch_idx = torch.arange(b, device=gt.device, dtype=boxes.dtype)[:, None, None].expand(-1, boxes.shape[1], 1)
             rois = torch.cat([batch_idx, boxes], 2)  # [B, S, 5]
-        cls_logits, box_deltas = self.box_head(feats, rois.reshape(-1, 5), packed=True)
+        # P2..P5 tiled once (float32, see _pool) for both heads' RoIAlign
+        packed = pack_levels([f.float() for f in feats[:4]])
+        cls_logits, box_deltas = self.box_head(packed, rois.reshape(-1, 5))
         loss_cls = (F.cross_entropy(cls_logits, cls_t.reshape(-1), reduction="none") * roi_w.reshape(-1)).sum()
         k = (cls_t.reshape(-1) - 1).clamp(min=0)
         pred = box_deltas.view(-1, self.num_classes, 4).gather(1, k[:, None, None].expand(-1, 1, 4))[:, 0]
@@ -114,6 +120,8 @@ class RoIHeads(nn.Module):
         loss_box = torch.where(is_pos.reshape(-1), box_l1 * roi_w.reshape(-1), torch.zeros_like(box_l1)).sum()
         # foreground slots come first: the mask head takes a fixed prefix, invalid slots weigh 0
         mp = min(int(self.cfg.batch_size_per_image * self.cfg.positive_fraction), sel.shape[1])
+        if self.cfg.mask_rois_per_image > 0:
+            mp = min(mp, self.cfg.mask_rois_per_image)
         if mp == 0:
             # keep every mask-head parameter in the graph (DDP expects a gradient for each)
             loss_mask = sum(p.sum() for p in [*self.mask_convs.parameters(), *self.mask_deconv.parameters(),
@@ -126,7 +134,7 @@ class RoIHeads(nn.Module):
             m_rows = targets["mask_rows"].gather(1, gt_sel[:, :mp]).reshape(-1)
             mask_t = self._mask_targets(targets["masks"], m_rois[:, 1:], m_rows)
             mask_w = (m_valid / (m_valid.sum(1, keepdim=True).clamp(min=1) * b)).reshape(-1)
-        logits = self.mask_head(feats, m_rois, packed=True)
+        logits = self.mask_head(packed, m_rois)
         logits = logits.gather(1, m_labels[:, None, None, None].expand(-1, 1, *logits.shape[2:]))[:, 0]
         per_roi = F.binary_cross_entropy_with_logits(logits, mask_t, reduction="none").mean((1, 2))
         loss_mask = torch.where(m_valid.reshape(-1), per_roi * mask_w, torch.zeros_like(per_roi)).sum()

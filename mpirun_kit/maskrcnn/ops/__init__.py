@@ -18,7 +18,8 @@ from .anchors import generate_anchors
 from .boxes import DEFAULT_CLIP, box_iou, decode_boxes, encode_boxes
 from .nms import batched_nms, nms
 from .proposals import generate_proposals, generate_proposals_padded
-from .roi_align import MultiScaleRoIAlign, boxes_to_rois, multiscale_roi_align, multiscale_roi_align_packed, pack_levels, roi_align
+from .roi_align import (MultiScaleRoIAlign, boxes_to_rois, multiscale_roi_align, multiscale_roi_align_packed, pack_levels,
+                        roi_align, roi_align_packed)
 
 __all__ = [
     "DEFAULT_CLIP",
@@ -41,6 +42,7 @@ __all__ = [
     "ops_available",
     "pack_levels",
     "roi_align",
+    "roi_align_packed",
 ]
 
 

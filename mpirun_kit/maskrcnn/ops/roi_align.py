@@ -122,32 +122,90 @@ def multiscale_roi_align(
     )
 
 
+def _tile_layout(sizes: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], list[tuple[int, int]]]:
+    """Canvas (H, W) and each level's interior origin (y, x): level 0 on the left, the others
+    stacked to its right, each inside a one-pixel border."""
+    h0, w0 = sizes[0]
+    origins, y = [(1, 1)], 0
+    for h, _ in sizes[1:]:
+        origins.append((y + 1, w0 + 3))
+        y += h + 2
+    right_w = max((w + 2 for _, w in sizes[1:]), default=0)
+    return (max(h0 + 2, y), w0 + 2 + right_w), origins
+
+
+class _PackLevels(torch.autograd.Function):
+    """Levels -> canvas with edge-replicating borders; backward folds the border gradients back
+    onto the edges (cheaper than replicate-pad + cat and their generic backward)."""
+
+    @staticmethod
+    def forward(ctx, origins, *features):
+        ctx.origins, ctx.sizes = origins, [tuple(f.shape[-2:]) for f in features]
+        (hc, wc), _ = _tile_layout(ctx.sizes)
+        n, c = features[0].shape[:2]
+        fmt = torch.channels_last if features[0].is_contiguous(memory_format=torch.channels_last) and c > 1 else torch.contiguous_format
+        canvas = features[0].new_zeros((n, c, hc, wc)).contiguous(memory_format=fmt)
+        for f, (y, x) in zip(features, origins):
+            h, w = f.shape[-2:]
+            t = canvas[:, :, y - 1:y + h + 1, x - 1:x + w + 1]
+            t[:, :, 1:-1, 1:-1] = f
+            t[:, :, 0, 1:-1] = f[:, :, 0]  # borders replicate the edge rows/columns (corners too)
+            t[:, :, -1, 1:-1] = f[:, :, -1]
+            t[:, :, :, 0] = t[:, :, :, 1]
+            t[:, :, :, -1] = t[:, :, :, -2]
+        return canvas
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = []
+        for (y, x), (h, w) in zip(ctx.origins, ctx.sizes):
+            g = grad[:, :, y - 1:y + h + 1, x - 1:x + w + 1]
+            gi = g[:, :, 1:-1, 1:-1].clone()
+            gi[:, :, 0] += g[:, :, 0, 1:-1]  # border rows and columns onto the edges they copy
+            gi[:, :, -1] += g[:, :, -1, 1:-1]
+            gi[:, :, :, 0] += g[:, :, 1:-1, 0]
+            gi[:, :, :, -1] += g[:, :, 1:-1, -1]
+            for cy, cx in ((0, 0), (0, -1), (-1, 0), (-1, -1)):  # the corners copy the corner pixels
+                gi[:, :, cy, cx] += g[:, :, cy, cx]
+            out.append(gi)
+        return (None, *out)
+
+
 def pack_levels(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
-    """Tile FPN levels into one [N, C, Hc, Wc] canvas for ``multiscale_roi_align_packed``.
+    """Tile FPN levels into one [N, C, Hc, Wc] canvas for ``roi_align_packed``.
 
     Level 0 sits on the left, the coarser levels stacked in a column to its right; each tile has a
     one-pixel border replicating its edge (so bilinear samples at a map's edge read what RoIAlign's
     edge clamp reads) and zeros between tiles.  Returns the canvas and each level's (y, x) origin
     of its interior.  Differentiable: gradients flow back to every level.
     """
-    tiles = [torch.nn.functional.pad(f, (1, 1, 1, 1), mode="replicate") for f in features]
-    right = tiles[1:]
-    height = max(tiles[0].shape[2], sum(t.shape[2] for t in right))
-    right_w = max((t.shape[3] for t in right), default=0)
-    pad_h = lambda t, h: torch.nn.functional.pad(t, (0, 0, 0, h - t.shape[2]))  # noqa: E731
-    origins = [(1, 1)]
-    y = 0
-    for t in right:
-        origins.append((y + 1, tiles[0].shape[3] + 1))
-        y += t.shape[2]
-    columns = [pad_h(tiles[0], height)]
-    if right:
-        col = torch.cat([torch.nn.functional.pad(t, (0, right_w - t.shape[3])) for t in right], dim=2)
-        columns.append(pad_h(col, height))
-    canvas = torch.cat(columns, dim=3)
-    if features[0].is_contiguous(memory_format=torch.channels_last):
-        canvas = canvas.contiguous(memory_format=torch.channels_last)
-    return canvas, origins
+    _, origins = _tile_layout([tuple(f.shape[-2:]) for f in features])
+    return _PackLevels.apply(origins, *features), origins
+
+
+def roi_align_packed(
+    canvas: torch.Tensor,
+    origins: Sequence[tuple[int, int]],
+    rois: torch.Tensor,
+    output_size: int | tuple[int, int],
+    sampling_ratio: int,
+    strides: Sequence[int],
+    canonical_scale: float = 224.0,
+    canonical_level: int = 4,
+) -> torch.Tensor:
+    """``multiscale_roi_align_packed`` on a canvas from ``pack_levels`` (pack once, pool many)."""
+    size = check_output_size(output_size)
+    check_boxes("rois", rois, cols=5)
+    min_level = int(round(math.log2(strides[0])))
+    levels = reference.fpn_levels(rois, len(strides), canonical_scale, canonical_level, min_level)
+    scale = torch.tensor([1.0 / s for s in strides], dtype=rois.dtype)
+    origin = torch.tensor([[x, y] for y, x in origins], dtype=rois.dtype)
+    if rois.device.type != "cpu":
+        # two tiny host constants: pinned + non_blocking, so the host does not wait for the copy
+        scale = scale.pin_memory().to(rois.device, non_blocking=True)
+        origin = origin.pin_memory().to(rois.device, non_blocking=True)
+    moved = torch.cat([rois[:, :1], rois[:, 1:] * scale[levels][:, None] + origin[levels].repeat(1, 2)], dim=1)
+    return roi_align(canvas, moved, size, 1.0, sampling_ratio, True)
 
 
 def multiscale_roi_align_packed(
@@ -172,22 +230,9 @@ def multiscale_roi_align_packed(
 
     Args: as ``multiscale_roi_align`` (rois [K, 5] in image pixels).  Returns [K, C, oh, ow].
     """
-    size = check_output_size(output_size)
     _check_strides(features, strides)
-    check_boxes("rois", rois, cols=5)
-    min_level = int(round(math.log2(strides[0])))
-    levels = reference.fpn_levels(rois, len(features), canonical_scale, canonical_level, min_level)
     canvas, origins = pack_levels(list(features))
-    scale = torch.tensor([1.0 / s for s in strides], dtype=rois.dtype)
-    origin = torch.tensor([[x, y] for y, x in origins], dtype=rois.dtype)
-    if rois.device.type != "cpu":
-        # two tiny host constants: pinned + non_blocking, so the host does not wait for the copy
-        scale = scale.pin_memory().to(rois.device, non_blocking=True)
-        origin = origin.pin_memory().to(rois.device, non_blocking=True)
-    s = scale[levels][:, None]
-    o = origin[levels].repeat(1, 2)
-    moved = torch.cat([rois[:, :1], rois[:, 1:] * s + o], dim=1)
-    return roi_align(canvas, moved, size, 1.0, sampling_ratio, True)
+    return roi_align_packed(canvas, origins, rois, output_size, sampling_ratio, strides, canonical_scale, canonical_level)
 
 
 @dataclass(frozen=True)

@@ -305,3 +305,13 @@ def test_packed_multiscale_roi_align_equals_the_per_level_pooler(gen, channels_l
     g_got = torch.autograd.grad(got.square().sum(), feats)
     for gw, gg in zip(g_want, g_got):
         torch.testing.assert_close(gg, gw, rtol=1e-3, atol=1e-3)
+
+
+def test_pack_levels_gradcheck_with_one_pixel_maps():
+    fs = [torch.randn(2, 3, h, w, dtype=torch.float64, requires_grad=True) for h, w in [(5, 6), (1, 3), (2, 1), (1, 1)]]
+    assert torch.autograd.gradcheck(lambda *f: ops.pack_levels(list(f))[0], fs)
+    canvas, origins = ops.pack_levels(fs)
+    for f, (y, x) in zip(fs, origins):  # interior = the level, border = its edge
+        h, w = f.shape[-2:]
+        assert torch.equal(canvas[:, :, y:y + h, x:x + w], f)
+        assert torch.equal(canvas[:, :, y - 1, x:x + w], f[:, :, 0]) and torch.equal(canvas[:, :, y + h, x - 1], f[:, :, -1, 0])
