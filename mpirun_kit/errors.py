@@ -3,6 +3,9 @@
 Every layer raises a subclass of ``MpirunKitError``; the CLI (cli/main.py) is the
 only place that turns one into a message and an exit code.  A message says what
 failed, carries the offending value (file, field, host) and says how to fix it.
+A job that ran and failed, ran past its deadline or lost a host is not an error
+of ours: it is a value (exec/result.JobResult on a host, targets/base.Outcome for
+``submit``) carrying the exit code below, never an exception.
 ``translate`` turns the few library errors caused by the environment (botocore's
 no region/credentials, unreadable files) into one of these.
 
@@ -28,6 +31,7 @@ class ExitCode(enum.IntEnum):
     MASTER_LOST = 75      # a worker lost its master: it died, never launched or went silent (MasterLostError)
     HUNG = 76             # a stall outlasted timeouts.hang_abort_s after its hang report (observe/hang.py)
     TIMEOUT = 124         # the job ran past timeouts.job_s
+    INTERRUPTED = 130     # 128 + 2 (SIGINT): Ctrl-C, or `submit --wait` stopped following
     SIGKILL = 137         # 128 + 9
     SIGTERM = 143         # 128 + 15
 
@@ -73,21 +77,6 @@ class MasterLostError(MpirunKitError):
     """A worker lost contact with its master before learning the job's result."""
 
     exit_code = ExitCode.MASTER_LOST
-
-
-class JobTimeoutError(MpirunKitError):
-    """The job ran past its deadline and was stopped."""
-
-    exit_code = ExitCode.TIMEOUT
-
-
-class JobFailedError(MpirunKitError):
-    """The job ran and failed; ``exit_code`` is the job's own code."""
-
-    def __init__(self, message: str, exit_code: int, failures: tuple = ()):
-        super().__init__(message)
-        self.exit_code = exit_code
-        self.failures = tuple(failures)
 
 
 def translate(exc: BaseException) -> MpirunKitError | None:

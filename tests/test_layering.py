@@ -4,7 +4,8 @@ The plan is a pure value (house style): if a module of plan/ imported exec/ or
 targets/, even through a third module, printing a plan would load the execution
 layer (and planning could start doing I/O).  The graph is built from every
 ``import`` statement in mpirun_kit/ (module level and inside functions: a lazy
-import is still a dependency), so the test needs no import side effects.
+import is still a dependency; only an ``if __name__ == "__main__":`` block, which
+importing never runs, is left out), so the test needs no import side effects.
 """
 from __future__ import annotations
 
@@ -29,13 +30,20 @@ def _resolve(module: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+def _is_main_block(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
+
+
 def import_graph(root: Path = PKG) -> dict[str, set[str]]:
     """module -> the mpirun_kit modules it imports (``from X import y`` counts X and X.y when that is a module)."""
     files = {_module_name(p, root): p for p in root.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for mod, path in files.items():
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        tree.body = [n for n in tree.body if not _is_main_block(n)]
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):

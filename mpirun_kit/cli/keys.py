@@ -100,9 +100,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _new(args) -> int:
     import secrets
-    import tempfile
 
     from ..errors import SpecError
+    from ..exec.files import write_atomic
     from ..exec.sshkeys import SECRET_BYTES, format_secret
 
     out = Path(args.out)
@@ -117,12 +117,8 @@ def _new(args) -> int:
         raise SpecError(f"keys new: cannot write --out {out}: {blocking} is a file, not a directory; choose "
                         "another --out")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        # mkstemp creates the file 0600: the secret is never readable by others, even briefly.
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        with os.fdopen(fd, "w") as fh:
-            fh.write(format_secret(secrets.token_bytes(SECRET_BYTES)))
-        os.replace(tmp, out)
+        # Created 0600: the secret is never readable by others, even briefly.
+        write_atomic(out, format_secret(secrets.token_bytes(SECRET_BYTES)), 0o600)
     except OSError as exc:
         # Name the ancestor that failed (mkdir), never the temporary file beside the target.
         where = f" ({exc.filename})" if exc.filename and str(exc.filename) in map(str, out.parents) else ""

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import ExitCode
 from ..spec.resolve import compile_from_args
 from .plan import SPEC_CODE_NOTES, add_spec_args
 
@@ -91,13 +92,13 @@ def run_target(args, compiled, target, dry, started: float):
         if not args.wait:
             return Outcome(kind, job, code, "platform", f"training job {name} created; it runs on SageMaker "
                            f"(mpirun_kit status {name})")
-        if code == 130:
+        if code == ExitCode.INTERRUPTED:
             return Outcome(kind, job, code, "launcher", f"stopped following; training job {name} keeps running")
-        platform = {143: f"training job {name} was stopped (StopTrainingJob)",
-                    124: f"training job {name} ran past its MaxRuntimeInSeconds"}.get(code)
+        platform = {ExitCode.SIGTERM: f"training job {name} was stopped (StopTrainingJob)",
+                    ExitCode.TIMEOUT: f"training job {name} ran past its MaxRuntimeInSeconds"}.get(code)
         return outcome_of(kind, job, code, platform_reason=platform, started=started, ended=time.time())
     code = target.run(dry)
-    return outcome_of(kind, job, code, interrupted="SIGINT" if code == 130 else None, started=started,
+    return outcome_of(kind, job, code, interrupted="SIGINT" if code == ExitCode.INTERRUPTED else None, started=started,
                       ended=time.time())
 
 
@@ -114,7 +115,7 @@ def error_outcome(args, compiled, exc, started: float):
 
 
 def register(subparsers) -> None:
-    from ..errors import ExitCode
+
     from .main import add_command, exit_codes
 
     p = add_command(

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 from ..exec.channel import worker_key_from_secret
+from ..exec.files import write_atomic
 from ..exec.result import failure_file_text
 
 log = logging.getLogger(__name__)
@@ -23,12 +22,7 @@ def write_failure(opt_ml: Path, exit_code: int, text: str) -> Path | None:
     """
     path = failure_path(opt_ml)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".failure.")
-        with os.fdopen(fd, "w") as f:
-            f.write(failure_file_text(exit_code, text) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_atomic(path, failure_file_text(exit_code, text) + "\n", 0o600)
     except OSError as exc:
         log.warning("could not write the failure file %s: %s", path, exc)
         return None

@@ -27,7 +27,7 @@ from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode, LaunchError, SSHUnreachableError
 from ..exec.channel import ResultServer, new_rank_key, worker_key_without_secret
 from ..exec.process import LauncherExit, run_launcher
-from ..exec.report import CHANNEL_KEY_VAR
+from ..rank.contract import CHANNEL_KEY_VAR
 from ..exec.result import JobResult, job_result
 from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable

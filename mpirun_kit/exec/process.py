@@ -20,11 +20,12 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO, Callable, Mapping, Sequence
 
 from .clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import LaunchError
-from .result import signal_name
+from .signals import signal_name
 
 log = logging.getLogger(__name__)
 
@@ -195,12 +196,9 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     return LauncherExit(rc, None, lines, timed_out, interrupted)
 
 
-#: a last resort where util-linux's setpriv is missing: set the signal, check the parent is still
-#: the one that started us (else it died before prctl took effect), then exec the launcher.
-_PDEATHSIG_HELPER = ("import ctypes,os,sys\n"
-                     "ctypes.CDLL(None,use_errno=True).prctl(1,int(sys.argv[1]))\n"
-                     "os.getppid()==int(sys.argv[2]) or os.kill(os.getpid(),int(sys.argv[1]))\n"
-                     "os.execvp(sys.argv[3],sys.argv[3:])")
+#: a last resort where util-linux's setpriv is missing: pdeathsig.py run as a script sets the
+#: signal, checks the parent is still the one that started it, then execs the launcher.
+_PDEATHSIG_SCRIPT = str(Path(__file__).with_name("pdeathsig.py"))
 
 
 def with_parent_death_signal(argv: list[str], signum: int, path: str | None) -> list[str]:
@@ -220,7 +218,7 @@ def with_parent_death_signal(argv: list[str], signum: int, path: str | None) -> 
     setpriv = shutil.which("setpriv")
     if setpriv is not None:
         return [setpriv, "--pdeathsig", signal.Signals(signum).name, "--", *argv]
-    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_HELPER, str(int(signum)), str(os.getpid()), *argv]
+    return [sys.executable, "-I", "-S", _PDEATHSIG_SCRIPT, str(int(signum)), str(os.getpid()), *argv]
 
 
 def _signal_pid(pid: int, signum: int) -> None:

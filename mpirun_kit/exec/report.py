@@ -19,7 +19,6 @@ import hmac
 import json
 import socket
 
-from ..rank.contract import CHANNEL_KEY_VAR  # noqa: F401  (the ranks' key variable; stdlib-only module)
 #: hex characters of a MAC, and the longest line either side accepts.
 MAC_HEX = 64
 MAX_LINE = 64 * 1024

@@ -25,13 +25,6 @@ FAILURE_HEADER = "mpirun_kit exit_code="
 _HEADER_RE = re.compile(r"(?:[A-Za-z]+Error: )?" + re.escape(FAILURE_HEADER) + r"(\d{1,3})")
 
 
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 def exit_code_for_signal(signum: int) -> int:
     return ExitCode.for_signal(signum)
 

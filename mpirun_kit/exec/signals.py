@@ -13,6 +13,14 @@ from typing import Callable, Iterable
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
 
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15; ``signal 99`` for a number with no name (failures carry names, not numbers)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 class SignalLatch:
     """Install with ``with SignalLatch() as latch:``; handlers are restored on exit."""
 

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 from .clock import SYSTEM_CLOCK, Clock, Deadline
-from ..errors import ClusterError, LaunchError
+from ..errors import ClusterError, LaunchError, SpecError
 from .ssh import banner_probe
 
 log = logging.getLogger(__name__)
@@ -51,13 +51,22 @@ def config_value(config_text: str, key: str) -> str | None:
 
 
 def sshd_argv(sshd: str = "/usr/sbin/sshd", port: int = 22, config: str | None = None,
-              config_text: str | None = None) -> list[str]:
+              config_text: str | None = None, listen_address: str | None = None) -> list[str]:
     """The sshd command line: foreground (-D), log to stderr (-e), key-only.
 
     ``config_text`` is the text of the config sshd will read: a ``DEFAULT_TUNING`` option
     it sets is left to it (a ``-o`` would silently override the operator's choice).
+    ``listen_address`` adds the cluster interface's address to the config's own
+    (docker/sshd_config listens on 127.0.0.1 unless told otherwise).  The port goes in
+    as ``-p``: a command-line -p replaces the config's Port, ``-o Port=`` would add to it.
+
+    Raises:
+        SpecError: a port outside 1-65535, or an empty or wildcard listen address (that
+            would listen on every interface).
     """
-    argv = [sshd, "-D", "-e", "-p", str(port)]
+    if not 0 < int(port) < 65536:
+        raise SpecError(f"sshd port {port}: expected 1-65535")
+    argv = [sshd, "-D", "-e", "-p", str(int(port))]
     if config:
         argv += ["-f", config]
     for key, value in KEY_ONLY_OPTIONS:
@@ -65,7 +74,22 @@ def sshd_argv(sshd: str = "/usr/sbin/sshd", port: int = 22, config: str | None =
     for key, value in DEFAULT_TUNING:
         if config_text is None or config_value(config_text, key) is None:
             argv += ["-o", f"{key}={value}"]
+    if listen_address is not None:
+        check_listen_address(listen_address)
+        argv += ["-o", f"ListenAddress={listen_address_text(listen_address)}"]
     return argv
+
+
+def check_listen_address(address: str) -> None:
+    """Raises SpecError for an empty or wildcard address (sshd would listen on every interface)."""
+    if address in ("", "0.0.0.0", "::", "*"):
+        raise SpecError(f"sshd listen address {address!r}: expected the cluster interface's address "
+                        "(e.g. 10.0.1.23), not a wildcard; sshd must not listen on every interface")
+
+
+def listen_address_text(address: str) -> str:
+    """The address as sshd's ListenAddress takes it (IPv6 in brackets)."""
+    return f"[{address}]" if ":" in address else address
 
 
 def _read_config(path: str) -> str | None:

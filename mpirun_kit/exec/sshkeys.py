@@ -7,7 +7,7 @@ Place in the data flow::
     each host: derive_material(secret, job)     ->  KeyMaterial      (pure, deterministic)
                plan_install(material, hosts)    ->  tuple[KeyFile]   (pure: paths, modes, text)
                write_files(files)                    the only side effect; atomic, modes set first
-               sshd_argv(listen_address)        ->  argv for sshd on the cluster interface
+               exec/sshd.sshd_argv(listen_address=)  ->  argv for sshd on the cluster interface
 
 Every host derives the *same* user key pair and the *same* host key pair from the
 secret and the job name (HMAC-SHA256 seeds fed to Ed25519), so nothing has to be
@@ -46,12 +46,13 @@ import hmac
 import ipaddress
 import os
 import socket
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 from .clock import SYSTEM_CLOCK, Clock, Deadline
+from .files import write_atomic
+from .sshd import check_listen_address, listen_address_text
 from ..errors import ClusterError, SpecError
 
 #: bytes of randomness in a job secret (hex-encoded in its file).
@@ -266,8 +267,8 @@ def plan_install(material: KeyMaterial, hosts: tuple[str, ...] | list[str], ssh_
     ssh = Path(ssh_dir)
     listen: tuple[KeyFile, ...] = ()
     if listen_address is not None:
-        _check_listen_address(listen_address)
-        listen = (KeyFile(listen_config_path, 0o644, f"ListenAddress {_bracket(listen_address)}\n"),)
+        check_listen_address(listen_address)
+        listen = (KeyFile(listen_config_path, 0o644, f"ListenAddress {listen_address_text(listen_address)}\n"),)
     return listen + (
         KeyFile(str(ssh / "id_ed25519"), 0o600, material.user_private, secret=True),
         KeyFile(str(ssh / "id_ed25519.pub"), 0o644, material.user_public + "\n"),
@@ -291,42 +292,5 @@ def write_files(files: tuple[KeyFile, ...] | list[KeyFile]) -> None:
         parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if parent.name == ".ssh":
             os.chmod(parent, 0o700)
-        # mkstemp creates the file 0600, so a private key is never readable by others,
-        # not even between create and chmod; os.replace makes the switch atomic.
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{Path(f.path).name}.")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(f.content)
-            os.chmod(tmp, f.mode)
-            os.replace(tmp, f.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-
-
-def sshd_argv(listen_address: str, port: int = 22, config: str = "/etc/ssh/sshd_config",
-              sshd: str = "/usr/sbin/sshd") -> list[str]:
-    """argv that runs sshd in the foreground on the cluster interface's address only.
-
-    docker/sshd_config listens on 127.0.0.1 unless told otherwise; this adds the one
-    cluster address.  ``-e`` sends sshd's log to stderr, where the entrypoint keeps it.
-
-    Raises:
-        SpecError: an empty or wildcard address (that would listen on every interface).
-    """
-    _check_listen_address(listen_address)
-    if not 0 < int(port) < 65536:
-        raise SpecError(f"sshd port {port}: expected 1-65535")
-    # -p, not -o Port=: a command-line -p replaces the config's Port, -o Port= adds to it.
-    return [sshd, "-D", "-e", "-f", config, "-p", str(int(port)), "-o", f"ListenAddress={_bracket(listen_address)}"]
-
-
-def _check_listen_address(address: str) -> None:
-    if address in ("", "0.0.0.0", "::", "*"):
-        raise SpecError(f"sshd listen address {address!r}: expected the cluster interface's address "
-                        "(e.g. 10.0.1.23), not a wildcard; sshd must not listen on every interface")
-
-
-def _bracket(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
+        # Created 0600 and switched in by a rename: a private key is never readable by others.
+        write_atomic(f.path, f.content, f.mode)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, TextIO
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
-from .timeline import write_text_atomic
+from ..exec.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def write_report(opt_ml: Path, text: str) -> Path | None:
     """``<opt_ml>/output/hang-report.txt``, written atomically; None (logged) when it cannot be written."""
     path = Path(opt_ml) / "output" / "hang-report.txt"
     try:
-        return write_text_atomic(path, text)
+        return write_atomic(path, text, 0o600)
     except OSError as exc:
         log.warning("could not write the hang report %s: %s", path, exc)
         return None

@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..exec.clock import SYSTEM_CLOCK, Clock
+from ..exec.files import write_atomic
 from ..errors import SpecError
 
 VERSION = 1
@@ -126,32 +126,13 @@ def merge(master: Recorder, workers: Mapping[str, list[dict]], rank_events: Iter
     return {"version": VERSION, "hosts": hosts, "ranks": [ranks[k] for k in sorted(ranks)]}
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``path`` through a temporary file in its directory and a rename: a reader sees all or nothing.
-
-    Raises:
-        OSError: the directory cannot be written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write(opt_ml: Path, data: dict) -> Path:
     """Write ``<opt_ml>/output/timeline.json`` atomically.
 
     Raises:
         OSError: the output directory cannot be written.
     """
-    return write_text_atomic(Path(opt_ml) / "output" / "timeline.json", json.dumps(data, indent=1) + "\n")
+    return write_atomic(Path(opt_ml) / "output" / "timeline.json", json.dumps(data, indent=1) + "\n", 0o600)
 
 
 def load(path: Path) -> dict:

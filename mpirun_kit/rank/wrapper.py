@@ -28,17 +28,12 @@ import time
 
 # Only the stdlib and stdlib-only modules: every rank imports this at start, on the
 # launch's critical path (the rest of the package is imported lazily where needed).
+from ..exec.pdeathsig import set_parent_death_signal
 from ..exec.report import send_rank_event
+from ..exec.signals import signal_name
 from .contract import CHANNEL_KEY_VAR, PINNING_VAR, RESULT_ADDR_VAR, local_size_text, rank_identity
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def child_env(env: dict) -> dict:
@@ -95,15 +90,7 @@ def die_with_parent() -> None:
     exit at once without stopping its ranks); without this the ranks would run on
     as orphans (open-mpi/ompi #7790).
     """
-    parent = os.getppid()
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
+    set_parent_death_signal(signal.SIGTERM, os.getppid())
 
 
 def _channel_key(text: str) -> bytes | None:

@@ -26,6 +26,7 @@ import psutil
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, SpecError
+from ..exec.files import write_atomic
 from .layout import (HOST_IFNAME, HOST_OPT_ML, NETNS_PREFIX, SimHost, SimLayout, plan_layout, render_hosts_file,
                      render_known_hosts, render_resource_config, render_ssh_client_config,
                      render_sshd_config)
@@ -48,10 +49,7 @@ def _run(argv: Sequence[str]) -> None:
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    write_atomic(path, text, mode)
 
 
 def _netns_names() -> list[str]:

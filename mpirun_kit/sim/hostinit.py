@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from ..exec.files import write_atomic
+
 
 def _mount(*argv: str) -> None:
     subprocess.run(["mount", *argv], check=True)
@@ -37,13 +39,6 @@ def _wait_listening(address: str, port: int, timeout: float) -> bool:
         except OSError:
             time.sleep(0.02)
     return False
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def setup(cfg: dict) -> int | None:
@@ -91,9 +86,9 @@ def main(argv: list[str]) -> int:
         if sshd_pid is not None and not _wait_listening(cfg["address"], 22, cfg.get("sshd_timeout", 20.0)):
             raise RuntimeError(f"sshd did not listen on {cfg['address']}:22; see {cfg['sshd_log']}")
     except (OSError, subprocess.CalledProcessError, RuntimeError) as exc:
-        _write_atomic(cfg["ready_file"], json.dumps({"ok": False, "error": str(exc)}))
+        write_atomic(cfg["ready_file"], json.dumps({"ok": False, "error": str(exc)}))
         return 1
-    _write_atomic(cfg["ready_file"], json.dumps({"ok": True, "sshd_pid": sshd_pid}))
+    write_atomic(cfg["ready_file"], json.dumps({"ok": True, "sshd_pid": sshd_pid}))
     reap_forever()
     return 0
 

@@ -11,7 +11,7 @@ It travels between machines as JSON (a SageMaker hyperparameter is a string), so
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 from ..errors import SpecError
 

@@ -18,7 +18,6 @@ the schema only checks them as strings.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -351,12 +350,8 @@ def schema_text() -> str:
     return json.dumps(JOB_SCHEMA, indent=2, sort_keys=False) + "\n"
 
 
-def write_schema(path: Path = SCHEMA_PATH) -> None:
-    """Publish ``JOB_SCHEMA`` atomically (a half-written schema would break every editor)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(schema_text())
-    os.replace(tmp, path)
-
-
 if __name__ == "__main__":
-    write_schema(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_PATH)
+    # Publish atomically: a half-written schema would break every editor.
+    from ..exec.files import write_atomic
+
+    write_atomic(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_PATH, schema_text())

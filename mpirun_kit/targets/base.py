@@ -220,8 +220,14 @@ class Progress:
         self.done(text, level=2)
 
 
+#: codes a retry cannot change: success, usage (2), bad input (64), Ctrl-C (130).
+NEVER_RETRIED = frozenset({ExitCode.OK, ExitCode.USAGE, ExitCode.BAD_INPUT, ExitCode.INTERRUPTED})
+#: ... and a stop (SIGTERM, 143) for the targets that supervise the job themselves (local, sim).
+STOPPED = NEVER_RETRIED | {ExitCode.SIGTERM}
+
+
 def retrying(run_once: Callable[[int], int], retries: int, progress: Progress | None = None,
-             permanent: frozenset[int] = frozenset({0, 2, 64, 130})) -> int:
+             permanent: frozenset[int] = NEVER_RETRIED) -> int:
     """Run ``run_once(attempt)`` up to ``1 + retries`` times while it fails with a retryable code.
 
     Bad input (64), usage (2) and Ctrl-C (130) are never retried: running again cannot fix them.

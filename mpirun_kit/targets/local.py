@@ -8,7 +8,6 @@ the root-cause failure report and the exit code, which ``run`` passes through.
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import subprocess
 import time
@@ -16,7 +15,9 @@ from pathlib import Path
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..spec.compile import CompiledJob
-from .base import DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
+from ..exec.files import write_atomic
+from ..errors import ExitCode
+from .base import STOPPED, DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
 
 SPEC_FILE = "launch-spec.json"
 #: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
@@ -55,16 +56,12 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
 def write_files(dry: DryRun) -> None:
     """Write the request's files atomically (a half-written spec would be read by the launcher)."""
     for path, text in dry.files:
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, p)
+        write_atomic(path, text)
 
 
 def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | None = None, grace_s: float = 10.0,
              clock: Clock = SYSTEM_CLOCK, received: list[str] | None = None) -> int:
-    """Run one launcher process, forwarding SIGTERM/SIGINT to it; return its exit code (124 past the deadline).
+    """Run one launcher process, forwarding SIGTERM/SIGINT to it; return its exit code (ExitCode.TIMEOUT past the deadline).
 
     ``received`` collects the names of the signals forwarded.
     """
@@ -92,7 +89,7 @@ def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | Non
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-                return 124
+                return ExitCode.TIMEOUT
             clock.sleep(min(0.2, deadline.remaining()))
         return exit_code_of(proc.returncode)
     finally:
@@ -119,7 +116,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
                         received=received)
 
     received: list[str] = []
-    code = retrying(attempt, req["retries"], progress, permanent=frozenset({0, 2, 64, 130, 143}))
+    code = retrying(attempt, req["retries"], progress, permanent=STOPPED)
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
     return outcome_of("local", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
                       interrupted=received[0] if received else None, attempts=len(attempts), started=started, ended=time.time(), hosts={"localhost": code},

@@ -195,7 +195,7 @@ def exit_code_for(desc: dict) -> int:
     if status == "Completed":
         return 0
     if status == "Stopped":
-        return 143
+        return ExitCode.SIGTERM
     reason = desc.get("FailureReason", "")
     if desc.get("SecondaryStatus") == "MaxRuntimeExceeded" or "MaxRuntimeExceeded" in reason:
         return ExitCode.TIMEOUT
@@ -317,4 +317,4 @@ def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tupl
                       clock=clock, out=out, poll_s=poll_s, timeout_s=limit)
     except KeyboardInterrupt:
         out.write(f"stopped following; the job keeps running (mpirun_kit stop {req['TrainingJobName']})\n")
-        return 130
+        return ExitCode.INTERRUPTED

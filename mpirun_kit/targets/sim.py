@@ -25,7 +25,8 @@ from ..exec.signals import SignalLatch
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
-from .base import DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
+from ..errors import ExitCode
+from .base import STOPPED, DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
 OVERHEAD_S = 180.0
@@ -114,7 +115,7 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
                 break
             if stopped is None and (latch.received or deadline.expired()):
                 why = latch.received or f"the job ran past {req['deadline_s']:g}s"
-                stopped = (128 + signal.Signals[latch.received].value) if latch.received else 124
+                stopped = ExitCode.for_signal(signal.Signals[latch.received]) if latch.received else ExitCode.TIMEOUT
                 _stop(procs[master], why, req["grace_s"], progress)
                 deadline = Deadline(clock, req["grace_s"] + STOP_MARGIN_S)
             elif stopped is not None and deadline.expired():
@@ -127,7 +128,7 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
             clock.sleep(0.2)
         for t in tails:
             t.pump(out, final=True)
-        codes = {h: exit_code_of(p.returncode) if p.returncode is not None else 137 for h, p in procs.items()}
+        codes = {h: exit_code_of(p.returncode) if p.returncode is not None else ExitCode.SIGKILL for h, p in procs.items()}
         opt_ml = sim.host(master).opt_ml
     code = stopped if stopped is not None else codes[master]
     summary = ", ".join(f"{h}={c}" for h, c in codes.items())
@@ -172,7 +173,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | Non
 
     with SignalLatch() as latch:
         # A stop (Ctrl-C 130, SIGTERM 143) is never retried.
-        code = retrying(attempt, req["retries"], progress, permanent=frozenset({0, 2, 64, 130, 143}))
+        code = retrying(attempt, req["retries"], progress, permanent=STOPPED)
     codes, opt_ml, attempts = last["codes"], last["opt_ml"], last["attempts"]
     failure = opt_ml / "output" / "failure"
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None

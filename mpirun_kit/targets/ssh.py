@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster import elect_master
-from ..errors import ClusterError, SSHUnreachableError
+from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
 from .base import DryRun, Progress
 
@@ -267,7 +267,7 @@ def _pump(session: _Session, prefix: str, out, lock: threading.Lock) -> None:
                 out.write(prefix.encode() + (raw if raw.endswith(b"\n") else raw + b"\n"))
                 out.flush()
         session.code = wait_exit(session.channel, EXIT_STATUS_S)
-    except (OSError, EOFError, ClusterError) as exc:  # a dead session: no code (counted as 70 by _master_code)
+    except (OSError, EOFError, ClusterError) as exc:  # a dead session: no code (counted as LAUNCH_FAILED by _master_code)
         with lock:
             out.write(f"{prefix}ssh session to {session.host} ended without an exit status ({exc})\n".encode())
             out.flush()
@@ -401,13 +401,13 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
                     progress.done(f"ssh: the job ran past {req['deadline_s']:g}s; stopping it")
                     _stop(clients, req, connect, clock, progress)
                     _drain(threads, clock, req["grace_s"] + 10)
-                    return 124
+                    return ExitCode.TIMEOUT
                 clock.sleep(0.2)
         except KeyboardInterrupt:
             progress.done("ssh: interrupted; sending SIGTERM to every host's entrypoint")
             _stop(clients, req, connect, clock, progress)
             _drain(threads, clock, req["grace_s"] + 10)
-            return 130
+            return ExitCode.INTERRUPTED
         codes = {s.host: s.code for s in sessions}
         master_code = _master_code(codes)
         progress.done("ssh: every host finished (" + ", ".join(f"{h}={c}" for h, c in codes.items()) + ")")
@@ -431,6 +431,6 @@ def _drain(threads, clock: Clock, seconds: float) -> None:
 
 def _master_code(codes: dict[str, int | None]) -> int:
     """Every host exits with the job's code; if they disagree, the first non-zero one is the root cause's."""
-    vals = [c if c is not None and c >= 0 else 70 for c in codes.values()]
+    vals = [c if c is not None and c >= 0 else ExitCode.LAUNCH_FAILED for c in codes.values()]
     non_zero = [c for c in vals if c != 0]
     return non_zero[0] if non_zero else 0

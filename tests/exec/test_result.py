@@ -1,6 +1,7 @@
 """Root cause = first failure by time; exit codes for codes and signals; the 1024-char failure text."""
 from mpirun_kit.exec.result import FAILURE_REASON_LIMIT, JobResult, RankFailure, failure_text, job_result, \
-    rank_failure_from_report, signal_name
+    rank_failure_from_report
+from mpirun_kit.exec.signals import signal_name
 
 
 def test_signal_names():

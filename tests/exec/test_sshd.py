@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit.errors import ClusterError
+from mpirun_kit.errors import ClusterError, SpecError
 from mpirun_kit.exec.ssh import banner_probe
 from mpirun_kit.exec.sshd import config_value, sshd_argv, start_sshd
+from mpirun_kit.exec.sshkeys import HOST_KEY_PATH
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -86,3 +87,28 @@ def test_sshd_that_cannot_start(tmp_path, sshd_config):
     msg = str(e.value)
     assert msg.startswith("sshd exited with code 255 at start (")
     assert msg.endswith("fix the sshd config or host keys (ssh-keygen -A), or pass --no-sshd")
+
+
+def test_sshd_argv_listens_on_the_cluster_address_only(tmp_path):
+    key = tmp_path / "hk"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    cfg = tmp_path / "sshd_config"
+    cfg.write_text(IMAGE_SSHD_CONFIG.read_text().replace(HOST_KEY_PATH, str(key))
+                   .replace("/etc/ssh/sshd_config.d/", f"{tmp_path}/none.d/"))
+    os.makedirs("/run/sshd", exist_ok=True)
+    argv = sshd_argv(port=2222, config=str(cfg), config_text=cfg.read_text(), listen_address="10.0.1.23")
+    assert argv[:7] == ["/usr/sbin/sshd", "-D", "-e", "-p", "2222", "-f", str(cfg)]
+    assert argv[-2:] == ["-o", "ListenAddress=10.0.1.23"]
+    # Ask sshd itself what it would listen on (-T instead of -D -e).
+    test_argv = [argv[0], "-T"] + argv[3:]
+    out = subprocess.run(test_argv, capture_output=True, text=True, check=True).stdout
+    listen = sorted(line.split()[1] for line in out.splitlines() if line.startswith("listenaddress "))
+    assert listen == ["10.0.1.23:2222", "127.0.0.1:2222"]
+
+
+def test_sshd_argv_refuses_wildcards():
+    with pytest.raises(SpecError, match=r"sshd listen address '0.0.0.0': expected the cluster interface's address"):
+        sshd_argv(listen_address="0.0.0.0")
+    assert sshd_argv(listen_address="fd00::1")[-1] == "ListenAddress=[fd00::1]"
+    with pytest.raises(SpecError, match=r"sshd port 70000: expected 1-65535"):
+        sshd_argv(port=70000)

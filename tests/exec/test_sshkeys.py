@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit.exec import sshkeys
+from mpirun_kit.exec.sshd import sshd_argv
 from mpirun_kit.errors import ClusterError, SpecError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,28 +102,6 @@ def test_plan_install_errors():
         sshkeys.plan_install(m, ["a,b"])
 
 
-def test_sshd_argv_listens_on_the_cluster_address_only(tmp_path):
-    key = tmp_path / "hk"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
-    cfg = tmp_path / "sshd_config"
-    cfg.write_text((REPO / "docker" / "sshd_config").read_text().replace(sshkeys.HOST_KEY_PATH, str(key))
-                   .replace("/etc/ssh/sshd_config.d/", f"{tmp_path}/none.d/"))
-    os.makedirs("/run/sshd", exist_ok=True)
-    argv = sshkeys.sshd_argv("10.0.1.23", port=2222, config=str(cfg))
-    assert argv == ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg), "-p", "2222", "-o", "ListenAddress=10.0.1.23"]
-    # Ask sshd itself what it would listen on (-T instead of -D -e).
-    test_argv = [argv[0], "-T"] + argv[3:]
-    out = subprocess.run(test_argv, capture_output=True, text=True, check=True).stdout
-    listen = sorted(line.split()[1] for line in out.splitlines() if line.startswith("listenaddress "))
-    assert listen == ["10.0.1.23:2222", "127.0.0.1:2222"]
-
-
-def test_sshd_argv_refuses_wildcards():
-    with pytest.raises(SpecError, match=r"sshd listen address '0.0.0.0': expected the cluster interface's address"):
-        sshkeys.sshd_argv("0.0.0.0")
-    assert sshkeys.sshd_argv("fd00::1")[-1] == "ListenAddress=[fd00::1]"
-
-
 def _free_port() -> int:
     import socket
 
@@ -155,7 +134,7 @@ def test_derived_keys_log_in_through_the_image_sshd_config(tmp_path):
     os.makedirs("/run/sshd", exist_ok=True)
     port = _free_port()
     # 127.0.0.2 stands in for the cluster interface's address (the config adds 127.0.0.1).
-    argv = sshkeys.sshd_argv("127.0.0.2", port=port, config=str(cfg))
+    argv = sshd_argv(port=port, config=str(cfg), listen_address="127.0.0.2")
     # root's real ~/.ssh is not ours to touch: point sshd at the installed authorized_keys.
     argv += ["-o", f"AuthorizedKeysFile={ssh_dir}/authorized_keys", "-o", f"PidFile={tmp_path}/sshd.pid"]
     sshd = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "sshd.log", "wb"))

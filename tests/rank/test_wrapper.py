@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit.exec.channel import ResultServer
-from mpirun_kit.exec.report import CHANNEL_KEY_VAR
+from mpirun_kit.rank.contract import CHANNEL_KEY_VAR
 from mpirun_kit.rank.contract import rank_identity
 from mpirun_kit.rank.wrapper import apply_pinning, child_env
 
