@@ -111,8 +111,11 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             print(f"mpirun_kit: master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
                   f"(deadline {plan.ssh_deadline_s():g} s)", file=out, flush=True)
             try:
+                # Pushed readiness (a worker's hello says its sshd answers) or the TCP + banner probe,
+                # whichever comes first: hosts without our entrypoint are found by the probe.
                 ready = wait_reachable(
                     workers, plan.ssh_port, plan.ssh_deadline_s(), clock=clock, cancelled=latch,
+                    pushed=server.wait_sshd_up,
                     progress=lambda pending, t: print(
                         f"mpirun_kit: still waiting for sshd on {len(pending)} host(s) after {t:.0f} s: "
                         f"{', '.join(pending[:10])}{' ...' if len(pending) > 10 else ''}", file=out, flush=True))

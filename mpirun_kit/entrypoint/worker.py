@@ -51,10 +51,11 @@ STOP_MARGIN_S = 3.0
 
 def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, clock: Clock = SYSTEM_CLOCK,
                sshd: subprocess.Popen | None = None, log_stream: TextIO | None = None,
-               worker_key: bytes | None = None) -> JobResult:
+               worker_key: bytes | None = None, sshd_up: bool = False) -> JobResult:
     """Follow the job as worker ``me``; return the master's result.
 
     ``worker_key``: the workers' channel key (entrypoint/common.py); None = the job has no secret.
+    ``sshd_up``: this host's sshd answered locally; the hello tells the master (readiness pushed).
 
     Raises:
         MasterLostError: the master never connected, died, or went silent.
@@ -68,7 +69,7 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     try:
         link = MasterLink.connect(plan.master, plan.result_port, me, Deadline(clock, t.master_connect_s),
                                   key=worker_key or worker_key_without_secret(plan.workers, plan.result_port),
-                                  clock=clock, cancelled=latch)
+                                  clock=clock, cancelled=latch, sshd_up=sshd_up)
     except MasterLostError as exc:
         write_failure(opt_ml, exc.exit_code, f"worker {me}: {exc}")
         raise

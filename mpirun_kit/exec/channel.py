@@ -254,6 +254,7 @@ class ResultServer:
         self._seen: set[tuple[int, str]] = set()
         self._acks: set[str] = set()
         self._hellos: set[str] = set()
+        self._sshd_up: set[str] = set()     # workers whose hello said their sshd answers (readiness pushed)
         self._last_heard: dict[str, float] = {}
         self._lost: dict[str, float] = {}               # host -> seconds it had been silent
         self._worker_peer: dict[str, _Peer] = {}
@@ -587,6 +588,8 @@ class ResultServer:
                 self._worker_peer[host] = peer
                 self._closed.discard(host)
                 self._hellos.add(host)
+                if msg.get("sshd") is True:
+                    self._sshd_up.add(host)
                 self._last_heard[host] = now
                 if self.worker_silence_s is not None:   # its deadline may be the earliest (the first hello's is)
                     self._next_silence_check = min(self._next_silence_check, now + self.worker_silence_s)
@@ -625,6 +628,21 @@ class ResultServer:
     def connected_workers(self) -> frozenset[str]:
         with self._lock:
             return frozenset(self._hellos)
+
+    def wait_sshd_up(self, host: str, timeout: float) -> bool:
+        """Wait until ``host``'s worker said hello with its sshd answering; True if it did within ``timeout``.
+
+        Readiness pushed by the worker the moment its sshd answers locally: the master's sshd wait
+        (exec/ssh.py ``wait_reachable``) sleeps between probes on this instead of a timer.
+        """
+        deadline = Deadline(self.clock, timeout)
+        with self._changed:
+            while host not in self._sshd_up:
+                left = deadline.remaining()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.5))
+        return True
 
     def lost_workers(self) -> dict[str, float]:
         """Workers declared lost, host -> how long they had been silent (seconds)."""
@@ -716,8 +734,10 @@ class MasterLink:
     @classmethod
     def connect(cls, master: str, port: int, me: str, deadline: Deadline, *, key: bytes,
                 clock: Clock = SYSTEM_CLOCK, cancelled: Callable[[], bool] = lambda: False,
-                rng: random.Random | None = None) -> "MasterLink":
+                rng: random.Random | None = None, sshd_up: bool = False) -> "MasterLink":
         """Connect with jittered backoff (0.1 s -> 1 s) until ``deadline``, then say hello.
+
+        ``sshd_up``: this host's sshd answers locally; the hello says so, and the master stops waiting for it.
 
         Raises:
             MasterLostError: the master never accepted a connection before the deadline.
@@ -730,7 +750,7 @@ class MasterLink:
             try:
                 sock = socket.create_connection((master, port), timeout=max(0.1, min(3.0, deadline.remaining())))
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                sock.sendall(encode({"type": "hello", "host": me}, key))
+                sock.sendall(encode({"type": "hello", "host": me, **({"sshd": True} if sshd_up else {})}, key))
                 return cls(sock, master, key)
             except OSError as exc:
                 last_err = exc.strerror or str(exc)

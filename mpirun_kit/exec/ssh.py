@@ -50,8 +50,14 @@ def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: 
                    probe: Probe = banner_probe, cancelled: Callable[[], bool] = lambda: False,
                    rng: random.Random | None = None, on_ready: Callable[[str, float], None] | None = None,
                    progress: Callable[[tuple[str, ...], float], None] | None = None,
-                   progress_every_s: float = 10.0) -> dict[str, float]:
+                   progress_every_s: float = 10.0,
+                   pushed: Callable[[str, float], bool] | None = None) -> dict[str, float]:
     """Probe every host in parallel until all answer or ``timeout_s`` passes.
+
+    ``pushed(host, seconds)`` waits up to ``seconds`` for ``host`` to report itself ready (its
+    entrypoint's hello on the result channel) and says whether it did: between probes a host's
+    thread waits on it instead of sleeping, so a pushed host is ready at once; a host that runs
+    no entrypoint is still found by the TCP + banner probe.
 
     ``progress(pending_hosts, elapsed_s)`` is called every ``progress_every_s`` while
     some hosts have not answered (a long wait says what it is waiting for).
@@ -72,7 +78,8 @@ def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: 
         local_rng = random.Random(seed)
         delay = 0.1
         while not cancelled():
-            why = probe(host, port, max(0.1, min(3.0, deadline.remaining())))
+            why = None if pushed is not None and pushed(host, 0) else \
+                probe(host, port, max(0.1, min(3.0, deadline.remaining())))
             if why is None:
                 with lock:
                     ready[host] = deadline.elapsed()
@@ -83,7 +90,15 @@ def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: 
                 last_error[host] = why
             if deadline.remaining() <= 0:
                 return
-            clock.sleep(min(deadline.remaining(), delay * local_rng.uniform(0.5, 1.0)))
+            pause = min(deadline.remaining(), delay * local_rng.uniform(0.5, 1.0))
+            if pushed is None:
+                clock.sleep(pause)
+            elif pushed(host, pause):
+                with lock:
+                    ready[host] = deadline.elapsed()
+                if on_ready:
+                    on_ready(host, ready[host])
+                return
             delay = min(1.0, delay * 2)
 
     threads = [threading.Thread(target=one, args=(h, rng.random()), daemon=True, name=f"ssh-probe-{h}")

@@ -101,6 +101,18 @@ def test_worker_gets_heartbeats_then_result_and_acks(server):
     link.close()
 
 
+def test_hello_pushes_sshd_readiness(server):
+    """A worker whose sshd answers says so in its hello; the master's sshd wait ends on it (issue 14 item 1)."""
+    assert not server.wait_sshd_up("algo-2", 0.05)
+    plain = connect_worker(server, "algo-3")
+    link = MasterLink.connect("127.0.0.1", server.port, "algo-2", Deadline(SYSTEM_CLOCK, 5.0), key=WORKER_KEY,
+                              sshd_up=True)
+    assert server.wait_sshd_up("algo-2", 5.0)
+    assert server.connected_workers() >= {"algo-3"} and not server.wait_sshd_up("algo-3", 0.05)
+    link.close()
+    plain.close()
+
+
 def test_late_worker_gets_result_at_once(server):
     server.publish(JobResult(0))
     link = connect_worker(server, "algo-3")

@@ -106,3 +106,24 @@ def test_progress_names_pending_hosts():
                            progress=lambda pending, t: seen.append(pending), progress_every_s=0.1)
     assert set(ready) == {"algo-2", "algo-3"}
     assert seen and set(seen) == {("algo-3",)}
+
+
+def test_pushed_readiness_ends_the_wait_without_a_probe_answer():
+    """Issue 14 item 1: a worker's hello says its sshd answers; the master needs no probe to succeed for it.
+    algo-3 runs no entrypoint (nothing pushed) and is found by the probe as before."""
+    told = threading.Event()
+    asked = []
+
+    def pushed(host, seconds):
+        asked.append(host)
+        return host == "algo-2" and told.wait(seconds)
+
+    def probe(host, port, timeout):
+        if host == "algo-2":
+            told.set()          # algo-2's hello arrives while its probe still fails
+            return "Connection refused"
+        return None
+
+    ready = wait_reachable(["algo-2", "algo-3"], 22, 30.0, probe=probe, pushed=pushed)
+    assert set(ready) == {"algo-2", "algo-3"}
+    assert "algo-2" in asked
