@@ -265,6 +265,30 @@ def bench_cuda(repeats: int, seed: int) -> list[Row]:
         torchvision_pipeline, lambda: ops.generate_proposals(anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3, levels=levels), repeats, sync
     )
     rows.append(Row("generate_proposals", f"2 images, {anchors.shape[0]:,} anchors", "torchvision ops", t_t, t_c, ratio))
+    # the training step's sync-free variant against the list op above (which waits per level and image)
+    level_sizes = [int((levels == lvl).sum()) for lvl in range(5)]
+    t_t, t_c, ratio = _compare(
+        lambda: ops.generate_proposals(anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3, levels=levels),
+        lambda: ops.generate_proposals_padded(anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3, level_sizes), repeats, sync
+    )
+    rows.append(Row("generate_proposals_padded", f"2 images, {anchors.shape[0]:,} anchors", "generate_proposals", t_t, t_c, ratio))
+    # the packed FPN pooler (one roi_align call, no sync) against the per-level split (nonzero per level)
+    feats = [torch.randn(4, 256, 200 // f, 336 // f, device="cuda") for f in (1, 2, 4, 8)]
+    feats = [f.contiguous(memory_format=torch.channels_last).requires_grad_(True) for f in feats]
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(2048, 2, generator=g) * torch.tensor([1000.0, 600.0])
+    boxes = torch.cat([xy, xy + torch.rand(2048, 2, generator=g) * 300 + 8], 1).clamp(max=799)
+    rois = torch.cat([torch.randint(0, 4, (2048, 1), generator=g).float(), boxes], 1).cuda()
+
+    def fwd_bwd(fn):
+        return lambda: fn().sum().backward()
+
+    t_t, t_c, ratio = _compare(
+        fwd_bwd(lambda: ops.multiscale_roi_align(feats, rois, 7, 2, [4, 8, 16, 32], aligned=True)),
+        fwd_bwd(lambda: ops.multiscale_roi_align_packed(feats, rois, 7, 2, [4, 8, 16, 32])), repeats, sync
+    )
+    rows.append(Row("multiscale_roi_align_packed fwd+bwd", "2048 RoIs x 256 ch, P2-P5 of 4x800x1344, channels-last",
+                    "multiscale_roi_align", t_t, t_c, ratio))
     return rows
 
 
