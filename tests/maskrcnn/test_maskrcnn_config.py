@@ -154,3 +154,23 @@ def test_supported_settings_pass():
     assert step_host_syncs(cfg) == []
     check_device_support(cfg, "cuda", bf16_supported=True, capability=(9, 0), step_syncs=["x"])
     check_device_support(resolve_config("demo")[0], "cpu")
+
+
+def test_plan_prints_the_scaled_schedule_for_maskrcnn_jobs(capsys, monkeypatch):
+    from mpirun_kit.cli.main import main
+    from mpirun_kit.maskrcnn.config import schedule_for_program
+
+    repo = __import__("pathlib").Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)
+    outputs = ["mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk", "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
+               "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]
+    for job in ("jobs/maskrcnn.yaml", "jobs/maskrcnn-p4d.yaml"):
+        assert main(["plan", job, *[a for o in outputs for a in ("--stack-output", o)]]) == 0
+        out = capsys.readouterr().out
+        assert ("maskrcnn schedule x0.125 (reference batch 16 / global batch 128): max_iter=11250 "
+                "lr_steps=[7500, 10000] warmup_iters=125 checkpoint_period=625 eval_period=end lr=0.16") in out, out[-600:]
+    # a --set in the job's argv is honoured; a bad one is reported, not raised
+    prog = ["python", "-m", "mpirun_kit.maskrcnn.train", "--config", "r50_fpn_1x", "--set", "solver.ims_per_gpu=8"]
+    assert "max_iter=5625 " in schedule_for_program(prog, 32)
+    assert "error: config key 'solver.ims_per_gpu'" in schedule_for_program(prog[:-1] + ["solver.ims_per_gpu=x"], 32)
+    assert schedule_for_program(["python", "train.py"], 8) is None
