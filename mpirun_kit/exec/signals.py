@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable  # not typing: the rank wrapper imports this module
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT)
 

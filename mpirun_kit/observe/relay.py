@@ -19,10 +19,8 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -39,8 +37,16 @@ MAX_THREADS, MAX_FRAMES = 16, 40
 
 
 def find_pyspy() -> str | None:
-    """py-spy next to this Python (a venv's bin/) or on PATH."""
-    return shutil.which("py-spy", path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    """py-spy next to this Python (a venv's bin/) or on PATH.
+
+    A plain loop rather than shutil.which: every rank calls this at start, and shutil (with bz2 and lzma)
+    costs a few ms per rank on the launch path.
+    """
+    for d in [os.path.dirname(sys.executable), *os.environ.get("PATH", "").split(os.pathsep)]:
+        path = os.path.join(d, "py-spy")
+        if d and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def prepare(env: dict) -> tuple[dict, int, int, str | None]:
@@ -92,6 +98,8 @@ def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -
     """(threads with frames innermost first, how), or ([], why not)."""
     pyspy = find_pyspy()
     if pyspy:
+        import subprocess
+
         try:
             p = subprocess.run([pyspy, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,
                                timeout=DUMP_TIMEOUT_S)

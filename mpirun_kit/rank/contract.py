@@ -11,7 +11,7 @@ Stdlib only and nothing from exec/: plan/ imports it, and every rank imports it 
 from __future__ import annotations
 
 import socket
-from typing import Mapping
+from collections.abc import Mapping  # not typing: ~2-7 ms less per rank at start
 
 #: where rank reports go (host:port of the master's result channel).
 RESULT_ADDR_VAR = "MPIRUN_KIT_RESULT_ADDR"
