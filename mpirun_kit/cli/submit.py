@@ -1,77 +1,44 @@
 """`mpirun_kit submit JOB.yaml [--target T]`: run a job spec on its target; the job's exit code is ours.
 
-Argument parsing and the choices a pure builder must not make (a free port, a
-cluster name, a SageMaker job name with a timestamp, temporary directories)
-live here; each target's ``dryrun`` builds the request as a value (printed by
-``--dry-run``) and its ``run`` executes it.
+Argument parsing only: the target (targets.get_target) makes the choices a
+pure builder must not make (a free port, a cluster name, a SageMaker job name
+with a timestamp) in ``prepare``, whose request value ``--dry-run`` prints, and
+``run`` executes it and says how it ended (an Outcome, printed by ``--json``).
 """
 from __future__ import annotations
 
-import os
-import shutil
-import socket
 import sys
 import time
-from pathlib import Path
 
 from ..errors import ExitCode
 from ..spec.resolve import compile_from_args
 from .plan import SPEC_CODE_NOTES, add_spec_args
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def sagemaker_job_name(base: str, now: float) -> str:
-    """``base-YYYYmmdd-HHMMSS``, cut to SageMaker's 63 characters."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
-    return f"{base[:63 - len(stamp) - 1]}-{stamp}"
-
-
-def build_dryrun(args, compiled):
-    from ..spec.compile import output_path
-    from ..targets import get_target
-
-    job = compiled.job
-    target = get_target(job.target.type)
-    if job.target.type == "local":
-        run_dir = Path(output_path(job)) / "launch"
-        return target, target.dryrun(compiled, run_dir=run_dir.resolve(), python=sys.executable,
-                                      result_port=free_port())
-    if job.target.type == "sim":
-        # No root given: the target makes a temporary one when the job starts (a dry run writes nothing).
-        root = Path(job.target.sim.root) if job.target.sim.root else None
-        exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
-        return target, target.dryrun(compiled, root=root, name=f"s{os.getpid():x}"[:12], mpirun_kit_exe=exe)
-    if job.target.type == "ssh":
-        return target, target.dryrun(compiled, run_id=f"{job.name}-{os.getpid():x}")
-    name = args.job_name or sagemaker_job_name(job.name, time.time())
-    return target, target.dryrun(compiled, job_name=name)
-
-
 def _submit(args) -> int:
     """Run the job; with --json, end stdout with one JSON Outcome line, whatever happened."""
     from ..errors import MpirunKitError
+    from ..targets import get_target
+    from ..targets.base import SubmitOptions
     from .main import translate
 
     started = time.time()
-    compiled = None
+    compiled = target = None
     try:
         compiled, _ = compile_from_args(args)
         for w in compiled.warnings:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
-        target, dry = build_dryrun(args, compiled)
+        target = get_target(compiled.job.target.type)
+        opts = SubmitOptions(wait=args.wait, job_name=args.job_name)
+        dry = target.prepare(compiled, opts)
         if args.dry_run:
             print(dry.to_json() if args.json else dry.render(), end="\n" if args.json else "")
             return 0
-        outcome = run_target(args, compiled, target, dry, started)
+        outcome = target.run(dry, opts, started=started)
     except Exception as exc:
         known = exc if isinstance(exc, MpirunKitError) else translate(exc)
         if args.json and not args.dry_run and known is not None:
-            print(error_outcome(args, compiled, known, started).to_json(), flush=True)
+            print(error_outcome(args, compiled, target, known, started).to_json(), flush=True)
         raise
     if args.json:
         sys.stdout.flush()
@@ -79,39 +46,15 @@ def _submit(args) -> int:
     return outcome.exit_code
 
 
-def run_target(args, compiled, target, dry, started: float):
-    """Run ``dry`` on its target; how the job ended (targets that read the failure report say more)."""
-    from ..targets.base import Outcome, outcome_of
+def error_outcome(args, compiled, target, exc, started: float):
+    """The Outcome of a submit that ended in an error of ours, before or while its target ran."""
+    from ..targets.base import Target
 
-    kind, job = compiled.job.target.type, compiled.job.name
-    if kind in ("local", "sim"):
-        return target.run_outcome(dry)
-    if kind == "sagemaker":
-        code = target.run(dry, wait=args.wait)
-        name = dry.request["CreateTrainingJob"]["TrainingJobName"]
-        if not args.wait:
-            return Outcome(kind, job, code, "platform", f"training job {name} created; it runs on SageMaker "
-                           f"(mpirun_kit status {name})")
-        if code == ExitCode.INTERRUPTED:
-            return Outcome(kind, job, code, "launcher", f"stopped following; training job {name} keeps running")
-        platform = {ExitCode.SIGTERM: f"training job {name} was stopped (StopTrainingJob)",
-                    ExitCode.TIMEOUT: f"training job {name} ran past its MaxRuntimeInSeconds"}.get(code)
-        return outcome_of(kind, job, code, platform_reason=platform, started=started, ended=time.time())
-    code = target.run(dry)
-    return outcome_of(kind, job, code, interrupted="SIGINT" if code == ExitCode.INTERRUPTED else None, started=started,
-                      ended=time.time())
-
-
-def error_outcome(args, compiled, exc, started: float):
-    """The Outcome of a submit that ended in an error of ours (bad spec, unreachable host, AWS refusal)."""
-    from ..errors import ClusterError
-    from ..targets.base import outcome_of
-
-    kind = compiled.job.target.type if compiled else getattr(args, "target", None)
-    source = "platform" if kind == "sagemaker" and isinstance(exc, ClusterError) else "launcher"
-    return outcome_of(kind, compiled.job.name if compiled else None, int(exc.exit_code),
-                      error=(source, str(exc).split("\n", 1)[0] or type(exc).__name__), started=started,
-                      ended=time.time(), hosts={})
+    job = compiled.job.name if compiled else None
+    if target is None:  # the spec never compiled, or named no known target
+        target = Target()
+        target.name = compiled.job.target.type if compiled else getattr(args, "target", None)
+    return target.error_outcome(job, exc, started)
 
 
 def register(subparsers) -> None:

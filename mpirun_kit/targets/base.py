@@ -1,11 +1,14 @@
-"""What every target shares: the DryRun value, the Outcome value, exit-code mapping, progress.
+"""What every target shares: the ``Target`` interface, the DryRun and Outcome values, exit codes, progress.
 
-Place in the data flow: targets/*.dryrun builds a ``DryRun`` from a
-``CompiledJob``; targets/*.run executes it and returns the job's exit code,
-which the CLI passes through as its own (errors.py table); ``outcome_of``
-turns that code and the failure report (when the target can read one) into an
-``Outcome``: who decided the code (the job, the launcher or the platform) and
-why, which ``submit --json`` prints as its last line.
+Place in the data flow: a ``Target`` (one per module, registered in
+targets/__init__.py) turns a ``CompiledJob`` into a ``DryRun`` (``prepare``:
+the caller-side choices such as a free port or a job name, then the module's
+pure ``dryrun``; ``submit --dry-run`` prints it) and runs it (``run``), the only
+side effect, which ends in an ``Outcome``: the exit code the CLI passes through
+as its own (errors.ExitCode), who decided it (the job, the launcher or the
+platform) and why; ``submit --json`` prints it as its last line.  Processes,
+signals and output go through exec/ (process supervision, SignalLatch, the
+line pumps in exec/output.py).
 """
 from __future__ import annotations
 
@@ -241,3 +244,44 @@ def retrying(run_once: Callable[[int], int], retries: int, progress: Progress | 
             progress.done(f"attempt {attempt + 1} failed with exit code {code}; retrying "
                           f"({retries - attempt} left)")
     return code
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """What the caller says about a run beyond the spec (``submit``'s flags)."""
+
+    wait: bool = False                  # sagemaker: follow the job until it ends
+    job_name: str | None = None         # sagemaker: the training job's name
+
+
+class Target:
+    """Where a compiled job runs.  ``prepare`` -> a printable ``DryRun``; ``run`` -> an ``Outcome``.
+
+    Subclasses set ``name`` and implement ``choices`` (the impure decisions a pure builder
+    must not make: a free port, a run id, a name with a timestamp), ``dryrun`` (pure) and ``run``.
+    """
+
+    name = ""
+
+    def choices(self, compiled, opts: SubmitOptions) -> dict:
+        return {}
+
+    def dryrun(self, compiled, **choices) -> DryRun:
+        raise NotImplementedError
+
+    def prepare(self, compiled, opts: SubmitOptions = SubmitOptions()) -> DryRun:
+        """The request as a value, with this run's choices made."""
+        return self.dryrun(compiled, **self.choices(compiled, opts))
+
+    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
+        raise NotImplementedError
+
+    def error_source(self, exc: BaseException) -> str:
+        """Who decided the code of an error of ours raised while submitting (``launcher`` unless a platform did)."""
+        return "launcher"
+
+    def error_outcome(self, job: str | None, exc, started: float) -> Outcome:
+        """The Outcome of a submit that ended in an error of ours (bad spec, unreachable host, AWS refusal)."""
+        return outcome_of(self.name or None, job, int(exc.exit_code),
+                          error=(self.error_source(exc), str(exc).split("\n", 1)[0] or type(exc).__name__),
+                          started=started, ended=time.time(), hosts={})

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +19,8 @@ from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..spec.compile import CompiledJob
 from ..exec.files import write_atomic
 from ..errors import ExitCode
-from .base import STOPPED, DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
+from .base import (STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, exit_code_of, launch_timeline,
+                   outcome_of, retrying)
 
 SPEC_FILE = "launch-spec.json"
 #: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
@@ -51,6 +54,13 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
                  "failure_file": str(Path(run_dir) / "output" / "failure")},
         files=((str(spec_path), spec.to_json() + "\n"),),
         notes=("the failure report (root cause first) is written to " + str(Path(run_dir) / "output" / "failure"),))
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now, for the launcher's result channel (a port per run)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_files(dry: DryRun) -> None:
@@ -126,3 +136,22 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
 def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:
     """Run the local job; returns its exit code (the first failing rank's, or 128+N for signal N)."""
     return run_outcome(dry, clock=clock).exit_code
+
+
+class LocalTarget(Target):
+    name = "local"
+
+    def choices(self, compiled, opts: SubmitOptions) -> dict:
+        from ..spec.compile import output_path
+
+        return {"run_dir": (Path(output_path(compiled.job)) / "launch").resolve(), "python": sys.executable,
+                "result_port": free_port()}
+
+    def dryrun(self, compiled, **choices) -> DryRun:
+        return dryrun(compiled, **choices)
+
+    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
+        return run_outcome(dry)
+
+
+TARGET = LocalTarget()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,7 +25,7 @@ from ..exec.result import exit_code_from_failure
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..spec.compile import CompiledJob, checkpoint_path
 from ..stack.infra import JOB_NAME_REF  # the one reference a channel URI may hold (per-job key material)
-from .base import DryRun, Progress, redact_value
+from .base import DryRun, Outcome, Progress, SubmitOptions, Target, outcome_of, redact_value
 
 #: SageMaker's limit on one hyperparameter value.
 HYPERPARAMETER_MAX = 2500
@@ -318,3 +319,39 @@ def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tupl
     except KeyboardInterrupt:
         out.write(f"stopped following; the job keeps running (mpirun_kit stop {req['TrainingJobName']})\n")
         return ExitCode.INTERRUPTED
+
+
+def job_name_for(base: str, now: float) -> str:
+    """``base-YYYYmmdd-HHMMSS``, cut to SageMaker's 63 characters."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now))
+    return f"{base[:63 - len(stamp) - 1]}-{stamp}"
+
+
+class SageMakerTarget(Target):
+    name = "sagemaker"
+
+    def choices(self, compiled, opts: SubmitOptions) -> dict:
+        return {"job_name": opts.job_name or job_name_for(compiled.job.name, time.time())}
+
+    def dryrun(self, compiled, **choices) -> DryRun:
+        return dryrun(compiled, **choices)
+
+    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
+        started = time.time() if started is None else started
+        code = run(dry, wait=opts.wait)
+        name = dry.request["CreateTrainingJob"]["TrainingJobName"]
+        if not opts.wait:
+            return Outcome(self.name, dry.job, code, "platform", f"training job {name} created; it runs on SageMaker "
+                           f"(mpirun_kit status {name})")
+        if code == ExitCode.INTERRUPTED:
+            return Outcome(self.name, dry.job, code, "launcher", f"stopped following; training job {name} keeps running")
+        platform = {ExitCode.SIGTERM: f"training job {name} was stopped (StopTrainingJob)",
+                    ExitCode.TIMEOUT: f"training job {name} ran past its MaxRuntimeInSeconds"}.get(code)
+        return outcome_of(self.name, dry.job, code, platform_reason=platform, started=started, ended=time.time())
+
+    def error_source(self, exc: BaseException) -> str:
+        # AWS refused or was unreachable: the platform decided, not mpirun_kit.
+        return "platform" if isinstance(exc, ClusterError) else "launcher"
+
+
+TARGET = SageMakerTarget()

@@ -12,6 +12,7 @@ run, then after the grace period SIGKILL, and the teardown kills what is left.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
@@ -26,7 +27,8 @@ from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from ..errors import ExitCode
-from .base import STOPPED, DryRun, Outcome, Progress, exit_code_of, launch_timeline, outcome_of, retrying
+from .base import (STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, exit_code_of, launch_timeline,
+                   outcome_of, retrying)
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
 OVERHEAD_S = 180.0
@@ -193,3 +195,22 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | Non
 def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None) -> int:
     """Run on the simulated cluster; return the job's exit code."""
     return run_outcome(dry, clock=clock, out=out).exit_code
+
+
+class SimTarget(Target):
+    name = "sim"
+
+    def choices(self, compiled, opts: SubmitOptions) -> dict:
+        sim = compiled.job.target.sim
+        # No root given: run_outcome makes a temporary one when the job starts (a dry run writes nothing).
+        exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
+        return {"root": Path(sim.root) if sim.root else None, "name": f"s{os.getpid():x}"[:12], "mpirun_kit_exe": exe}
+
+    def dryrun(self, compiled, **choices) -> DryRun:
+        return dryrun(compiled, **choices)
+
+    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
+        return run_outcome(dry)
+
+
+TARGET = SimTarget()

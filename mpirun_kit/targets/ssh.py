@@ -32,10 +32,12 @@ one): built with ``shlex.join`` from an argv.
 """
 from __future__ import annotations
 
+import os
 import random
 import shlex
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,7 @@ from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
-from .base import DryRun, Progress
+from .base import DryRun, Outcome, Progress, SubmitOptions, Target, outcome_of
 
 #: seconds allowed after the job's own limit for readiness, start-up and shutdown.
 OVERHEAD_S = 120.0
@@ -56,6 +58,8 @@ KEEPALIVE_S = 15
 EXIT_STATUS_S = 30.0
 #: a cancel gives up on a host this long after the grace period (then it reports the host).
 CANCEL_MARGIN_S = 15.0
+#: how long a cancel waits for the entrypoint's pid file (the cancel may come before it is written).
+PID_WAIT_S = 30.0
 
 
 class HostKeyError(ClusterError):
@@ -92,7 +96,26 @@ def dryrun(compiled: CompiledJob, *, run_id: str) -> DryRun:
         "workdir": workdir, "commands": commands,
     }
     files = ((f"{workdir}/launch-spec.json", compiled.launch.to_json() + "\n"), (f"{workdir}/hostfile", hostfile))
+    # Every command run remotely, in the order ``run`` sends them, so --dry-run shows all that is sent:
+    # preflight, then ship (each file's text goes to the command's stdin), start (``commands``), and on a
+    # stop or deadline the cancel.
+    request["preflight"] = preflight_command(s.python)
+    request["ship"] = {h.name: {name: ship_command(name, h.name) for name, _ in files} for h in compiled.hosts}
+    request["cancel"] = {h.name: cancel_script(f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
+                         for h in compiled.hosts}
     return DryRun("ssh", job.name, request, files=files)
+
+
+def ship_command(name: str, host: str) -> str:
+    """The remote side of shipping one file: its text arrives on stdin, is written to a temporary name, renamed."""
+    tmp = f"{name}.tmp.{host}"
+    return (f"mkdir -p {shlex.quote(str(Path(name).parent))} && cat > {shlex.quote(tmp)} && "
+            f"mv -f {shlex.quote(tmp)} {shlex.quote(name)}")
+
+
+def preflight_command(python: str) -> str:
+    """Checks that ``python`` imports mpirun_kit on a host (prints its version)."""
+    return shlex.join([python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"])
 
 
 def paramiko_client(req: dict, host: str):
@@ -215,11 +238,13 @@ def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_cli
     return clients
 
 
-def ship(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: float) -> None:
+def ship(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: float,
+         commands: dict[str, dict[str, str]] | None = None) -> None:
     """Write the files on every host, each atomically (temp name, then rename).
 
     Through ``cat`` over an exec channel rather than SFTP: hardened sshd configs
-    often have no sftp subsystem.
+    often have no sftp subsystem.  ``commands`` (host -> file -> command, the dry run's
+    ``ship``) are the commands sent; ``ship_command`` builds them when not given.
 
     Raises:
         ClusterError: names the host and file that could not be written.
@@ -229,9 +254,7 @@ def ship(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: f
     def one(item) -> str | None:
         host, client = item
         for name, text in files:
-            tmp = f"{name}.tmp.{host}"
-            cmd = (f"mkdir -p {shlex.quote(str(Path(name).parent))} && cat > {shlex.quote(tmp)} && "
-                   f"mv -f {shlex.quote(tmp)} {shlex.quote(name)}")
+            cmd = commands[host][name] if commands else ship_command(name, host)
             try:
                 stdin, stdout, stderr = client.exec_command(cmd, timeout=timeout)
                 stdin.write(text)
@@ -292,12 +315,13 @@ def cancel_script(pid_file: str, grace_s: float, wait_s: float) -> str:
 
 def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req: dict | None = None,
            connect: Callable[[dict, str], Any] | None = None, clock: Clock = SYSTEM_CLOCK,
-           pid_wait_s: float = 30.0) -> dict[str, str]:
+           pid_wait_s: float = PID_WAIT_S) -> dict[str, str]:
     """Stop every host's entrypoint (SIGTERM by its recorded pid; it stops mpirun and the ranks with grace).
 
     Every host is visited, in parallel; a host whose session fails (OSError, paramiko's
     SSHException, EOF) is retried over a new connection (``connect``, when given) until the
     remote entrypoint is confirmed gone or ``pid_wait_s + grace_s + CANCEL_MARGIN_S`` pass.
+    The command sent is the dry run's ``cancel`` for the host when ``req`` has it.
 
     Returns:
         host -> why it could not be confirmed stopped (empty when every entrypoint is gone).
@@ -311,7 +335,7 @@ def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req:
     def one(item) -> None:
         host, client = item
         deadline = Deadline(clock, limit)
-        cmd = cancel_script(f"{workdir}/{host}.pid", grace_s, pid_wait_s)
+        cmd = (req or {}).get("cancel", {}).get(host) or cancel_script(f"{workdir}/{host}.pid", grace_s, pid_wait_s)
         why = "not tried"
         while True:
             try:
@@ -347,7 +371,7 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
     Raises:
         ClusterError: names each host where it cannot, with what it printed.
     """
-    cmd = shlex.join([python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"])
+    cmd = preflight_command(python)
 
     import paramiko
 
@@ -378,7 +402,7 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
     try:
         preflight(clients, req["python"], req["connect_timeout_s"] + 20)
         progress.done(f"ssh: all {len(clients)} host(s) ready; shipping the launch spec to {req['workdir']}")
-        ship(clients, dry.files, req["connect_timeout_s"] + 20)
+        ship(clients, dry.files, req["connect_timeout_s"] + 20, req["ship"])
         lock = threading.Lock()
         sessions: list[_Session] = []
         threads = []
@@ -434,3 +458,22 @@ def _master_code(codes: dict[str, int | None]) -> int:
     vals = [c if c is not None and c >= 0 else ExitCode.LAUNCH_FAILED for c in codes.values()]
     non_zero = [c for c in vals if c != 0]
     return non_zero[0] if non_zero else 0
+
+
+class SshTarget(Target):
+    name = "ssh"
+
+    def choices(self, compiled, opts: SubmitOptions) -> dict:
+        return {"run_id": f"{compiled.job.name}-{os.getpid():x}"}
+
+    def dryrun(self, compiled, **choices) -> DryRun:
+        return dryrun(compiled, **choices)
+
+    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
+        started = time.time() if started is None else started
+        code = run(dry)
+        return outcome_of("ssh", dry.job, code, interrupted="SIGINT" if code == ExitCode.INTERRUPTED else None,
+                          started=started, ended=time.time())
+
+
+TARGET = SshTarget()

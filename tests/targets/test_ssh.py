@@ -87,6 +87,17 @@ def test_dry_run_value(tmp_path):
         f"mkdir -p {wd}/b && cd {wd} && echo $$ > b.pid && exec {sys.executable} -m mpirun_kit.cli.main entrypoint "
         f"--no-sshd --hostfile {wd}/hostfile --current-host b --spec {wd}/launch-spec.json --opt-ml {wd}/b")
     assert d.request["ready_timeout_s"] == 9.0
+    # Everything sent is in the value: preflight, ship (per host, per file), cancel.
+    assert d.request["preflight"] == (f"{sys.executable} -c 'import mpirun_kit, sys; "
+                                      "sys.stdout.write(mpirun_kit.__version__)'")
+    assert d.request["ship"]["b"][f"{wd}/hostfile"] == (
+        f"mkdir -p {wd} && cat > {wd}/hostfile.tmp.b && mv -f {wd}/hostfile.tmp.b {wd}/hostfile")
+    assert sorted(d.request["ship"]["a"]) == [f"{wd}/hostfile", f"{wd}/launch-spec.json"]
+    assert d.request["cancel"]["a"] == T.cancel_script(f"{wd}/a.pid", c.launch.timeouts.grace_s, T.PID_WAIT_S)
+    assert f"pid=$(cat {wd}/a.pid); kill -TERM" in d.request["cancel"]["a"]
+    text = d.render()
+    for cmd in (d.request["preflight"], d.request["cancel"]["b"], d.request["commands"]["a"]):
+        assert cmd.replace('"', '\\"') in text
 
 
 def test_ctrl_c_stops_every_host(tmp_path):
