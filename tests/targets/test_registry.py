@@ -32,7 +32,7 @@ def test_prepare_is_the_dry_run_with_the_callers_choices(tmp_path):
     from mpirun_kit.spec.load import load_job_text
 
     text = ("apiVersion: mpirun_kit/v1\nkind: Job\nname: reg\ntarget: {type: ssh, ssh: {hosts: [a, b], "
-            f"workdir: {tmp_path}}}}}\nprogram: {{command: ["true"]}}\n")
+            f"workdir: {tmp_path}}}}}\nprogram: {{command: ['true']}}\n")
     compiled = compile_job(load_job_text(text, "job.yaml"))
     dry = get_target("ssh").prepare(compiled, SubmitOptions())
     assert isinstance(dry, DryRun) and dry.target == "ssh"
