@@ -1,4 +1,9 @@
-"""Run the launcher (mpirun): stream its output with rank/host prefixes, forward signals, stop with a grace period.
+"""Run processes under supervision: the launcher (mpirun) with its output retagged, or any one process.
+
+``run_launcher`` runs mpirun: its output is streamed with rank/host prefixes
+(output.py), signals forwarded, and it is stopped with a grace period.
+``supervise`` runs one process the same way without the retagging (the local
+target's launcher), forwarding SIGTERM/SIGINT through a SignalLatch.
 
 mpirun runs in its own session (process group), so a final SIGKILL can take
 the launcher and every local rank at once, by process group id, never by name.
@@ -24,8 +29,9 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Mapping, Sequence
 
 from .clock import SYSTEM_CLOCK, Clock, Deadline
-from ..errors import LaunchError
-from .signals import signal_name
+from ..errors import ExitCode, LaunchError
+from .output import pump_tagged
+from .signals import SignalLatch, signal_name
 
 log = logging.getLogger(__name__)
 
@@ -37,88 +43,6 @@ class LauncherExit:
     tail: tuple[str, ...]         # last lines it printed (prefixes rewritten)
     timed_out: bool = False
     interrupted_by: str | None = None
-
-
-def retag(line: str, tag_re: re.Pattern, rank_hosts: Mapping[int, str]) -> str:
-    """``[1,3]<stdout>:text`` -> ``[3 algo-2] text``; other lines unchanged."""
-    m = tag_re.match(line)
-    if not m:
-        return line
-    rank = int(m.group("rank"))
-    return f"[{rank} {rank_hosts.get(rank, '?')}] {line[m.end():]}"
-
-
-class Retagger:
-    """Rebuilds each rank's lines from the launcher's tagged output.
-
-    Open MPI tags every *write* of a rank, not every line: a rank that prints
-    one line in two writes ("rank", " 0 of 2\n") arrives as one physical line
-    with a second tag inside it, and another rank's write can land between the
-    two halves.  So a physical line is split at every tag, and each
-    (rank, stream) keeps its unfinished text until a segment ends the line.
-    Only tags that name the stream (``[1,3]<stdout>:``) are looked for inside a
-    line: a bare ``[3]`` (MPICH) is too likely to be the program's own text.
-    """
-
-    def __init__(self, tag_re: re.Pattern, rank_hosts: Mapping[int, str]):
-        self.tag_re = tag_re
-        self.rank_hosts = rank_hosts
-        self.inner_re = re.compile(tag_re.pattern.lstrip("^")) if "stream" in tag_re.groupindex else None
-        self.partial: dict[tuple[str, str], str] = {}
-
-    def _label(self, rank: str) -> str:
-        return f"[{int(rank)} {self.rank_hosts.get(int(rank), '?')}] "
-
-    def feed(self, line: str) -> list[str]:
-        """One physical line (no newline) in, the complete lines it finishes out."""
-        if self.inner_re is None or not self.tag_re.match(line):
-            return [retag(line, self.tag_re, self.rank_hosts)]
-        tags = list(self.inner_re.finditer(line))
-        out = []
-        for i, m in enumerate(tags):
-            key = (m.group("rank"), m.group("stream"))
-            text = line[m.end():tags[i + 1].start() if i + 1 < len(tags) else len(line)]
-            if i + 1 < len(tags):
-                self.partial[key] = self.partial.get(key, "") + text
-            else:
-                out.append(self._label(key[0]) + self.partial.pop(key, "") + text)
-        return out
-
-    def flush(self) -> list[str]:
-        """Text of ranks that ended without a final newline."""
-        out = [self._label(rank) + text for (rank, _), text in sorted(self.partial.items()) if text]
-        self.partial.clear()
-        return out
-
-
-def _pump(src: BinaryIO, dst: BinaryIO, tag_re: re.Pattern, rank_hosts: Mapping[int, str],
-          tail: collections.deque, lock: threading.Lock) -> None:
-    r"""Copy the launcher's output to ``dst``, each rank's bytes exactly as it wrote them behind ``[rank host]``.
-
-    Bytes that are not UTF-8 survive the round trip (surrogateescape), and only the one newline that
-    ends a physical line is taken off: a ``\r`` before it, tabs and trailing spaces are the program's.
-    A last line without a newline comes out with one, so the next prefix starts a line.
-    """
-    retagger = Retagger(tag_re, rank_hosts)
-    for raw in iter(src.readline, b""):
-        text = raw.decode(errors="surrogateescape")
-        _emit(retagger.feed(text[:-1] if text.endswith("\n") else text), dst, tail, lock)
-    _emit(retagger.flush(), dst, tail, lock)
-
-
-def _emit(lines: list[str], dst: BinaryIO, tail: collections.deque, lock: threading.Lock) -> None:
-    for line in lines:
-        # Open MPI frames its messages with rulers; they only waste the 1024-char failure text.
-        data = line.encode(errors="surrogateescape")
-        if line.strip("- \t"):
-            with lock:
-                # The failure text is stored and sent as UTF-8: undecodable bytes become U+FFFD there only.
-                tail.append(data.decode(errors="replace"))
-        try:
-            dst.write(data + b"\n")
-            dst.flush()
-        except (OSError, ValueError):
-            pass
 
 
 def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Mapping[int, str], tag_regex: str,
@@ -155,7 +79,7 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     tag_re = re.compile(tag_regex)
     tail: collections.deque = collections.deque(maxlen=tail_lines)
     lock = threading.Lock()
-    pumps = [threading.Thread(target=_pump, args=(s, d, tag_re, rank_hosts, tail, lock), daemon=True)
+    pumps = [threading.Thread(target=pump_tagged, args=(s, d, tag_re, rank_hosts, tail, lock), daemon=True)
              for s, d in ((proc.stdout, stdout), (proc.stderr, stderr))]
     for t in pumps:
         t.start()
@@ -194,6 +118,42 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     if rc < 0:
         return LauncherExit(None, signal_name(-rc), lines, timed_out, interrupted)
     return LauncherExit(rc, None, lines, timed_out, interrupted)
+
+
+def exit_code_of(returncode: int) -> int:
+    """Popen returncode -> shell-style exit code (-N for signal N -> 128+N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def supervise(argv: Sequence[str], cwd: str | None = None, *, deadline_s: float | None = None,
+              grace_s: float = 10.0, clock: Clock = SYSTEM_CLOCK) -> tuple[int, str | None]:
+    """Run one process to its end, forwarding SIGTERM/SIGINT to it; (exit code, first signal forwarded).
+
+    Past ``deadline_s`` it gets SIGTERM, then SIGKILL ``grace_s`` + 10 s later, and the code is
+    ExitCode.TIMEOUT.  Its output goes where ours goes (the process writes it itself).
+    """
+    proc = subprocess.Popen(list(argv), cwd=cwd)
+    deadline = Deadline(clock, deadline_s)
+
+    def forward(signum: int) -> None:
+        # The process (the local target's launcher) turns this into SIGTERM for every rank, then grace, then SIGKILL.
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    with SignalLatch(forward=forward) as latch:
+        while proc.poll() is None:
+            if deadline.expired():
+                proc.terminate()
+                try:
+                    proc.wait(timeout=grace_s + 10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                return ExitCode.TIMEOUT, latch.received
+            clock.sleep(min(0.2, deadline.remaining()))
+    return exit_code_of(proc.returncode), latch.received
 
 
 #: a last resort where util-linux's setpriv is missing: pdeathsig.py run as a script sets the

@@ -172,11 +172,6 @@ def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_t
     return Outcome(target, job, int(exit_code), source, reason, cause, failure_file, attempts, timeline)
 
 
-def exit_code_of(returncode: int) -> int:
-    """Popen returncode -> shell-style exit code (-N for signal N -> 128+N)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
 #: how much Progress prints, set by the CLI for one command (cli/main.py): 0 (-q) nothing; 1 (default)
 #: the live status line (on a terminal only) and ``done`` lines; 2 (-v, and library callers) also each
 #: status change as a line when stderr is not a terminal, and ``note`` lines.

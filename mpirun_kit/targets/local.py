@@ -8,19 +8,16 @@ the root-cause failure report and the exit code, which ``run`` passes through.
 from __future__ import annotations
 
 import dataclasses
-import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.clock import SYSTEM_CLOCK, Clock
+from ..exec.process import supervise
 from ..spec.compile import CompiledJob
 from ..exec.files import write_atomic
-from ..errors import ExitCode
-from .base import (STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, exit_code_of, launch_timeline,
-                   outcome_of, retrying)
+from .base import STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, launch_timeline, outcome_of, retrying
 
 SPEC_FILE = "launch-spec.json"
 #: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
@@ -71,40 +68,14 @@ def write_files(dry: DryRun) -> None:
 
 def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | None = None, grace_s: float = 10.0,
              clock: Clock = SYSTEM_CLOCK, received: list[str] | None = None) -> int:
-    """Run one launcher process, forwarding SIGTERM/SIGINT to it; return its exit code (ExitCode.TIMEOUT past the deadline).
+    """Run the launcher process under exec.process.supervise; its exit code (ExitCode.TIMEOUT past the deadline).
 
-    ``received`` collects the names of the signals forwarded.
+    ``received`` collects the name of the signal forwarded to it, if any.
     """
-    proc = subprocess.Popen(argv, cwd=cwd)
-    deadline = Deadline(clock, deadline_s)
-    forwarded = {}
-
-    def forward(signum, frame):
-        # The launcher turns this into SIGTERM for every rank, then a grace period, then SIGKILL.
-        if received is not None:
-            received.append(signal.Signals(signum).name)
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        forwarded[sig] = signal.signal(sig, forward)
-    try:
-        while proc.poll() is None:
-            if deadline.expired():
-                proc.terminate()
-                try:
-                    proc.wait(timeout=grace_s + 10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                return ExitCode.TIMEOUT
-            clock.sleep(min(0.2, deadline.remaining()))
-        return exit_code_of(proc.returncode)
-    finally:
-        for sig, old in forwarded.items():
-            signal.signal(sig, old)
+    code, sig = supervise(argv, cwd, deadline_s=deadline_s, grace_s=grace_s, clock=clock)
+    if sig is not None and received is not None:
+        received.append(sig)
+    return code
 
 
 def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:

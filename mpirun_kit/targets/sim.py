@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.output import FileTail
+from ..exec.process import exit_code_of
 from ..exec.signals import SignalLatch
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from ..errors import ExitCode
-from .base import (STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, exit_code_of, launch_timeline,
-                   outcome_of, retrying)
+from .base import STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, launch_timeline, outcome_of, retrying
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
 OVERHEAD_S = 180.0
@@ -67,29 +68,6 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
         if root is None else f"{root} is kept"))
 
 
-class _Tail:
-    """Follows one host's log file, copying each complete new line, bytes unchanged, behind a prefix."""
-
-    def __init__(self, path: Path, prefix: str):
-        self.path, self.prefix, self.pos, self.buf = path, prefix.encode(), 0, b""
-
-    def pump(self, out: BinaryIO, final: bool = False) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.pos)
-                data = f.read()
-                self.pos = f.tell()
-        except OSError:
-            return
-        self.buf += data
-        *lines, self.buf = self.buf.split(b"\n")
-        if final and self.buf:
-            lines, self.buf = lines + [self.buf], b""
-        for line in lines:
-            out.write(self.prefix + line + b"\n")
-        out.flush()
-
-
 def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
              progress: Progress | None = None, latch: SignalLatch | None = None) -> tuple[int, dict[str, int], Path]:
     """One attempt on a fresh cluster under ``root/attempt-N``: (exit code, each host's code, master's /opt/ml)."""
@@ -105,7 +83,7 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
         sim.write_sagemaker_config(hyperparameters=req["hyperparameters"])
         procs = sim.start_entrypoints(req["entrypoint"])
         master = sim.hosts[0].name
-        tails = [_Tail(sim.host(h).dir / "entrypoint.log", "" if h == master else f"[{h} entrypoint] ")
+        tails = [FileTail(sim.host(h).dir / "entrypoint.log", "" if h == master else f"[{h} entrypoint] ")
                  for h in procs]
         deadline = Deadline(clock, req["deadline_s"])
         stopped: int | None = None

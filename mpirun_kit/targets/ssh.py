@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..exec.output import copy_prefixed
 from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
@@ -283,12 +284,8 @@ class _Session:
 
 def _pump(session: _Session, prefix: str, out, lock: threading.Lock) -> None:
     """Copy one host's combined output line by line, bytes unchanged behind ``prefix``, until the channel closes."""
-    f = session.channel.makefile("rb")
     try:
-        for raw in iter(f.readline, b""):
-            with lock:
-                out.write(prefix.encode() + (raw if raw.endswith(b"\n") else raw + b"\n"))
-                out.flush()
+        copy_prefixed(session.channel.makefile("rb"), out, prefix, lock)
         session.code = wait_exit(session.channel, EXIT_STATUS_S)
     except (OSError, EOFError, ClusterError) as exc:  # a dead session: no code (counted as LAUNCH_FAILED by _master_code)
         with lock:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from mpirun_kit.exec.process import retag, run_launcher
+from mpirun_kit.exec.output import retag
+from mpirun_kit.exec.process import run_launcher
 from mpirun_kit.plan.mpi import FLAVOURS
 
 pytestmark = pytest.mark.timeout(60)
@@ -79,7 +80,7 @@ def test_missing_launcher():
 
 
 def test_retagger_joins_a_line_written_in_pieces_and_keeps_ranks_apart():
-    from mpirun_kit.exec.process import Retagger
+    from mpirun_kit.exec.output import Retagger
     rt = Retagger(re.compile(TAG), {0: "algo-1", 1: "algo-2"})
     # rank 0 writes "step 1" in two pieces; rank 1's whole line lands between them.
     assert rt.feed("[1,0]<stdout>:step [1,1]<stdout>:other line") == ["[1 algo-2] other line"]
@@ -93,7 +94,7 @@ def test_retagger_joins_a_line_written_in_pieces_and_keeps_ranks_apart():
 
 
 def test_retagger_leaves_bare_rank_numbers_inside_text_alone():
-    from mpirun_kit.exec.process import Retagger
+    from mpirun_kit.exec.output import Retagger
     rt = Retagger(re.compile(FLAVOURS["mpich"].tag_regex), {2: "h"})
     assert rt.feed("[2]<hydra>:found [3] items") == ["[2 h] found [3] items"]
 

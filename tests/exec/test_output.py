@@ -1,4 +1,5 @@
-"""Each MPI flavour's output tag is taken off exactly: the bytes a rank wrote come out unchanged.
+"""Output pumping (exec/output.py): each MPI flavour's tag is taken off exactly, the bytes a rank wrote come
+out unchanged; prefixed copies and followed log files keep bytes as written.
 
 The samples are what real launchers printed here for one rank of the program below (saved, like torchx's
 saved scheduler output, because only Open MPI 4 is installed in the test environment; Open MPI 5.0.11 and
@@ -18,7 +19,7 @@ import threading
 
 import pytest
 
-from mpirun_kit.exec.process import _pump
+from mpirun_kit.exec.output import FileTail, copy_prefixed, pump_tagged
 from mpirun_kit.plan.mpi import FLAVOURS
 
 SAMPLES = {
@@ -46,7 +47,7 @@ EXPECTED_ERR = b"[0 algo-1]   err\n"
 
 def pump(flavour: str, data: bytes) -> tuple[bytes, tuple[str, ...]]:
     out, tail = io.BytesIO(), collections.deque(maxlen=20)
-    _pump(io.BytesIO(data), out, re.compile(FLAVOURS[flavour].tag_regex), {0: "algo-1"}, tail, threading.Lock())
+    pump_tagged(io.BytesIO(data), out, re.compile(FLAVOURS[flavour].tag_regex), {0: "algo-1"}, tail, threading.Lock())
     return out.getvalue(), tuple(tail)
 
 
@@ -76,3 +77,23 @@ def test_mpich_is_asked_for_the_tag_its_regex_reads():
     assert re.match(f.tag_regex, "[12]<hydra>: text").end() == len("[12]<hydra>:")
     # a bare "[3] " is program text, not a tag
     assert re.match(f.tag_regex, "[3] items") is None
+
+
+def test_copy_prefixed_keeps_bytes_and_ends_the_last_line():
+    out = io.BytesIO()
+    copy_prefixed(io.BytesIO(b"a\xff\r\n\n  b"), out, "[algo-2 entrypoint] ", threading.Lock())
+    assert out.getvalue() == b"[algo-2 entrypoint] a\xff\r\n[algo-2 entrypoint] \n[algo-2 entrypoint]   b\n"
+
+
+def test_file_tail_copies_complete_lines_as_the_file_grows(tmp_path):
+    log, out = tmp_path / "entrypoint.log", io.BytesIO()
+    tail = FileTail(log, "[h] ")
+    tail.pump(out)  # no file yet: nothing, no error
+    log.write_bytes(b"one\ntw")
+    tail.pump(out)
+    assert out.getvalue() == b"[h] one\n"
+    with open(log, "ab") as f:
+        f.write(b"o\nthree")
+    tail.pump(out)
+    tail.pump(out, final=True)
+    assert out.getvalue() == b"[h] one\n[h] two\n[h] three\n"

@@ -1,0 +1,136 @@
+"""Output pumping: every copy of a child's or a remote host's output goes through here.
+
+* ``pump_tagged``: mpirun's output, each rank's lines rebuilt behind ``[rank host]``
+  (``Retagger``), the last lines kept for the failure report (process.py);
+* ``copy_prefixed``: a stream copied line by line, bytes unchanged, behind a prefix
+  (the ssh target's remote sessions);
+* ``FileTail``: a growing log file followed the same way (the sim target's hosts).
+
+Bytes are never re-encoded on the way: a rank's output reaches the terminal as it wrote it.
+"""
+from __future__ import annotations
+
+import collections
+import re
+import threading
+from pathlib import Path
+from typing import BinaryIO, Mapping
+
+
+def retag(line: str, tag_re: re.Pattern, rank_hosts: Mapping[int, str]) -> str:
+    """``[1,3]<stdout>:text`` -> ``[3 algo-2] text``; other lines unchanged."""
+    m = tag_re.match(line)
+    if not m:
+        return line
+    rank = int(m.group("rank"))
+    return f"[{rank} {rank_hosts.get(rank, '?')}] {line[m.end():]}"
+
+
+class Retagger:
+    """Rebuilds each rank's lines from the launcher's tagged output.
+
+    Open MPI tags every *write* of a rank, not every line: a rank that prints
+    one line in two writes ("rank", " 0 of 2\n") arrives as one physical line
+    with a second tag inside it, and another rank's write can land between the
+    two halves.  So a physical line is split at every tag, and each
+    (rank, stream) keeps its unfinished text until a segment ends the line.
+    Only tags that name the stream (``[1,3]<stdout>:``) are looked for inside a
+    line: a bare ``[3]`` (MPICH) is too likely to be the program's own text.
+    """
+
+    def __init__(self, tag_re: re.Pattern, rank_hosts: Mapping[int, str]):
+        self.tag_re = tag_re
+        self.rank_hosts = rank_hosts
+        self.inner_re = re.compile(tag_re.pattern.lstrip("^")) if "stream" in tag_re.groupindex else None
+        self.partial: dict[tuple[str, str], str] = {}
+
+    def _label(self, rank: str) -> str:
+        return f"[{int(rank)} {self.rank_hosts.get(int(rank), '?')}] "
+
+    def feed(self, line: str) -> list[str]:
+        """One physical line (no newline) in, the complete lines it finishes out."""
+        if self.inner_re is None or not self.tag_re.match(line):
+            return [retag(line, self.tag_re, self.rank_hosts)]
+        tags = list(self.inner_re.finditer(line))
+        out = []
+        for i, m in enumerate(tags):
+            key = (m.group("rank"), m.group("stream"))
+            text = line[m.end():tags[i + 1].start() if i + 1 < len(tags) else len(line)]
+            if i + 1 < len(tags):
+                self.partial[key] = self.partial.get(key, "") + text
+            else:
+                out.append(self._label(key[0]) + self.partial.pop(key, "") + text)
+        return out
+
+    def flush(self) -> list[str]:
+        """Text of ranks that ended without a final newline."""
+        out = [self._label(rank) + text for (rank, _), text in sorted(self.partial.items()) if text]
+        self.partial.clear()
+        return out
+
+
+def pump_tagged(src: BinaryIO, dst: BinaryIO, tag_re: re.Pattern, rank_hosts: Mapping[int, str],
+          tail: collections.deque, lock: threading.Lock) -> None:
+    r"""Copy the launcher's output to ``dst``, each rank's bytes exactly as it wrote them behind ``[rank host]``.
+
+    Bytes that are not UTF-8 survive the round trip (surrogateescape), and only the one newline that
+    ends a physical line is taken off: a ``\r`` before it, tabs and trailing spaces are the program's.
+    A last line without a newline comes out with one, so the next prefix starts a line.
+    """
+    retagger = Retagger(tag_re, rank_hosts)
+    for raw in iter(src.readline, b""):
+        text = raw.decode(errors="surrogateescape")
+        _emit(retagger.feed(text[:-1] if text.endswith("\n") else text), dst, tail, lock)
+    _emit(retagger.flush(), dst, tail, lock)
+
+
+def _emit(lines: list[str], dst: BinaryIO, tail: collections.deque, lock: threading.Lock) -> None:
+    for line in lines:
+        # Open MPI frames its messages with rulers; they only waste the 1024-char failure text.
+        data = line.encode(errors="surrogateescape")
+        if line.strip("- \t"):
+            with lock:
+                # The failure text is stored and sent as UTF-8: undecodable bytes become U+FFFD there only.
+                tail.append(data.decode(errors="replace"))
+        try:
+            dst.write(data + b"\n")
+            dst.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def copy_prefixed(src: BinaryIO, out: BinaryIO, prefix: str, lock: threading.Lock) -> None:
+    """Copy ``src`` to ``out`` line by line until it ends, bytes unchanged behind ``prefix``.
+
+    A last line without a newline gets one, so the next prefix starts a line; ``lock`` keeps
+    the lines of several sources from interleaving.
+    """
+    pre = prefix.encode()
+    for raw in iter(src.readline, b""):
+        with lock:
+            out.write(pre + (raw if raw.endswith(b"\n") else raw + b"\n"))
+            out.flush()
+
+
+class FileTail:
+    """Follows one log file, copying each complete new line, bytes unchanged, behind a prefix."""
+
+    def __init__(self, path: Path, prefix: str):
+        self.path, self.prefix, self.pos, self.buf = path, prefix.encode(), 0, b""
+
+    def pump(self, out: BinaryIO, final: bool = False) -> None:
+        """Copy what was appended since the last call; ``final`` also flushes a last line without a newline."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+                self.pos = f.tell()
+        except OSError:
+            return
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        if final and self.buf:
+            lines, self.buf = lines + [self.buf], b""
+        for line in lines:
+            out.write(self.prefix + line + b"\n")
+        out.flush()
