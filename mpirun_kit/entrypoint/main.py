@@ -157,17 +157,16 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
             result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key)
         else:
             sshd = None
-            probe_host = _local_probe_address(me)
             if opts.start_sshd:
                 from ..exec.sshd import start_sshd
 
                 # Returns once this host's sshd answers (ours or one already running), else raises.
-                sshd = start_sshd(plan.ssh_port, opts.sshd_config, clock=clock, probe_host=probe_host)
-                sshd_up = True
-            else:
-                from ..exec.ssh import banner_probe
-
-                sshd_up = banner_probe(probe_host, plan.ssh_port, 0.5) is None
+                sshd = start_sshd(plan.ssh_port, opts.sshd_config, clock=clock,
+                                  probe_host=_local_probe_address(me))
+            # Readiness is pushed only when this entrypoint saw its sshd answer (it started it, or found it
+            # answering); with --no-sshd the master's own probe finds it (a local probe here would cost an
+            # sshd connection per host for nothing the master does not learn anyway).
+            sshd_up = opts.start_sshd
             result = run_worker(plan, me, opts.opt_ml, latch, clock=clock, sshd=sshd, worker_key=worker_key,
                                 sshd_up=sshd_up)
     if opts.json:
