@@ -5,30 +5,10 @@ import io
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def all_parsers():
-    """{prog: parser} for the top-level parser and every command and action below it."""
-    import argparse
-
-    from mpirun_kit.cli.main import build_parser
-
-    out = {}
-
-    def walk(p):
-        out[p.prog] = p
-        for a in p._actions:
-            if isinstance(a, argparse._SubParsersAction):
-                for sp in dict.fromkeys(a.choices.values()):
-                    walk(sp)
-    walk(build_parser())
-    return out
-
+from .cli_helpers import REPO
 
 @dataclass
 class Run:

@@ -17,7 +17,7 @@ import pytest
 
 from mpirun_kit.errors import ExitCode
 
-from .conftest import all_parsers
+from .cli_helpers import all_parsers
 
 ALL = all_parsers()
 PARSER = ALL["mpirun_kit"]

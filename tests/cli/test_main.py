@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from .conftest import REPO, all_parsers
+from .cli_helpers import REPO, all_parsers
 
 BIN = "BIN"          # replaced by a binary file (a copy of the interpreter's first 4 KiB)
 MISSING = "MISSING"  # replaced by a path that does not exist

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import REPO
 
 OUTPUTS = ["mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk", "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
            "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]

@@ -5,7 +5,6 @@ sim, hence ``--no-sshd``), /opt/ml with resourceconfig.json + hyperparameters.js
 """
 import json
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -14,43 +13,14 @@ import pytest
 from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
 
+from entrypoint_helpers import BIN, ENTRY, FAST, PY, failure_of, run_job, sim_cluster, wait_all
+
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(300)]
-
-REPO = Path(__file__).resolve().parents[2]
-BIN = REPO / "tests" / "bin"
-PY = sys.executable
-ENTRY = [str(Path(PY).parent / "mpirun_kit"), "entrypoint", "--no-sshd"]
-FAST = Timeouts(ssh_ready_s=6.0, ssh_ready_per_host_s=0.5, master_connect_s=60.0, master_silence_s=5.0,
-                daemon_wait_s=60.0, grace_s=5.0)
-
-
-def sim_cluster(n, root, name, **kw):
-    from mpirun_kit.sim import SimCluster
-
-    return SimCluster(n, root, name, **kw)
-
 
 @pytest.fixture(scope="module")
 def sim3(tmp_path_factory):
     with sim_cluster(3, tmp_path_factory.mktemp("sim3"), "h1ep3") as sim:
         yield sim
-
-
-def run_job(sim, program, hosts=None, timeout=120.0, **spec_kw):
-    spec = LaunchSpec(program=tuple(program), processes_per_host=2, timeouts=spec_kw.pop("timeouts", FAST), **spec_kw)
-    sim.write_sagemaker_config({LAUNCH_SPEC_HYPERPARAMETER: spec.to_json()})
-    for h in sim.hosts:
-        (h.opt_ml / "output" / "failure").unlink(missing_ok=True)
-    return sim.start_entrypoints(ENTRY, hosts=hosts)
-
-
-def wait_all(procs, timeout=120.0):
-    return {h: p.wait(timeout=timeout) for h, p in procs.items()}
-
-
-def failure_of(sim, host):
-    path = sim.host(host).opt_ml / "output" / "failure"
-    return path.read_text() if path.exists() else ""
 
 
 def test_allreduce_3x2_every_host_exits_0(sim3):

@@ -13,7 +13,7 @@ import pytest
 from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
-from test_sim_entrypoint import BIN, ENTRY, FAST, PY, failure_of, run_job, sim_cluster, wait_all
+from entrypoint_helpers import BIN, FAST, PY, failure_of, run_job, sim_cluster, wait_all
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(300)]
 

@@ -14,7 +14,7 @@ from mpirun_kit.spec.compile import compile_job
 from mpirun_kit.spec.load import load_job_text
 from mpirun_kit.targets import sagemaker as T
 
-from .test_sagemaker import OUTPUTS, SECRET_SPEC, SPEC
+from .sagemaker_specs import OUTPUTS, SECRET_SPEC, SPEC
 
 
 def compiled(text: str = SPEC):
