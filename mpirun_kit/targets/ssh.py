@@ -45,6 +45,8 @@ from typing import Any, Callable
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import copy_prefixed
+# ssh sessions: one implementation in exec/remote.py (paramiko, host keys verified).
+from ..exec.remote import HostKeyError, paramiko_client, wait_exit
 from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
@@ -53,18 +55,12 @@ from .base import DryRun, Outcome, Progress, SubmitOptions, Target, outcome_of
 #: seconds allowed after the job's own limit for readiness, start-up and shutdown.
 OVERHEAD_S = 120.0
 DEFAULT_JOB_S = 7 * 24 * 3600.0
-#: ssh keepalive interval; TCP keepalive probes a silent peer after the same idle time.
-KEEPALIVE_S = 15
 #: after a session's output ends, how long its exit status may take to arrive.
 EXIT_STATUS_S = 30.0
 #: a cancel gives up on a host this long after the grace period (then it reports the host).
 CANCEL_MARGIN_S = 15.0
 #: how long a cancel waits for the entrypoint's pid file (the cancel may come before it is written).
 PID_WAIT_S = 30.0
-
-
-class HostKeyError(ClusterError):
-    """A host's key is unknown or differs from known_hosts."""
 
 
 def dryrun(compiled: CompiledJob, *, run_id: str) -> DryRun:
@@ -117,57 +113,6 @@ def ship_command(name: str, host: str) -> str:
 def preflight_command(python: str) -> str:
     """Checks that ``python`` imports mpirun_kit on a host (prints its version)."""
     return shlex.join([python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"])
-
-
-def paramiko_client(req: dict, host: str):
-    """A connected SSHClient with host keys verified; raises paramiko/socket errors."""
-    import paramiko
-
-    client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.load_system_host_keys()
-    known = Path(req["known_hosts"]).expanduser()
-    if known.exists():
-        client.load_host_keys(str(known))
-    t = req["connect_timeout_s"]
-    client.connect(host, port=req["port"], username=req["user"],
-                   key_filename=str(Path(req["identity_file"]).expanduser()) if req["identity_file"] else None,
-                   timeout=t, banner_timeout=t, auth_timeout=t, allow_agent=True, look_for_keys=True)
-    set_keepalive(client)
-    return client
-
-
-def set_keepalive(client) -> None:
-    """ssh keepalives (traffic on an idle session) and TCP keepalive (the kernel drops a peer that
-    stopped answering: a host gone without a FIN ends its session instead of hanging it)."""
-    import socket
-
-    transport = client.get_transport()
-    transport.set_keepalive(KEEPALIVE_S)
-    sock = transport.sock
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_S), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 6)):
-        if hasattr(socket, name):  # Linux names; other systems keep their defaults
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
-
-
-class RemoteTimeout(ClusterError):
-    """A remote command did not finish within its deadline."""
-
-
-def wait_exit(channel, timeout_s: float, clock: Clock = SYSTEM_CLOCK) -> int:
-    """The exit status of ``channel``'s command, waiting at most ``timeout_s``.
-
-    Raises:
-        RemoteTimeout: no exit status within ``timeout_s`` (paramiko's recv_exit_status waits forever).
-    """
-    deadline = Deadline(clock, timeout_s)
-    # A channel that closes without a status is "ready" too, with status -1.
-    while not channel.exit_status_ready():
-        if deadline.expired():
-            raise RemoteTimeout(f"no exit status within {timeout_s:g}s")
-        clock.sleep(0.05)
-    return channel.recv_exit_status()
 
 
 def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,

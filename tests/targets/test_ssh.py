@@ -240,13 +240,14 @@ def test_every_remote_wait_has_a_deadline_and_sessions_keep_alive(loopback_sshd,
     import socket
 
     from mpirun_kit.errors import ClusterError
+    from mpirun_kit.exec.remote import KEEPALIVE_S
 
     _, req = loopback_sshd
     client = _client(req)
     try:
         transport = client.get_transport()
         # paramiko keeps the interval private; this is where Transport.set_keepalive stores it.
-        assert transport.packetizer._Packetizer__keepalive_interval == T.KEEPALIVE_S
+        assert transport.packetizer._Packetizer__keepalive_interval == KEEPALIVE_S
         assert transport.sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
         # A "python" that never answers: the preflight ends at its deadline and names the host.
         hang = tmp_path / "hang"
