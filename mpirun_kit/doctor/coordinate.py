@@ -3,8 +3,9 @@
 Place in the data flow::
 
     DoctorRequest (pure value; --dry-run prints its commands)
-      -> commands(): the argv run on each host (locally, or through ssh: shlex.join
-         at that one boundary)
+      -> commands(): the argv run on each host (locally, or over an ssh session of
+         exec/remote.py, paramiko with host keys verified, the same one the ssh
+         target uses: shlex.join at that one boundary)
       -> run_doctor(): facts from every host in parallel + timing windows
          -> checks.check_host / check_cluster / check_allreduce
       -> DoctorReport (rows + facts) -> report.py
@@ -16,6 +17,7 @@ over ssh, which is also what proves that host's sshd and keys work.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -76,13 +78,21 @@ class DoctorRequest:
     def runs_allreduce(self) -> bool:
         return self.allreduce and self.world_size > 1
 
-    def on_host(self, host: str, argv: list[str]) -> list[str]:
-        """argv that runs ``argv`` on ``host``: as is locally, through ssh elsewhere."""
+    def ssh_settings(self) -> dict:
+        """How every other host is reached (exec/remote.paramiko_client): the job's key and known_hosts
+        from ``ssh_dir``, host keys verified (an unknown or changed key fails), this user."""
+        keys = [f"{self.ssh_dir}/{k}" for k in ("id_ed25519", "id_ecdsa", "id_rsa")]
+        return {"user": None, "port": self.ssh_port, "connect_timeout_s": self.ssh_connect_timeout_s,
+                "known_hosts": f"{self.ssh_dir}/known_hosts",
+                "identity_file": next((k for k in keys if os.path.exists(k)), None)}
+
+    def describe(self, host: str, argv: list[str]) -> str:
+        """How ``argv`` runs on ``host``, as --dry-run prints it (the remote string is exactly what is sent)."""
         if host == self.local_host:
-            return list(argv)
+            return shlex.join(argv)
         # The one place a shell is unavoidable: ssh hands the remote shell a string.
-        return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={self.ssh_connect_timeout_s}",
-                "-p", str(self.ssh_port), host, "--", shlex.join(argv)]
+        return (f"ssh -p {self.ssh_port} {host} (paramiko; host key checked against {self.ssh_dir}/known_hosts) "
+                f"-- {shlex.quote(shlex.join(argv))}")
 
     def python_on(self, host: str) -> str:
         return self.python if host == self.local_host else (self.remote_python or self.python)
@@ -103,15 +113,15 @@ class DoctorRequest:
                 argv = ar.worker_argv(self.python_on(host), rank=rank, world_size=self.world_size, local_rank=j,
                                       master=self.hosts[0], port=self.allreduce_port, nbytes=self.allreduce_bytes,
                                       iters=self.allreduce_iters, timeout_s=self.timeout_s)
-                out.append((host, rank, self.on_host(host, argv)))
+                out.append((host, rank, argv))
         return out
 
     def commands(self) -> list[str]:
         """Every command this request runs, as a shell would read it (for --dry-run)."""
         lines = [f"# {self.local_host}: gather facts in-process"]
-        lines += [shlex.join(self.on_host(h, self.gather_argv(h))) for h in self.hosts if h != self.local_host]
+        lines += [self.describe(h, self.gather_argv(h)) for h in self.hosts if h != self.local_host]
         if self.runs_allreduce:
-            lines += [shlex.join(argv) for _, _, argv in self.allreduce_argvs()]
+            lines += [self.describe(h, argv) for h, _, argv in self.allreduce_argvs()]
         return lines
 
 
@@ -154,13 +164,18 @@ def raise_for_status(report: DoctorReport) -> None:
         raise DoctorCheckFailed(f"doctor: {len(report.failed)} check(s) failed: {items}")
 
 
-#: starts an argv with stdout/stderr captured; tests of the coordinator use the real one.
-Starter = Callable[[list[str]], subprocess.Popen]
+#: starts ``argv`` on a host with stdout/stderr captured -> a process with ``communicate``/``kill``/``returncode``
+#: (raises ClusterError when the host cannot be reached); tests of the coordinator use the real one.
+Starter = Callable[[DoctorRequest, str, list[str]], object]
 
 
-def _start(argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def _start(req: DoctorRequest, host: str, argv: list[str]):
+    if host == req.local_host:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    from ..exec.remote import start_remote
+
+    return start_remote(req.ssh_settings(), host, shlex.join(argv))
 
 
 def _finish(proc: subprocess.Popen, deadline: Deadline) -> tuple[int | None, str, str]:
@@ -192,7 +207,11 @@ def gather_all(req: DoctorRequest, gather_local: Callable[[], HostFacts], *, clo
 
     def one(host: str) -> None:
         sent = clock.time()
-        proc = start(req.on_host(host, req.gather_argv(host)))
+        try:
+            proc = start(req, host, req.gather_argv(host))
+        except ClusterError as exc:
+            unreachable[host] = str(exc)
+            return
         code, out, err = _finish(proc, deadline)
         received = clock.time()
         if code is None:
@@ -227,7 +246,14 @@ def run_allreduce(req: DoctorRequest, *, clock: Clock = SYSTEM_CLOCK, start: Sta
              len(ranks), len(req.hosts), req.hosts[0], req.allreduce_port)
     # torch imports and the rendezvous come on top of the collective's own timeout.
     deadline = Deadline(clock, req.timeout_s + 30.0)
-    procs = [(host, rank, start(argv)) for host, rank, argv in ranks]
+    procs = []
+    for host, rank, argv in ranks:
+        try:
+            procs.append((host, rank, start(req, host, argv)))
+        except ClusterError as exc:
+            for _, _, p in procs:
+                p.kill()
+            return AllreduceResult(req.world_size, backend, error=f"rank {rank} on {host} not started: {exc}")
     results = [(host, rank, *_finish(p, deadline)) for host, rank, p in procs]
     failed = [(h, r, c, err) for h, r, c, _out, err in results if c != 0]
     logs = tuple((f"{h} rank {r}", _tail(err, 5)) for h, r, c, err in failed)

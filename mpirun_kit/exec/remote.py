@@ -70,3 +70,78 @@ def wait_exit(channel, timeout_s: float, clock: Clock = SYSTEM_CLOCK) -> int:
             raise RemoteTimeout(f"no exit status within {timeout_s:g}s")
         clock.sleep(0.05)
     return channel.recv_exit_status()
+
+
+class RemoteProcess:
+    """A command started on a host over its own ssh session, read like a subprocess: ``communicate``, ``kill``.
+
+    Both output streams are drained by threads as they arrive (a full window would stall the
+    remote command); ``communicate`` waits for the exit status under a deadline.
+    """
+
+    def __init__(self, client, command: str, timeout_s: float, clock: Clock = SYSTEM_CLOCK):
+        import threading
+
+        self.client, self.command, self.clock = client, command, clock
+        self.returncode: int | None = None
+        self._killed = False
+        self.channel = client.get_transport().open_session(timeout=timeout_s)
+        self.channel.exec_command(command)
+        self._out: list[bytes] = []
+        self._err: list[bytes] = []
+        self._readers = [threading.Thread(target=self._drain, args=(f, buf), daemon=True)
+                         for f, buf in ((self.channel.makefile("rb"), self._out),
+                                        (self.channel.makefile_stderr("rb"), self._err))]
+        for t in self._readers:
+            t.start()
+
+    @staticmethod
+    def _drain(f, buf: list[bytes]) -> None:
+        try:
+            for chunk in iter(lambda: f.read(65536), b""):
+                buf.append(chunk)
+        except (OSError, EOFError):
+            pass
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """(stdout, stderr) once the command exited.
+
+        Raises:
+            subprocess.TimeoutExpired: no exit status within ``timeout`` (the caller may ``kill``).
+        """
+        import subprocess
+
+        if not self._killed:
+            try:
+                self.returncode = wait_exit(self.channel, timeout, self.clock)  # None: no deadline
+            except RemoteTimeout:
+                raise subprocess.TimeoutExpired(self.command, timeout) from None
+        for t in self._readers:
+            t.join(timeout=5.0)
+        self.client.close()
+        return b"".join(self._out).decode(errors="replace"), b"".join(self._err).decode(errors="replace")
+
+    def kill(self) -> None:
+        """Close the session (sshd hangs up on the remote command); ``communicate`` then returns what came."""
+        self._killed = True
+        self.returncode = None
+        self.channel.close()
+
+
+def start_remote(settings: dict, host: str, command: str, *, connect=None, clock: Clock = SYSTEM_CLOCK) -> RemoteProcess:
+    """Connect to ``host`` (``paramiko_client(settings, host)``: host key verified) and start ``command``.
+
+    Raises:
+        ClusterError: the connection or the session failed (names the host, port and why).
+    """
+    import paramiko
+
+    try:
+        client = (connect or paramiko_client)(settings, host)
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        raise ClusterError(f"ssh to {host}:{settings['port']} failed: {exc or type(exc).__name__}") from None
+    try:
+        return RemoteProcess(client, command, settings["connect_timeout_s"], clock)
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        client.close()
+        raise ClusterError(f"ssh to {host}:{settings['port']}: could not start a session: {exc}") from None

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from mpirun_kit.doctor.coordinate import DoctorRequest
-from mpirun_kit.errors import SpecError
+from mpirun_kit.errors import ClusterError, SpecError
 
 PY = sys.executable
 
@@ -81,11 +81,11 @@ def test_bad_input_exits_64(args, message):
 
 
 def test_unreachable_host_exits_69():
-    # Nothing listens on 127.0.0.1:1: ssh fails at once, the host is reported unreachable.
+    # Nothing listens on 127.0.0.1:1: the ssh connection fails at once, the host is reported unreachable.
     proc = doctor("--hosts", "localhost,127.0.0.1", "--ssh-port", "1", "--timeout", "60")
     assert proc.returncode == 69
-    assert "reach         FAIL    could not gather facts: exit 255" in proc.stdout
-    assert "doctor: could not gather facts from 127.0.0.1 (exit 255" in proc.stderr
+    assert "reach         FAIL    could not gather facts: ssh to 127.0.0.1:1 failed: " in proc.stdout
+    assert "doctor: could not gather facts from 127.0.0.1 (ssh to 127.0.0.1:1 failed: " in proc.stderr
 
 
 def test_request_commands_are_the_dry_run():
@@ -93,18 +93,19 @@ def test_request_commands_are_the_dry_run():
                         allreduce_bytes=1024, timeout_s=30)
     assert req.commands() == [
         "# algo-1: gather facts in-process",
-        "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.cli.main doctor "
+        "ssh -p 22 algo-2 (paramiko; host key checked against /root/.ssh/known_hosts) -- \'/py -m mpirun_kit.cli.main doctor "
         "--gather-only --as-host algo-2 --hosts algo-1,algo-2 --ssh-dir /root/.ssh --ssh-port 22 --mount /fsx'",
         "/py -m mpirun_kit.workloads.allreduce --rank 0 --world-size 2 --local-rank 0 --master algo-1 --port 29499 "
         "--bytes 1024 --iters 5 --timeout 30",
-        "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/py -m mpirun_kit.workloads.allreduce --rank 1 "
+        "ssh -p 22 algo-2 (paramiko; host key checked against /root/.ssh/known_hosts) -- \'/py -m mpirun_kit.workloads.allreduce --rank 1 "
         "--world-size 2 --local-rank 0 --master algo-1 --port 29499 --bytes 1024 --iters 5 --timeout 30'",
     ]
     proc = doctor("--hosts", "localhost,algo-2", "--dry-run", "--remote-python", "/opt/conda/bin/python")
     assert proc.returncode == 0
     lines = proc.stdout.splitlines()
     assert lines[0] == "# localhost: gather facts in-process"
-    assert lines[1].startswith("ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-2 -- '/opt/conda/bin/python -m ")
+    assert lines[1].startswith("ssh -p 22 algo-2 (paramiko; host key checked against ")
+    assert "/known_hosts) -- '/opt/conda/bin/python -m mpirun_kit.cli.main doctor --gather-only --as-host algo-2 " in lines[1]
     assert lines[2].startswith(f"{PY} -m mpirun_kit.workloads.allreduce --rank 0 ")
 
 
@@ -121,7 +122,8 @@ def test_hosts_and_paths_from_a_job_spec(tmp_path):
     proc = doctor(str(spec), "--dry-run", "--no-allreduce")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[1] == (
-        "ssh -o BatchMode=yes -o ConnectTimeout=5 -p 22 algo-1 -- '" + PY + " -m mpirun_kit.cli.main doctor "
+        "ssh -p 22 algo-1 (paramiko; host key checked against /nonexistent/.ssh/known_hosts) -- '" + PY +
+        " -m mpirun_kit.cli.main doctor "
         "--gather-only --as-host algo-1 --hosts algo-1,algo-2 --ssh-dir /nonexistent/.ssh --ssh-port 22 "
         "--mount /fsx/ckpt'")
     both = doctor(str(spec), "--hosts", "a")
@@ -137,14 +139,15 @@ def test_gather_all_reads_each_hosts_last_line_and_names_failures():
     remote = HostFacts(host="algo-2", time=5.0, nvml="absent: no driver")
     req = DoctorRequest(hosts=("algo-1", "algo-2", "algo-3"), local_host="algo-1", python="py")
 
-    def start(argv):
-        host = argv[argv.index("--") - 1]
-        script = (f"echo 'Welcome to algo-2'; echo '{remote.to_json()}'" if host == "algo-2"
-                  else "echo 'ssh: connect to host algo-3 port 22: Connection refused' >&2; exit 255")
+    def start(req_, host, argv):
+        assert argv[:5] == ["py", "-m", "mpirun_kit.cli.main", "doctor", "--gather-only"]
+        if host == "algo-3":  # what exec/remote.start_remote raises for a refused connection
+            raise ClusterError("ssh to algo-3:22 failed: [Errno 111] Connection refused")
+        script = f"echo 'Welcome to algo-2'; echo '{remote.to_json()}'"
         return subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     local = HostFacts(host="algo-1", time=1.0, nvml="ok")
     facts, unreachable, windows = gather_all(req, lambda: local, start=start)
     assert facts == {"algo-1": local, "algo-2": remote}
-    assert unreachable == {"algo-3": "exit 255: ssh: connect to host algo-3 port 22: Connection refused"}
+    assert unreachable == {"algo-3": "ssh to algo-3:22 failed: [Errno 111] Connection refused"}
     assert set(windows) == {"algo-2"} and windows["algo-2"][0] <= windows["algo-2"][1]
