@@ -41,11 +41,6 @@ def banner_probe(host: str, port: int, timeout: float) -> str | None:
     return None if data.startswith(b"SSH-") else f"answered without an SSH banner ({data[:40]!r})"
 
 
-def ssh_probe_argv(host: str, port: int = 22, connect_timeout: int = 3) -> list[str]:
-    """A full-login probe for use with a subprocess runner (checks keys too, slower)."""
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", "-p", str(port), host, "true"]
-
-
 def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: Clock = SYSTEM_CLOCK,
                    probe: Probe = banner_probe, cancelled: Callable[[], bool] = lambda: False,
                    rng: random.Random | None = None, on_ready: Callable[[str, float], None] | None = None,

@@ -7,7 +7,7 @@ import pytest
 pytestmark = pytest.mark.timeout(60)
 
 from mpirun_kit.errors import SSHUnreachableError
-from mpirun_kit.exec.ssh import banner_probe, ssh_probe_argv, wait_reachable
+from mpirun_kit.exec.ssh import banner_probe, wait_reachable
 
 
 def banner_server(payload=b"SSH-2.0-OpenSSH_9.2\r\n"):
@@ -84,11 +84,6 @@ def test_error_names_every_missing_host():
 def test_cancelled_stops_waiting():
     with pytest.raises(SSHUnreachableError, match=r"within 60 s \(stopped by a signal\)"):
         wait_reachable(["algo-2"], 22, 60.0, probe=lambda *a: "refused", cancelled=lambda: True)
-
-
-def test_full_login_probe_argv():
-    assert ssh_probe_argv("algo-2", 2222) == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3", "-p", "2222",
-                                               "algo-2", "true"]
 
 
 def test_progress_names_pending_hosts():
