@@ -15,14 +15,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from moto_process import free_port, moto_process
 
 from mpirun_kit.stack.limits import check_request
 
@@ -57,36 +56,12 @@ def commands(block: str, zones: int) -> list[str]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def patched_moto():
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "stack" / "patched_moto.py"), str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(url + "/moto-api/", timeout=1).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"patched moto server did not start on {url}")
-                time.sleep(0.2)
+    port = free_port()
+    with moto_process([sys.executable, str(REPO / "tests" / "stack" / "patched_moto.py"), str(port)], port,
+                      timeout_s=60, what="patched moto server", stdout=subprocess.PIPE, text=True) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def run_walkthrough(url: str, zones: int, tmp_path: Path) -> list[tuple[str, str]]:
