@@ -7,8 +7,10 @@ resume from a checkpoint -> the step loop -> COCO evaluation -> metrics.
 
 Output (rank 0): plain lines a SageMaker metric regex can read -- ``step=120 loss=0.8400
 lr=0.020000 ...`` every ``log_period`` steps and ``bbox_mAP=0.5120`` / ``segm_mAP=0.4700`` after
-evaluation -- the same records as JSON lines in ``<output-dir>/metrics.jsonl``, a progress bar when
-stderr is a terminal, and ``<output-dir>/metrics.json`` (written atomically) at the end.
+evaluation -- the same records as JSON lines in ``<output-dir>/metrics.jsonl`` and as TensorBoard
+scalars in ``--tensorboard-dir`` (default ``<output-dir>/tensorboard``; needs the ``tensorboard``
+package, the extra ``mpirun_kit[tensorboard]``), a tqdm progress bar when stderr is a terminal, and
+``<output-dir>/metrics.json`` (written atomically) at the end.
 
 Exit codes: 0 done; 143 (128 + SIGTERM) stopped by SIGTERM (spot interruption) after finishing the
 current step and writing a checkpoint -- rerun with ``--resume auto`` to continue exactly there;
@@ -66,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-only", action="store_true", help="evaluate the resumed checkpoint and exit")
     p.add_argument("--print-config", action="store_true",
                    help="print the resolved config (preset + --set) as YAML and exit; nothing else runs")
+    p.add_argument("--tensorboard-dir", type=Path, default=None, metavar="DIR",
+                   help="TensorBoard event files (losses, lr, images_per_s, eval mAP): default <output-dir>/tensorboard; "
+                        "on SageMaker pass /opt/ml/output/tensorboard with target.sagemaker.tensorboard_s3 set")
     p.add_argument("--stop-after-steps", type=int, default=0, metavar="N",
                    help="train at most N steps in this run, checkpoint and exit 0 without evaluating "
                         "(time-sliced jobs; the LR schedule still follows solver.max_iter)")
@@ -101,20 +106,57 @@ def _write_json_atomic(path: Path, obj: Any) -> None:
 
 
 class _Progress:
-    """A one-line progress bar on a terminal; nothing otherwise (the periodic lines suffice)."""
+    """A tqdm progress bar on a terminal; nothing otherwise (the periodic lines suffice)."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
+        self.bar = None
 
     def update(self, done: int, total: int, text: str = "") -> None:
         if not self.enabled:
             return
-        width = 30
-        filled = int(width * done / max(total, 1))
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {text}\033[K")
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, file=sys.stderr, dynamic_ncols=True, leave=True)
+        self.bar.total = total
+        self.bar.update(done - self.bar.n)
+        self.bar.set_postfix_str(text, refresh=False)
         if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+            self.bar.close()
+            self.bar = None
+
+
+class _Scalars:
+    """TensorBoard scalars for every metrics record (rank 0): ``train/*`` from the step lines, ``eval/*``
+    from evaluation.  Without the ``tensorboard`` package it says so once and writes nothing."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.writer = None
+        self.missing = False
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        if self.missing:
+            return
+        if self.writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                self.missing = True
+                log.warning("no TensorBoard event files: the tensorboard package is not installed "
+                            "(pip install 'mpirun_kit[tensorboard]'); metrics.jsonl has the same records")
+                return
+            self.writer = SummaryWriter(log_dir=str(self.log_dir))
+        group = "eval" if any(k.endswith("mAP") for k in record) else "train"
+        for k, v in record.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self.writer.add_scalar(f"{group}/{k}", v, record["step"])
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
@@ -154,6 +196,7 @@ class Trainer:
         self.cfg: Config = cfg
         self.stop_requested = False
         self.paused = False
+        self.scalars = _Scalars(args.tensorboard_dir or args.output_dir / "tensorboard")
         self.skipped = 0
         self.step = 0
         self.epoch = 0
@@ -369,6 +412,7 @@ class Trainer:
         print(line, flush=True)
         with open(self.args.output_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
+        self.scalars.add(record)
 
     def _on_sigterm(self, signum, frame) -> None:
         # only a flag: the current step finishes, then every rank checkpoints and exits together
@@ -507,6 +551,7 @@ class Trainer:
                       f"skipped_images={skipped}", flush=True)
             return 0
         finally:
+            self.scalars.close()
             self.comm.shutdown()
 
 
