@@ -162,7 +162,7 @@ class CocoDataset:
             raise ImageFileMissingError(f"no image listed in {self.ann_file} could be read from {self.image_dir}")
         sample = self._transform(index, arr, random.Random(seed))
         sample["skipped"] = skipped
-        sample["seed"] = seed  # the model's per-image sampling generator is seeded from it
+        sample["seed"] = seed  # keys the model's per-image anchor/RoI sampling (modeling/sampling.py)
         return sample
 
     def _transform(self, index: int, arr: np.ndarray, rng: random.Random) -> dict[str, Any]:
