@@ -19,7 +19,7 @@ set -euo pipefail
 
 mode="${1:-}"
 case "$mode" in
-  demo|test|setup) ;;
+  demo|test|setup|stamp) ;;
   *) echo "usage: bash ops/quickstart.sh demo|test|setup" >&2; exit 2 ;;
 esac
 
@@ -31,6 +31,16 @@ read -r -a pip_extra <<<"${PIP_EXTRA_ARGS:-}"
 if [ "$mode" = test ]; then WITH_HOROVOD="${WITH_HOROVOD:-1}"; else WITH_HOROVOD="${WITH_HOROVOD:-0}"; fi
 
 log() { printf '\033[1m[quickstart]\033[0m %s\n' "$*" >&2; }
+
+# What the Python environment was built from; a change re-runs the pip step.  The op extension's
+# sources are part of it: after a C++/CUDA change an existing venv would otherwise keep the stale
+# library, and the loader would fall back to the slow references.
+setup_stamp() {
+  echo "$({ cat setup.cfg setup.py pyproject.toml ops/quickstart.sh ops/build-horovod.sh
+            find mpirun_kit/maskrcnn/csrc -type f -print0 | LC_ALL=C sort -z | xargs -0 cat
+          } | sha256sum | cut -c1-16) $TORCH_SPEC"
+}
+if [ "$mode" = stamp ]; then setup_stamp; exit 0; fi  # for the tests
 
 if [ "$(id -u)" != 0 ]; then
   echo "quickstart: run as root (it installs Debian packages and the simulated cluster needs network namespaces)" >&2
@@ -57,7 +67,7 @@ fi
 
 # --- Python environment ------------------------------------------------------
 stamp="$venv/.quickstart-stamp"
-want="$(cat setup.cfg setup.py pyproject.toml ops/quickstart.sh ops/build-horovod.sh | sha256sum | cut -c1-16) $TORCH_SPEC"
+want="$(setup_stamp)"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import sys' 2>/dev/null; then
   log "creating $venv"
   rm -rf "$venv"

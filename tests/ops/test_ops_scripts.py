@@ -211,3 +211,26 @@ def test_check_cuda_build_needs_nvcc(tmp_path):
     assert proc.returncode == 2
     assert f"no nvcc at {tmp_path / 'no-cuda'}/bin/nvcc; install the CUDA toolkit or set CUDA_HOME" in proc.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def test_quickstart_setup_stamp_changes_with_the_op_sources(tmp_path):
+    """A C++/CUDA change must re-run the pip step: an existing venv would keep a stale extension."""
+    import shutil
+
+    for name in ("setup.cfg", "setup.py", "pyproject.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(OPS, tmp_path / "ops")
+    shutil.copytree(REPO / "mpirun_kit" / "maskrcnn" / "csrc", tmp_path / "mpirun_kit" / "maskrcnn" / "csrc")
+
+    def stamp() -> str:
+        r = subprocess.run(["bash", str(tmp_path / "ops" / "quickstart.sh"), "stamp"], capture_output=True,
+                           text=True, env=ENV, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    before = stamp()
+    assert re.fullmatch(r"[0-9a-f]{16} \S+", before), before
+    assert stamp() == before
+    kernel = tmp_path / "mpirun_kit" / "maskrcnn" / "csrc" / "ops" / "cpu" / "nms_kernel.cpp"
+    kernel.write_text(kernel.read_text() + "\n// changed\n")
+    assert stamp() != before
