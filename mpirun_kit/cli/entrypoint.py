@@ -63,6 +63,9 @@ def register(subparsers) -> None:
     p.add_argument("--secret-file", type=Path, metavar="FILE",
                    help="the job secret (`mpirun_kit keys new`) that authenticates workers on the result channel "
                         "(default: OPT_ML/input/data/mpirun-keys/job-secret when present)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="only warnings, errors and the result, as other commands print by default (what `submit "
+                        "--target sim|ssh` passes to every host without -v)")
     _common(p, "a LaunchSpec JSON file (overrides the one in hyperparameters.json)")
     p.set_defaults(func=_entrypoint, launch=False)
 

@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
     saved_level, saved_root = base.OUTPUT_LEVEL, logging.getLogger().level
-    verbose = args.verbose or (1 if args.command_name in PROGRESS_BY_DEFAULT else 0)
+    by_default = args.command_name in PROGRESS_BY_DEFAULT and not getattr(args, "no_progress", False)
+    verbose = args.verbose or (1 if by_default else 0)
     handler = configure_output(verbose, args.quiet)
     try:
         return int(args.func(args) or 0)

@@ -11,6 +11,15 @@ from ..exec.result import failure_file_text
 log = logging.getLogger(__name__)
 
 
+def say(out, text: str) -> None:
+    """A progress line of the tool's own (``mpirun_kit: text``), printed only at -v (the entrypoint's default:
+    its stderr is the job's log); `launch` and the targets' hosts under a plain `submit` stay quiet."""
+    from ..targets import base
+
+    if base.OUTPUT_LEVEL >= 2:
+        print(f"mpirun_kit: {text}", file=out, flush=True)
+
+
 def failure_path(opt_ml: Path) -> Path:
     return Path(opt_ml) / "output" / "failure"
 

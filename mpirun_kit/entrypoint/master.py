@@ -37,7 +37,7 @@ from ..plan.env import launcher_env
 from ..plan.launch_plan import LaunchPlan
 from ..plan.mpi import get_flavour
 from ..plan.redact import is_secret, redact_text
-from .common import write_failure
+from .common import say, write_failure
 
 log = logging.getLogger(__name__)
 
@@ -108,19 +108,18 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     try:
         workers = plan.workers
         if workers:
-            print(f"mpirun_kit: master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
-                  f"(deadline {plan.ssh_deadline_s():g} s)", file=out, flush=True)
+            say(out, f"master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
+                     f"(deadline {plan.ssh_deadline_s():g} s)")
             try:
                 # Pushed readiness (a worker's hello says its sshd answers) or the TCP + banner probe,
                 # whichever comes first: hosts without our entrypoint are found by the probe.
                 ready = wait_reachable(
                     workers, plan.ssh_port, plan.ssh_deadline_s(), clock=clock, cancelled=latch,
                     pushed=server.wait_sshd_up,
-                    progress=lambda pending, t: print(
-                        f"mpirun_kit: still waiting for sshd on {len(pending)} host(s) after {t:.0f} s: "
-                        f"{', '.join(pending[:10])}{' ...' if len(pending) > 10 else ''}", file=out, flush=True))
-                print(f"mpirun_kit: all {len(workers)} worker sshd answered in {max(ready.values()):.2f} s",
-                      file=out, flush=True)
+                    progress=lambda pending, t: say(
+                        out, f"still waiting for sshd on {len(pending)} host(s) after {t:.0f} s: "
+                             f"{', '.join(pending[:10])}{' ...' if len(pending) > 10 else ''}"))
+                say(out, f"all {len(workers)} worker sshd answered in {max(ready.values()):.2f} s")
             except SSHUnreachableError as exc:
                 if not latch.received:
                     result = JobResult(exc.exit_code, summary=str(exc))
@@ -132,7 +131,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             return result
         # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
         env = {**launcher_env(environ, plan.env), CHANNEL_KEY_VAR: rank_key.hex()}
-        print(f"mpirun_kit: launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)", file=out, flush=True)
+        say(out, f"launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)")
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")
         started = True
@@ -234,4 +233,4 @@ def _write_timeline(server: ResultServer, plan: LaunchPlan, rec: timeline.Record
     except OSError as exc:
         log.warning("could not write the timeline to %s/output: %s", opt_ml, exc)
         return
-    print(f"mpirun_kit: {timeline.summary_line(data)} (mpirun_kit timeline {path})", file=out, flush=True)
+    say(out, f"{timeline.summary_line(data)} (mpirun_kit timeline {path})")

@@ -38,7 +38,7 @@ from ..exec.result import JobResult
 from ..exec.signals import SignalLatch
 from ..observe.timeline import Recorder
 from ..plan.launch_plan import LaunchPlan
-from .common import write_failure
+from .common import say, write_failure
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,7 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     except MasterLostError as exc:
         write_failure(opt_ml, exc.exit_code, f"worker {me}: {exc}")
         raise
-    print(f"mpirun_kit: worker {me}: connected to master {plan.master}; waiting for {'/'.join(plan.daemons)}",
-          file=out, flush=True)
+    say(out, f"worker {me}: connected to master {plan.master}; waiting for {'/'.join(plan.daemons)}")
     try:
         rec.mark("ready")
         result = _follow(plan, me, link, latch, clock, out, rec)
@@ -122,7 +121,7 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
                     ack["timeline"] = rec.as_list()
                 link.send(ack)
                 code = msg["exit_code"]  # validated by MasterLink: an int 0-255
-                print(f"mpirun_kit: worker {me}: job result from master: exit code {code}", file=out, flush=True)
+                say(out, f"worker {me}: job result from master: exit code {code}")
                 return JobResult(code, summary=str(msg.get("summary", "")))
         if now - last_heard > t.master_silence_s:
             signal_pids(alive(daemons), signal.SIGTERM)

@@ -17,6 +17,7 @@ from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..exec.process import supervise
 from ..spec.compile import CompiledJob
 from ..exec.files import write_atomic
+from . import base
 from .base import STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, launch_timeline, outcome_of, retrying
 
 SPEC_FILE = "launch-spec.json"
@@ -25,7 +26,7 @@ OVERHEAD_S = 120.0
 DEFAULT_JOB_S = 7 * 24 * 3600.0
 
 
-def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: int) -> DryRun:
+def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: int, verbose: bool = True) -> DryRun:
     """The local launch as a value.
 
     Args:
@@ -33,11 +34,12 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
         run_dir: where the spec file and the failure report go (``--opt-ml``).
         python: the interpreter with mpirun_kit installed.
         result_port: a free TCP port for the launcher's result channel (chosen by the caller).
+        verbose: the launcher prints its progress lines (`submit -v`); else only warnings, errors, the result.
     """
     slots = compiled.hosts[0].slots
     spec_path = Path(run_dir) / SPEC_FILE
     argv = [python, "-m", "mpirun_kit.cli.main", "launch", "--hosts", f"localhost:{slots}",
-            "--spec", str(spec_path), "--opt-ml", str(run_dir)]
+            "--spec", str(spec_path), "--opt-ml", str(run_dir)] + (["-v"] if verbose else [])
     # A port per run: two local jobs (or a job and a test) must not share a result channel.
     spec = dataclasses.replace(compiled.launch, result_port=result_port)
     return DryRun(
@@ -82,7 +84,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
     """Run the local job; return how it ended (exit code: the first failing rank's, or 128+N for signal N)."""
     write_files(dry)
     progress = Progress(clock=clock)
-    progress.done(f"local: {dry.request['ranks']} rank(s) on this machine")
+    progress.note(f"local: {dry.request['ranks']} rank(s) on this machine")
     req = dry.request
     failure = Path(req["failure_file"])
     attempts = []
@@ -116,7 +118,7 @@ class LocalTarget(Target):
         from ..spec.compile import output_path
 
         return {"run_dir": (Path(output_path(compiled.job)) / "launch").resolve(), "python": sys.executable,
-                "result_port": free_port()}
+                "result_port": free_port(), "verbose": base.OUTPUT_LEVEL >= 2}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

@@ -29,6 +29,7 @@ from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from ..errors import ExitCode
+from . import base
 from .base import STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, launch_timeline, outcome_of, retrying
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
@@ -39,7 +40,7 @@ STOP_MARGIN_S = 15.0
 TEMP_ROOT_PREFIX = "mrk-sim-"
 
 
-def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_exe: str) -> DryRun:
+def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_exe: str, verbose: bool = True) -> DryRun:
     """The simulated run as a value.
 
     Args:
@@ -48,6 +49,7 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
             made when the job starts (so a dry run writes nothing) and removed if the job succeeds.
         name: cluster name (1-12 lowercase letters/digits), chosen by the caller.
         mpirun_kit_exe: the console script every host runs.
+        verbose: the hosts' entrypoints print their progress lines (`submit -v`); else only warnings, errors.
     """
     t = compiled.launch.timeouts
     deadline = (t.job_s or DEFAULT_JOB_S) + t.ssh_ready_s + OVERHEAD_S
@@ -56,7 +58,8 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
         "instance_type": compiled.job.resources.instance_type or "ml.c5.xlarge",
         # --opt-ml: the host's /opt/ml under its path on this machine, so printed paths (the failure
         # report) can be opened here; inside the host it is the same directory as /opt/ml.
-        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd", "--opt-ml", HOST_OPT_ML],
+        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd", *([] if verbose else ["--no-progress"]),
+                       "--opt-ml", HOST_OPT_ML],
         "hyperparameters": {LAUNCH_SPEC_HYPERPARAMETER: compiled.launch.to_json()},
         "deadline_s": deadline, "grace_s": t.grace_s, "retries": compiled.job.retries,
     }
@@ -113,8 +116,10 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     code = stopped if stopped is not None else codes[master]
     summary = ", ".join(f"{h}={c}" for h, c in codes.items())
     if stopped is None:
-        progress.done(f"sim: every host finished ({summary})" if len(set(codes.values())) == 1 else
-                      f"sim: hosts disagree ({summary}); the master's code {code} is the job's")
+        if len(set(codes.values())) == 1:
+            progress.note(f"sim: every host finished ({summary})")
+        else:
+            progress.done(f"sim: hosts disagree ({summary}); the master's code {code} is the job's")
     else:
         progress.done(f"sim: stopped ({summary}); exit code {code}")
     return code, codes, opt_ml
@@ -182,7 +187,8 @@ class SimTarget(Target):
         sim = compiled.job.target.sim
         # No root given: run_outcome makes a temporary one when the job starts (a dry run writes nothing).
         exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
-        return {"root": Path(sim.root) if sim.root else None, "name": f"s{os.getpid():x}"[:12], "mpirun_kit_exe": exe}
+        return {"root": Path(sim.root) if sim.root else None, "name": f"s{os.getpid():x}"[:12], "mpirun_kit_exe": exe,
+                "verbose": base.OUTPUT_LEVEL >= 2}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

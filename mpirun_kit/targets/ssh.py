@@ -50,6 +50,7 @@ from ..exec.remote import HostKeyError, paramiko_client, wait_exit
 from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
+from . import base
 from .base import DryRun, Outcome, Progress, SubmitOptions, Target, outcome_of
 
 #: seconds allowed after the job's own limit for readiness, start-up and shutdown.
@@ -63,12 +64,13 @@ CANCEL_MARGIN_S = 15.0
 PID_WAIT_S = 30.0
 
 
-def dryrun(compiled: CompiledJob, *, run_id: str) -> DryRun:
+def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True) -> DryRun:
     """The ssh run as a value.
 
     Args:
         compiled: the job (target ssh).
         run_id: names the remote working directory (chosen by the caller, unique per run).
+        verbose: the hosts' entrypoints print their progress lines (`submit -v`); else only warnings, errors.
     """
     job = compiled.job
     s = job.target.ssh
@@ -79,7 +81,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str) -> DryRun:
     for h in compiled.hosts:
         argv = [s.python, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile",
                 f"{workdir}/hostfile", "--current-host", h.name, "--spec", f"{workdir}/launch-spec.json",
-                "--opt-ml", f"{workdir}/{h.name}"]
+                "--opt-ml", f"{workdir}/{h.name}"] + ([] if verbose else ["--no-progress"])
         # Record the entrypoint's pid so a cancel signals exactly that process, never one matched by name.  Per-host
         # names: the workdir may be on a file system the hosts share.
         commands[h.name] = (f"mkdir -p {shlex.quote(workdir + '/' + h.name)} && cd {shlex.quote(workdir)} && "
@@ -100,6 +102,11 @@ def dryrun(compiled: CompiledJob, *, run_id: str) -> DryRun:
     request["ship"] = {h.name: {name: ship_command(name, h.name) for name, _ in files} for h in compiled.hosts}
     request["cancel"] = {h.name: cancel_script(f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
                          for h in compiled.hosts}
+    # After a failure, the master's failure report is read back over its open session, so --json's source and
+    # root cause come from the report, not guessed from the exit code (the same parser as local and sim).
+    master = elect_master([h.name for h in compiled.hosts])
+    request["failure_file"] = f"{workdir}/{master}/output/failure"
+    request["fetch_failure"] = {master: fetch_command(request["failure_file"])}
     return DryRun("ssh", job.name, request, files=files)
 
 
@@ -108,6 +115,29 @@ def ship_command(name: str, host: str) -> str:
     tmp = f"{name}.tmp.{host}"
     return (f"mkdir -p {shlex.quote(str(Path(name).parent))} && cat > {shlex.quote(tmp)} && "
             f"mv -f {shlex.quote(tmp)} {shlex.quote(name)}")
+
+
+#: the most of a failure report read back (the launcher writes a few KiB; a hostile host could send more).
+FAILURE_READ_LIMIT = 64 * 1024
+
+
+def fetch_command(path: str) -> str:
+    """Prints the remote failure report (at most FAILURE_READ_LIMIT bytes); exit 0 with nothing when there is none."""
+    return f"if [ -f {shlex.quote(path)} ]; then head -c {FAILURE_READ_LIMIT} -- {shlex.quote(path)}; fi"
+
+
+def fetch_failure(client, command: str, timeout: float) -> str | None:
+    """The failure report's text read over ``client`` with ``command`` (``fetch_command``); None when there is
+    none or it cannot be read (the Outcome then says it was judged from the exit code alone)."""
+    import paramiko
+
+    try:
+        _, stdout, _ = client.exec_command(command, timeout=timeout)
+        data = stdout.read(FAILURE_READ_LIMIT)
+        code = wait_exit(stdout.channel, timeout)
+    except (OSError, EOFError, paramiko.SSHException, ClusterError):
+        return None
+    return data.decode(errors="replace") if code == 0 and data.strip() else None
 
 
 def preflight_command(python: str) -> str:
@@ -335,15 +365,19 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
 
 
 def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
-        out=None) -> int:
-    """Run on the ssh hosts; return the job's exit code (the master's).  ``out`` takes bytes."""
+        out=None, report: dict | None = None) -> int:
+    """Run on the ssh hosts; return the job's exit code (the master's).  ``out`` takes bytes.
+
+    ``report`` (when given) receives ``hosts`` (each host's code) and, after a failure, ``failure_text`` and
+    ``failure_file``: the master's failure report, read over its session before it is closed.
+    """
     out = out or sys.stdout.buffer
     req = dry.request
     progress = Progress(clock=clock)
     clients = connect_all(req, connect=connect, clock=clock, progress=progress)
     try:
         preflight(clients, req["python"], req["connect_timeout_s"] + 20)
-        progress.done(f"ssh: all {len(clients)} host(s) ready; shipping the launch spec to {req['workdir']}")
+        progress.note(f"ssh: all {len(clients)} host(s) ready; shipping the launch spec to {req['workdir']}")
         ship(clients, dry.files, req["connect_timeout_s"] + 20, req["ship"])
         lock = threading.Lock()
         sessions: list[_Session] = []
@@ -376,7 +410,14 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
             return ExitCode.INTERRUPTED
         codes = {s.host: s.code for s in sessions}
         master_code = _master_code(codes)
-        progress.done("ssh: every host finished (" + ", ".join(f"{h}={c}" for h, c in codes.items()) + ")")
+        progress.note("ssh: every host finished (" + ", ".join(f"{h}={c}" for h, c in codes.items()) + ")")
+        if report is not None:
+            report["hosts"] = {h: c if c is not None and c >= 0 else ExitCode.LAUNCH_FAILED for h, c in codes.items()}
+            if master_code != 0:
+                (host, command), = req["fetch_failure"].items()
+                text = fetch_failure(clients[host], command, req["connect_timeout_s"] + 20)
+                if text is not None:
+                    report["failure_text"], report["failure_file"] = text, f"{host}:{req['failure_file']}"
         return master_code
     finally:
         for c in clients.values():
@@ -406,16 +447,18 @@ class SshTarget(Target):
     name = "ssh"
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
-        return {"run_id": f"{compiled.job.name}-{os.getpid():x}"}
+        return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": base.OUTPUT_LEVEL >= 2}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)
 
     def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         started = time.time() if started is None else started
-        code = run(dry)
+        report: dict = {}
+        code = run(dry, report=report)
         return outcome_of("ssh", dry.job, code, interrupted="SIGINT" if code == ExitCode.INTERRUPTED else None,
-                          started=started, ended=time.time())
+                          failure_text=report.get("failure_text"), failure_file=report.get("failure_file"),
+                          started=started, ended=time.time(), hosts=report.get("hosts"))
 
 
 TARGET = SshTarget()

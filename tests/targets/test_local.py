@@ -54,6 +54,23 @@ def test_two_ranks_succeed_with_prefixed_output_and_preset(tmp_path, capfd):
     assert written["processes_per_host"] == 2
 
 
+def test_default_output_is_the_ranks_and_warnings_only_and_v_adds_progress(tmp_path, capfd):
+    """Issue 16 defect 5: without -v a successful submit prints the ranks' lines and no line of the tool's own
+    except warnings and errors; -v adds the milestones (the target's and the launcher's)."""
+    job = spec(tmp_path, (0, 0))
+    assert main(["submit", str(job)]) == 0
+    captured = capfd.readouterr()
+    assert "[1 localhost] rank 1 of 2 tuned" in captured.out
+    tool = [ln for ln in (captured.out + captured.err).splitlines()
+            if not ln.startswith(("[0 localhost] ", "[1 localhost] ", "mpirun_kit: warning:", "mpirun_kit: error:"))]
+    assert tool == [], tool
+    assert main(["submit", str(job), "-v"]) == 0
+    err = capfd.readouterr().err
+    assert "mpirun_kit: local: 2 rank(s) on this machine" in err
+    assert "mpirun_kit: launching 2 ranks on 1 host(s)" in err
+    assert "mpirun_kit: timeline: launch " in err
+
+
 def test_rank_exit_code_is_the_submit_exit_code_and_retries(tmp_path, capfd):
     assert main(["submit", str(spec(tmp_path, (0, 3), retries=1))]) == 3
     captured = capfd.readouterr()

@@ -22,7 +22,7 @@ def test_allreduce_bench_on_three_simulated_hosts(tmp_path, capfd):
     # The repo's job, with the cluster state under tmp_path so nothing is left behind.
     spec.write_text((REPO / "jobs" / "allreduce-bench.yaml").read_text().replace(
         "target:\n  type: sim\n", f"target:\n  type: sim\n  sim: {{root: {tmp_path / 'sim'}}}\n"))
-    assert main(["submit", str(spec), "--target", "sim"]) == 0
+    assert main(["submit", str(spec), "--target", "sim", "-v"]) == 0
     captured = capfd.readouterr()
     out = captured.out
     assert "[0 algo-1] allreduce check ok world=6 expected=21.0" in out

@@ -6,6 +6,7 @@ and a host key missing from known_hosts (never accepted, never prompted).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -44,13 +45,30 @@ def test_job_over_ssh_on_three_hosts(tmp_path):
     with SimCluster(3, tmp_path / "c", "tssh3") as sim:
         job = spec(tmp_path, ["algo-1", "algo-2", "algo-3"],
                    'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname)"; [ "$OMPI_COMM_WORLD_RANK" != 2 ] || exit 4')
-        r = sim.run("algo-1", [EXE, "submit", str(job)], timeout=180)
+        r = sim.run("algo-1", [EXE, "submit", "-v", str(job)], timeout=180)
+        # 70 is also the launcher-failure code: --json tells them apart by the master's failure report,
+        # read back over ssh, not by the code.  Without -v: no progress lines of the tool's own.
+        job70 = spec(tmp_path, ["algo-1", "algo-2"],
+                     'echo "rank $OMPI_COMM_WORLD_RANK"; [ "$OMPI_COMM_WORLD_RANK" != 1 ] || exit 70')
+        q = sim.run("algo-1", [EXE, "submit", "--json", str(job70)], timeout=180)
     assert r.returncode == 4, r.stdout + r.stderr
     assert "[0 algo-1] rank 0 on algo-1" in r.stdout
     assert "[1 algo-2] rank 1 on algo-2" in r.stdout
     assert "[2 algo-3] rank 2 on algo-3" in r.stdout
     assert "ssh: all 3 host(s) ready" in r.stderr
     assert "ssh: every host finished (algo-1=4, algo-2=4, algo-3=4)" in r.stderr
+    assert "launching 3 ranks on 3 host(s)" in r.stderr + r.stdout
+    assert q.returncode == 70, q.stdout + q.stderr
+    result = json.loads(q.stdout.splitlines()[-1])
+    assert result["source"] == "job", result
+    assert result["root_cause"] == {"rank": 1, "host": "algo-2", "exit_code": 70, "signal": None}, result
+    assert result["failure_file"].startswith("algo-1:") and result["failure_file"].endswith("/algo-1/output/failure")
+    assert result["timeline"]["hosts"] == {"algo-1": 70, "algo-2": 70}, result
+    assert "[1 algo-2] rank 1" in q.stdout
+    tool_lines = [ln for ln in (q.stdout + q.stderr).replace("[algo-2 entrypoint] ", "").splitlines()
+                  if ln.startswith("mpirun_kit: ") and not ln.startswith(
+                      ("mpirun_kit: error:", "mpirun_kit: warning:", "mpirun_kit: job failed"))]
+    assert tool_lines == [], tool_lines
 
 
 def test_host_without_sshd_is_named(tmp_path):
