@@ -206,6 +206,14 @@ def exit_code_for(desc: dict) -> int:
     return code if code else ExitCode.FAILED
 
 
+def failure_report(reason: str) -> str | None:
+    """A FailureReason that is the master's failure report (its first line ours, after SageMaker's
+    ``AlgorithmError: ``), as that report; None for the platform's own reasons."""
+    if exit_code_from_failure(reason) is None:
+        return None
+    return re.sub(r"^[A-Za-z]+Error: ", "", reason, count=1)
+
+
 class LogFollower:
     """Prints new CloudWatch events of every host's stream, prefixed with the stream's host."""
 
@@ -234,13 +242,15 @@ class LogFollower:
 
 
 def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLOCK, out=None,
-           poll_s: float = 5.0, timeout_s: float | None = None, progress: Progress | None = None) -> int:
+           poll_s: float = 5.0, timeout_s: float | None = None, progress: Progress | None = None,
+           final: dict | None = None) -> int:
     """Follow a training job to its end; return its exit code (see ``exit_code_for``).
 
     Args:
         client: boto3 SageMaker client.
         logs_client: boto3 CloudWatch Logs client; None follows status only.
         timeout_s: give up following after this long (the job keeps running).
+        final: if given, filled with the job's last description (its FailureReason is our failure report).
 
     Raises:
         ClusterError: the job is unknown, or following timed out.
@@ -263,6 +273,8 @@ def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLO
                 follower.poll()
             if desc.get("FailureReason"):
                 progress.done(f"failure reason: {desc['FailureReason']}")
+            if final is not None:
+                final.update(desc)
             return exit_code_for(desc)
         if deadline.expired():
             raise ClusterError(f"training job {job_name} still {state[0]} after {timeout_s:g}s of following; it keeps "
@@ -289,8 +301,8 @@ def make_clients(region: str | None) -> tuple[Any, Any]:
 
 
 def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tuple[Any, Any]] = make_clients,
-        clock: Clock = SYSTEM_CLOCK, out=None, poll_s: float = 10.0) -> int:
-    """Create the training job; with ``wait``, follow it and return its exit code."""
+        clock: Clock = SYSTEM_CLOCK, out=None, poll_s: float = 10.0, final: dict | None = None) -> int:
+    """Create the training job; with ``wait``, follow it and return its exit code (``final``: see ``follow``)."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     out = out or sys.stdout
@@ -315,7 +327,7 @@ def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tupl
     limit = stop.get("MaxWaitTimeInSeconds", stop["MaxRuntimeInSeconds"]) + 3600
     try:
         return follow(sm, req["TrainingJobName"], logs_client=logs if dry.request["logs"] else None,
-                      clock=clock, out=out, poll_s=poll_s, timeout_s=limit)
+                      clock=clock, out=out, poll_s=poll_s, timeout_s=limit, final=final)
     except KeyboardInterrupt:
         out.write(f"stopped following; the job keeps running (mpirun_kit stop {req['TrainingJobName']})\n")
         return ExitCode.INTERRUPTED
@@ -336,18 +348,26 @@ class SageMakerTarget(Target):
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)
 
-    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
+    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
+            clients: Callable[[str | None], tuple[Any, Any]] = make_clients, poll_s: float = 10.0) -> Outcome:
         started = time.time() if started is None else started
-        code = run(dry, wait=opts.wait)
+        final: dict = {}
+        code = run(dry, wait=opts.wait, clients=clients, poll_s=poll_s, final=final)
         name = dry.request["CreateTrainingJob"]["TrainingJobName"]
         if not opts.wait:
             return Outcome(self.name, dry.job, code, "platform", f"training job {name} created; it runs on SageMaker "
                            f"(mpirun_kit status {name})")
         if code == ExitCode.INTERRUPTED:
             return Outcome(self.name, dry.job, code, "launcher", f"stopped following; training job {name} keeps running")
+        reason = final.get("FailureReason", "")
+        report = failure_report(reason)
         platform = {ExitCode.SIGTERM: f"training job {name} was stopped (StopTrainingJob)",
                     ExitCode.TIMEOUT: f"training job {name} ran past its MaxRuntimeInSeconds"}.get(code)
-        return outcome_of(self.name, dry.job, code, platform_reason=platform, started=started, ended=time.time())
+        if platform is None and code != 0 and report is None:
+            # No report of ours: SageMaker ended the job (capacity, image pull, instance failure...).
+            platform = f"training job {name} failed: {redact_value(reason.splitlines()[0]) if reason else 'no reason given'}"
+        return outcome_of(self.name, dry.job, code, failure_text=report, platform_reason=platform,
+                          started=started, ended=time.time())
 
     def error_source(self, exc: BaseException) -> str:
         # AWS refused or was unreachable: the platform decided, not mpirun_kit.

@@ -297,3 +297,28 @@ def test_secret_env_on_sagemaker_is_warned_about():
     c = compiled(SECRET_SPEC)
     assert c.warnings == ("env WANDB_API_KEY: SageMaker shows hyperparameters and environment in its console and "
                           "API; fetch secrets at run time (Secrets Manager via the instance role) instead",)
+
+
+@pytest.mark.parametrize("reason,source,cause,text", [
+    # the master's failure report, as SageMaker carries it in FailureReason
+    ("AlgorithmError: mpirun_kit exit_code=7\nroot cause: rank 3 on algo-2 exited with code 7 (first seen 12:00:01Z)",
+     "job", {"rank": 3, "host": "algo-2", "exit_code": 7, "signal": None}, "rank 3 on algo-2 exited with code 7"),
+    # a job's own exit code 70 is the job's, not the launcher's: only the report can say so
+    ("AlgorithmError: mpirun_kit exit_code=70\nroot cause: rank 0 on algo-1 exited with code 70 (first seen 12:00:01Z)",
+     "job", {"rank": 0, "host": "algo-1", "exit_code": 70, "signal": None}, "rank 0 on algo-1 exited with code 70"),
+    # no report of ours: SageMaker itself ended the job
+    ("CapacityError: Unable to provision requested ML compute capacity", "platform", None,
+     "failed: CapacityError: Unable to provision requested ML compute capacity"),
+])
+def test_submit_wait_outcome_reads_the_failure_report_from_failure_reason(reason, source, cause, text):
+    client, stub = stubbed_sagemaker()
+    stub.add_response("create_training_job", {"TrainingJobArn": "arn:aws:sagemaker:us-west-2:1:training-job/n"})
+    stub.add_response("describe_training_job", _desc("Failed", "Failed", reason), {"TrainingJobName": "n"})
+    with stub:
+        outcome = T.TARGET.run(T.dryrun(compiled(), job_name="n"), T.SubmitOptions(wait=True),
+                               clients=lambda r: (client, None), poll_s=0)
+    assert outcome.exit_code == (T.exit_code_for({"TrainingJobStatus": "Failed", "FailureReason": reason}))
+    assert outcome.exit_code != 0
+    assert outcome.source == source
+    assert outcome.root_cause == cause
+    assert text in outcome.reason
