@@ -97,11 +97,15 @@ class LaunchSpec:
         Raises:
             SpecError: naming ``source``, every offending key, what was expected and what was found.
         """
-        from .load import launch_spec_findings  # spec.load imports this module: import at call time
+        from .schema import LAUNCH_SCHEMA, surely_valid  # spec.schema imports this module: import at call time
 
         if not isinstance(raw, dict):
             raise SpecError(f"{source}: expected a JSON object (a serialized LaunchSpec), got {type(raw).__name__}")
-        problems = launch_spec_findings(raw, source)
+        problems: list[str] = []
+        if not surely_valid(raw, LAUNCH_SCHEMA):  # the fast path every entrypoint takes (schema.py says why)
+            from .load import launch_spec_findings  # jsonschema, the authority, names every problem
+
+            problems = launch_spec_findings(raw, source)
         if problems:
             head = f"{source}: invalid launch spec ({len(problems)} problem(s)):\n  " if len(problems) > 1 else ""
             raise SpecError(head + "\n  ".join(problems[:20]) + "\nwrite it with LaunchSpec.to_json() "
