@@ -98,7 +98,7 @@ def step_time(weights: Path | None = None, steps: int = 10, rounds: int = 2) -> 
     torch.manual_seed(0)
     model = build_model(cfg.model).train()
     if weights is not None:
-        model.load_state_dict(torch.load(weights, weights_only=False)["model"])
+        model.load_state_dict(torch.load(weights, weights_only=True)["model"])
     opt = torch.optim.SGD([q for q in model.parameters() if q.requires_grad], lr=0.01, momentum=0.9)
     with tempfile.TemporaryDirectory() as d:
         write_shapes_dataset(d, n_train=4 * steps, n_val=1, size=cfg.data.synthetic_size, seed=2026)

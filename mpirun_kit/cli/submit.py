@@ -48,13 +48,14 @@ def _submit(args) -> int:
 
 def error_outcome(args, compiled, target, exc, started: float):
     """The Outcome of a submit that ended in an error of ours, before or while its target ran."""
-    from ..targets.base import Target
+    from ..targets.base import error_outcome as outcome_of_error
 
     job = compiled.job.name if compiled else None
-    if target is None:  # the spec never compiled, or named no known target
-        target = Target()
-        target.name = compiled.job.target.type if compiled else getattr(args, "target", None)
-    return target.error_outcome(job, exc, started)
+    if target is not None:
+        return target.error_outcome(job, exc, started)
+    # The spec never compiled, or named no known target: the launcher (mpirun_kit) decided.
+    name = compiled.job.target.type if compiled else getattr(args, "target", None)
+    return outcome_of_error(name or None, job, exc, started)
 
 
 def register(subparsers) -> None:

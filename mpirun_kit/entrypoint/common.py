@@ -11,12 +11,18 @@ from ..exec.result import failure_file_text
 log = logging.getLogger(__name__)
 
 
-def say(out, text: str) -> None:
-    """A progress line of the tool's own (``mpirun_kit: text``), printed only at -v (the entrypoint's default:
-    its stderr is the job's log); `launch` and the targets' hosts under a plain `submit` stay quiet."""
+def progress_shown() -> bool:
+    """Whether the tool's progress lines print: at -v, and by default for `entrypoint` (its stderr is the
+    job's log, and the SageMaker metrics read its progress lines); `launch` and the targets' hosts under a
+    plain `submit` stay quiet."""
     from ..targets import base
 
-    if base.OUTPUT_LEVEL >= 2:
+    return base.OUTPUT_LEVEL >= 2
+
+
+def say(out, text: str) -> None:
+    """A progress line of the tool's own (``mpirun_kit: text``), printed only when ``progress_shown()``."""
+    if progress_shown():
         print(f"mpirun_kit: {text}", file=out, flush=True)
 
 

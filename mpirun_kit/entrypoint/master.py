@@ -37,7 +37,7 @@ from ..plan.env import launcher_env
 from ..plan.launch_plan import LaunchPlan
 from ..plan.mpi import get_flavour
 from ..plan.redact import is_secret, redact_text
-from .common import say, write_failure
+from .common import progress_shown, say, write_failure
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     rec.mark("sshd_up")
     rank_hosts = {r.rank: r.host for r in plan.ranks}
     monitor = HangMonitor(rank_hosts, t.stall_s, t.hang_abort_s, opt_ml,
-                          lambda ranks: server.send_to_ranks(ranks, {"type": "stacks"}), clock=clock, out=out)
+                          lambda ranks: server.send_to_ranks(ranks, {"type": "stacks"}), clock=clock, out=out,
+                          progress_to_out=progress_shown())
     try:
         server = ResultServer(
             bind, plan.result_port, rank_key=rank_key,

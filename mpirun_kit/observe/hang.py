@@ -255,8 +255,11 @@ class HangMonitor:
 
     def __init__(self, rank_hosts: Mapping[int, str], stall_s: float, hang_abort_s: float | None, opt_ml: Path,
                  request_stacks: Callable[[Iterable[int]], Iterable[int]], *, clock: Clock = SYSTEM_CLOCK,
-                 out: TextIO | None = None):
+                 out: TextIO | None = None, progress_to_out: bool = True):
+        """``out``: the master's log stream (hang reports, and progress lines when ``progress_to_out``;
+        otherwise those go to the log at INFO, shown at -v: a plain ``submit`` prints none)."""
         self.rank_hosts = dict(rank_hosts)
+        self.progress_to_out = progress_to_out
         self.watch = HangWatch(self.rank_hosts, stall_s, clock)
         self.stall_s, self.hang_abort_s, self.opt_ml = stall_s, hang_abort_s, opt_ml
         self.request_stacks, self.clock, self.out = request_stacks, clock, out
@@ -302,7 +305,7 @@ class HangMonitor:
         lines = progress_lines(self.watch.snapshot(), self.rank_hosts)
         if lines and lines != self._last_progress:
             self._last_progress = lines
-            if self.out is not None:    # the master's log stream
+            if self.out is not None and self.progress_to_out:    # the master's log stream
                 print("\n".join(lines), file=self.out, flush=True)
             else:
                 for line in lines:

@@ -16,6 +16,7 @@ import json
 import re
 import sys
 import time
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
@@ -249,7 +250,7 @@ class SubmitOptions:
     job_name: str | None = None         # sagemaker: the training job's name
 
 
-class Target:
+class Target(ABC):
     """Where a compiled job runs.  ``prepare`` -> a printable ``DryRun``; ``run`` -> an ``Outcome``.
 
     Subclasses set ``name`` and implement ``choices`` (the impure decisions a pure builder
@@ -261,15 +262,17 @@ class Target:
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         return {}
 
+    @abstractmethod
     def dryrun(self, compiled, **choices) -> DryRun:
-        raise NotImplementedError
+        """The request this target would send or run, as a printable value (nothing is executed)."""
 
     def prepare(self, compiled, opts: SubmitOptions = SubmitOptions()) -> DryRun:
         """The request as a value, with this run's choices made."""
         return self.dryrun(compiled, **self.choices(compiled, opts))
 
+    @abstractmethod
     def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
-        raise NotImplementedError
+        """Execute ``dry`` exactly as printed; how it ended."""
 
     def error_source(self, exc: BaseException) -> str:
         """Who decided the code of an error of ours raised while submitting (``launcher`` unless a platform did)."""
@@ -277,6 +280,10 @@ class Target:
 
     def error_outcome(self, job: str | None, exc, started: float) -> Outcome:
         """The Outcome of a submit that ended in an error of ours (bad spec, unreachable host, AWS refusal)."""
-        return outcome_of(self.name or None, job, int(exc.exit_code),
-                          error=(self.error_source(exc), str(exc).split("\n", 1)[0] or type(exc).__name__),
-                          started=started, ended=time.time(), hosts={})
+        return error_outcome(self.name or None, job, exc, started, self.error_source(exc))
+
+
+def error_outcome(target: str | None, job: str | None, exc, started: float, source: str = "launcher") -> Outcome:
+    """The Outcome of a submit that ended in ``exc``, an error of ours; ``source`` decided its code."""
+    return outcome_of(target, job, int(exc.exit_code), error=(source, str(exc).split("\n", 1)[0] or type(exc).__name__),
+                      started=started, ended=time.time(), hosts={})

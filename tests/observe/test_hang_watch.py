@@ -235,3 +235,16 @@ def test_master_logs_each_hosts_progress(tmp_path):
     mon._log_progress()                              # nothing changed: not repeated
     assert len(out.getvalue().splitlines()) == 3
     assert progress_lines(mon.watch.snapshot(), HOSTS) == out.getvalue().splitlines()
+
+
+def test_progress_lines_stay_off_the_stream_under_a_plain_submit(tmp_path, caplog):
+    """A plain `submit` (local/sim) prints no tool lines: the progress lines go to the log (INFO, -v)."""
+    import logging
+
+    out = io.StringIO()
+    mon = HangMonitor(HOSTS, 600, None, tmp_path, lambda ranks: ranks, clock=Clock(), out=out, progress_to_out=False)
+    mon.on_report({"event": "progress", "rank": 0, "step": 5})
+    with caplog.at_level(logging.INFO, logger="mpirun_kit.observe.hang"):
+        mon._log_progress()
+    assert out.getvalue() == ""
+    assert "progress host=algo-1 step=5" in caplog.text

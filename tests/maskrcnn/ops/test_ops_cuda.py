@@ -221,7 +221,9 @@ def test_training_step_passes_sync_debug_mode_error(tmp_path):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        t.train_step(batch)
+        losses, window = t.train_step(batch)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+    assert window.is_cuda and bool(torch.isfinite(window).all()), window  # the step ran and its losses are real
+    assert {"loss_objectness", "loss_mask"} <= set(losses), sorted(losses)
