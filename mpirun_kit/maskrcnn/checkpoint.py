@@ -20,7 +20,6 @@ import os
 import pickle
 import random
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import SpecError
+from .atomic import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -52,27 +52,13 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def save_checkpoint(output_dir: str | os.PathLike, state: dict[str, Any], keep: int = 2) -> Path:
     """Write ``state`` as ``model_<step>.pth``, repoint ``last_checkpoint``, prune old ones."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"model_{int(state['step']):07d}.pth"
-    _atomic_write(path, lambda f: torch.save(state, f))
-    _atomic_write(out / POINTER, lambda f: f.write(path.name.encode() + b"\n"))
+    atomic_write(path, lambda f: torch.save(state, f))
+    atomic_write(out / POINTER, lambda f: f.write(path.name.encode() + b"\n"))
     # Both renames must be on disk before an older checkpoint goes: otherwise a crash could leave
     # the pointer at a file that is pruned, with the new one not yet durable.
     _fsync_dir(out)

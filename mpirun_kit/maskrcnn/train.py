@@ -26,12 +26,12 @@ import os
 import random
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
 from .. import progress as step_report  # hang detection: the master sees each rank's step
+from .atomic import write_json_atomic
 from ..errors import MpirunKitError, SpecError
 from .config import (Config, check_device_support, config_from_dict, config_to_dict, lr_at, parse_overrides,
                      resolve_config, resolve_schedule, scheduled_solver, step_host_syncs, PRESETS)
@@ -96,13 +96,6 @@ def _setup_logging(rank: int) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
 
 
 class _Progress:
@@ -546,7 +539,7 @@ class Trainer:
                     log.warning("%d unreadable image(s) were skipped during training (see the warnings above)", skipped)
                 final = {"step": self.step, "skipped_images": skipped, "world_size": self.info.world_size,
                          "train_wall_s": round(time.monotonic() - t0, 1), **(metrics or {})}
-                _write_json_atomic(self.args.output_dir / "metrics.json", final)
+                write_json_atomic(self.args.output_dir / "metrics.json", final, indent=2, sort_keys=True)
                 print(f"bbox_mAP={final.get('bbox_mAP', 0.0):.4f} segm_mAP={final.get('segm_mAP', 0.0):.4f} "
                       f"skipped_images={skipped}", flush=True)
             return 0

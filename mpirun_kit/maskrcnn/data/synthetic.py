@@ -12,15 +12,15 @@ presence means the dataset is complete.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 from pycocotools import mask as mask_utils
+
+from ..atomic import write_json_atomic
 
 CATEGORIES = ({"id": 1, "name": "circle"}, {"id": 2, "name": "square"}, {"id": 3, "name": "triangle"})
 #: an occluded instance must keep at least this fraction of its pixels visible
@@ -90,14 +90,6 @@ def make_image(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[di
     return img.clip(0, 255).astype(np.uint8), anns
 
 
-def _write_json_atomic(path: Path, obj: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f)
-    os.replace(tmp, path)
-
-
 def write_split(root: Path, split: str, n: int, size: int, seed: int,
                 ann_path: Path | None = None, image_dir: Path | None = None) -> Path:
     """Write ``n`` images of one split (default layout ``root/<split>/``,
@@ -114,7 +106,7 @@ def write_split(root: Path, split: str, n: int, size: int, seed: int,
         for a in anns:
             annotations.append({"id": len(annotations) + 1, "image_id": i + 1, **a})
     ann_path = ann_path or root / "annotations" / f"instances_{split}.json"
-    _write_json_atomic(ann_path, {"images": images, "annotations": annotations,
+    write_json_atomic(ann_path, {"images": images, "annotations": annotations,
                                   "categories": [dict(c) for c in CATEGORIES]})
     return ann_path
 
