@@ -27,6 +27,7 @@ from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode, LaunchError, SSHUnreachableError
 from ..exec.channel import ResultServer, new_rank_key, worker_key_without_secret
 from ..exec.process import LauncherExit, run_launcher
+from ..exec.rank_stop import HOLD_MARGIN_S, RankStop
 from ..rank.contract import CHANNEL_KEY_VAR
 from ..exec.result import JobResult, job_result
 from ..exec.signals import SignalLatch
@@ -142,7 +143,9 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             tag_regex=get_flavour(plan.mpi_flavour).tag_regex,
             cancelled=lambda: latch.received or ("SIGTERM" if server.lost_workers() or monitor.hung() else None),
             grace_s=t.grace_s, job_timeout_s=t.job_s, cwd=plan.working_dir, clock=clock,
-            parent_death_signal=signal.SIGTERM)
+            parent_death_signal=signal.SIGTERM,
+            # A stop reaches the ranks over the channel first: mpirun would SIGKILL them 1 s after its SIGTERM.
+            rank_stop=RankStop(server, rank_hosts, t.grace_s + HOLD_MARGIN_S))
         log.info("mpirun exited: code %s, signal %s", lex.returncode, lex.signal)
         rec.mark("mpirun_exited")
         monitor.stop()

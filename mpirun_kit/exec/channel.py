@@ -695,6 +695,16 @@ class ResultServer:
             peers = [(r, self._rank_peer.get(r)) for r in ranks]
         return [r for r, p in peers if p is not None and p.send_raw(data)]
 
+    def connected_ranks(self, ranks: Collection[int]) -> frozenset[int]:
+        """Those of ``ranks`` whose own connection is open (a wrapper that died closed its connection)."""
+        with self._lock:
+            return frozenset(r for r in ranks if (p := self._rank_peer.get(r)) is not None and p.alive)
+
+    def exited_ranks(self) -> frozenset[int]:
+        """The ranks whose exit report arrived."""
+        with self._lock:
+            return frozenset(e["rank"] for e in self._rank_events if e["event"] == "exit")
+
     # -- the end --------------------------------------------------------------------
     def publish(self, result: JobResult) -> int:
         """Send the result to every connected worker; later hellos get it too.

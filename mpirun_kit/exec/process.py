@@ -7,9 +7,14 @@ target's launcher), forwarding SIGTERM/SIGINT through a SignalLatch.
 
 mpirun runs in its own session (process group), so a final SIGKILL can take
 the launcher and every local rank at once, by process group id, never by name.
-SIGTERM/SIGINT received by the entrypoint go to mpirun first: it forwards them
-to every rank on every host; only if the job is still there after the grace
-period does the group get SIGKILL.  Output lines tagged by mpirun
+A stop (SIGTERM/SIGINT received by the entrypoint, the caller's own reason, the
+job deadline) goes to the ranks first when a ``rank_stop`` is given (the result
+channel, rank_stop.py): every rank's wrapper signals its program and holds its
+own exit, and mpirun is left alone until every rank asked has exited or the
+grace period is over, because Open MPI's mpirun SIGKILLs every rank 1 s after
+its own SIGTERM.  Then (or at once, without a ``rank_stop`` or with no rank
+reachable) mpirun gets SIGTERM: it forwards it to every rank on every host;
+only if the job is still there after the grace period does the group get SIGKILL.  Output lines tagged by mpirun
 (``[1,3]<stdout>:``) are rewritten to ``[3 algo-2]`` using the plan's placement.
 """
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Mapping, Sequence
+from typing import BinaryIO, Callable, Collection, Mapping, Protocol, Sequence
 
 from .clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError
@@ -34,6 +39,19 @@ from .output import pump_tagged
 from .signals import SignalLatch, signal_name
 
 log = logging.getLogger(__name__)
+
+#: after a stop through the ranks (``rank_stop``), mpirun's process group gets SIGKILL at most this long after
+#: mpirun's SIGTERM (or grace_s, when shorter): mpirun only has its own 1-s kill and its exit left, and the
+#: workers wait grace_s + 3 s for the result (entrypoint/worker.py STOP_MARGIN_S).
+KILL_AFTER_STOP_S = 2.0
+
+
+class RankStopper(Protocol):
+    """Stops ranks before their launcher is signalled (rank_stop.RankStop)."""
+
+    def begin(self, signal_name: str) -> Collection[int]: ...
+    def pending(self) -> Collection[int]: ...
+    def release(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -50,13 +68,15 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                  cwd: str | None = None, clock: Clock = SYSTEM_CLOCK, stdout: BinaryIO | None = None,
                  stderr: BinaryIO | None = None, tail_lines: int = 12,
                  on_start: Callable[[subprocess.Popen], None] | None = None,
-                 parent_death_signal: int | None = None) -> LauncherExit:
+                 parent_death_signal: int | None = None, rank_stop: RankStopper | None = None) -> LauncherExit:
     """Run ``argv`` to the end and return how it ended.
 
     Args:
         cancelled: returns the name of a signal the caller received (to forward), or None.
-        grace_s: after forwarding SIGTERM (or the job deadline), SIGKILL the process group this much later.
+        grace_s: after forwarding SIGTERM (or the job deadline), SIGKILL the process group this much later;
+            with ``rank_stop``, the longest the ranks asked get before mpirun is signalled.
         job_timeout_s: the job's own deadline; None = none.
+        rank_stop: on a stop, asks the ranks first (module docstring); None = SIGTERM to mpirun at once.
 
     Raises:
         LaunchError: the launcher could not be started (missing, not executable).
@@ -85,15 +105,17 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
         t.start()
     job_deadline = Deadline(clock, job_timeout_s)
     kill_deadline: Deadline | None = None
+    drain: Deadline | None = None        # set while the ranks asked over the channel run their handlers
     interrupted: str | None = None
     timed_out = False
+    why = ""
     while True:
         try:
             proc.wait(timeout=0.05)
             break
         except subprocess.TimeoutExpired:
             pass
-        if kill_deadline is None:
+        if kill_deadline is None and drain is None:
             sig = cancelled()
             if sig is not None:
                 interrupted = sig
@@ -101,13 +123,30 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                 timed_out = True
             if interrupted or timed_out:
                 why = interrupted or f"job deadline of {job_timeout_s:g} s"
-                log.warning("%s: sending SIGTERM to mpirun (pid %d), SIGKILL in %g s", why, proc.pid, grace_s)
-                _signal_pid(proc.pid, signal.SIGTERM)
-                kill_deadline = Deadline(clock, grace_s)
+                asked = rank_stop.begin("SIGTERM") if rank_stop is not None else ()
+                if asked:
+                    log.warning("%s: asked %d rank(s) to stop (SIGTERM to each program); mpirun gets SIGTERM once "
+                                "they have exited, at most %g s from now", why, len(asked), grace_s)
+                    drain = Deadline(clock, grace_s)
+                else:
+                    kill_deadline = _terminate(proc.pid, why, grace_s, clock)
+        elif kill_deadline is None:
+            left = rank_stop.pending()
+            if not left or drain.expired():
+                if left:
+                    log.warning("%d rank(s) still running %g s after they were asked to stop (ranks %s)", len(left),
+                                grace_s, ", ".join(map(str, sorted(left)[:10])) + (" ..." if len(left) > 10 else ""))
+                rank_stop.release()
+                # mpirun now only tears down (its ranks have exited, or get its own kill 1 s on): a short bound.
+                kill_deadline = _terminate(proc.pid, f"{why} ({'grace over' if left else 'the ranks asked exited'})",
+                                           min(grace_s, KILL_AFTER_STOP_S), clock)
         elif kill_deadline.expired():
-            log.warning("mpirun still running %g s after SIGTERM: killing its process group %d", grace_s, proc.pid)
+            log.warning("mpirun still running %g s after SIGTERM: killing its process group %d", kill_deadline.seconds,
+                        proc.pid)
             _signal_group(proc.pid, signal.SIGKILL)
             kill_deadline = Deadline(clock, None)
+    if rank_stop is not None and drain is not None:
+        rank_stop.release()   # mpirun ended on its own during the stop: the wrappers have nobody to wait for
     # Local ranks may outlive mpirun only if it died abruptly; never leave them behind.
     _signal_group(proc.pid, signal.SIGKILL)
     for t in pumps:
@@ -179,6 +218,13 @@ def with_parent_death_signal(argv: list[str], signum: int, path: str | None) -> 
     if setpriv is not None:
         return [setpriv, "--pdeathsig", signal.Signals(signum).name, "--", *argv]
     return [sys.executable, "-I", "-S", _PDEATHSIG_SCRIPT, str(int(signum)), str(os.getpid()), *argv]
+
+
+def _terminate(pid: int, why: str, grace_s: float, clock: Clock) -> Deadline:
+    """SIGTERM to mpirun; returns when its process group gets SIGKILL."""
+    log.warning("%s: sending SIGTERM to mpirun (pid %d), SIGKILL in %g s", why, pid, grace_s)
+    _signal_pid(pid, signal.SIGTERM)
+    return Deadline(clock, grace_s)
 
 
 def _signal_pid(pid: int, signum: int) -> None:

@@ -9,7 +9,12 @@ step numbers to it), then runs a ``Relay`` thread next to ``child.wait()``.  The
 * answers the master's ``{"type": "stacks"}`` request, sent on the wrapper's own channel
   connection, with the program's Python stacks: ``py-spy dump`` (no cooperation needed;
   the wrapper is the program's parent, so ptrace is allowed), else, if the program
-  uses mpirun_kit.progress, its faulthandler dump on SIGUSR1; else a reason why not.
+  uses mpirun_kit.progress, its faulthandler dump on SIGUSR1; else a reason why not;
+* takes the master's stop, ``{"type": "signal", "signal": "SIGTERM", "hold_s": H}``
+  (exec/rank_stop.py): it signals the program and notes that the wrapper must hold its exit
+  once the program has ended (``hold``) until the master's ``{"type": "release"}``, H seconds,
+  a signal to the wrapper, or the channel's end, so that mpirun sees no rank exit (and starts
+  no 1-s kill of the others) while other ranks still run their SIGTERM handlers.
 
 The program never sees the channel key: only the wrapper signs.  Stdlib only (it is
 imported by every rank, on the launch's critical path).
@@ -24,6 +29,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Callable
 
 from ..exec.report import MAX_LINE, send_rank_event, verify
 from ..progress import PROGRESS_FD_VAR, STACK_FILE_VAR
@@ -34,6 +40,11 @@ PROGRESS_EVERY_S = 0.5
 DUMP_TIMEOUT_S = 8.0
 #: what a stacks reply may carry (it must fit one channel line).
 MAX_THREADS, MAX_FRAMES = 16, 40
+#: the signals the master may ask a wrapper to send its program, and the longest hold it may ask for.
+STOP_SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGHUP": signal.SIGHUP}
+MAX_HOLD_S = 3600.0
+#: how often a holding wrapper checks for a signal or its parent's death between channel reads.
+HOLD_POLL_S = 0.05
 
 
 def find_pyspy() -> str | None:
@@ -132,7 +143,7 @@ def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -
 
 
 class Relay:
-    """The wrapper's thread: drains the progress pipe, forwards steps, answers stack requests."""
+    """The wrapper's thread: drains the progress pipe, forwards steps, answers stack and stop requests."""
 
     def __init__(self, addr: str, key: bytes, sock: socket.socket | None, ident: dict, read_fd: int,
                  stack_file: str | None = None):
@@ -143,6 +154,9 @@ class Relay:
         self.sent_step: int | None = None
         self.last_sent = 0.0
         self.faulthandler_ready = False
+        self.hold_until: float | None = None      # monotonic; set by the master's stop request
+        self.released = False                     # the master's release came
+        self._signal_program: Callable[[int], None] | None = None
         self._stop = threading.Event()
         self._wake_r, self._wake_w = os.pipe()     # stop() wakes the thread's select at once
         self._send_lock = threading.Lock()        # stop() may send while the thread still does
@@ -150,8 +164,10 @@ class Relay:
         self._inbuf = b""
         self._pipebuf = b""
 
-    def start(self, pid: int) -> "Relay":
+    def start(self, pid: int, signal_program: Callable[[int], None] | None = None) -> "Relay":
+        """Run the thread for program ``pid``; ``signal_program(signum)`` carries out the master's stop."""
         self.pid = pid
+        self._signal_program = signal_program
         self._thread.start()
         return self
 
@@ -173,6 +189,30 @@ class Relay:
             except OSError:
                 pass
         return self.sock
+
+    def hold(self, interrupted: Callable[[], bool]) -> str:
+        """After ``stop()`` and the exit report: while the master's stop asked for it, wait for its release.
+
+        Returns why the hold ended ("no stop", "released", "hold_s over", "signalled", "channel closed").
+        """
+        why = "no stop" if self.hold_until is None else None
+        while why is None:
+            if self.released:
+                why = "released"
+            elif interrupted():
+                why = "signalled"
+            elif time.monotonic() >= self.hold_until:
+                why = "hold_s over"
+            elif self.sock is None:
+                why = "channel closed"
+            else:
+                try:
+                    ready, _, _ = select.select([self.sock], [], [], HOLD_POLL_S)
+                except (OSError, ValueError):
+                    ready = [self.sock]
+                if ready and not self._on_channel():
+                    why = "channel closed"
+        return why
 
     def _send(self, msg: dict) -> None:
         if self.addr:
@@ -226,7 +266,9 @@ class Relay:
                 msg = json.loads(body) if body is not None else None
             except (ValueError, RecursionError):
                 msg = None
-            if isinstance(msg, dict) and msg.get("type") == "stacks" and self.pid is not None:
+            if isinstance(msg, dict) and msg.get("type") in ("signal", "release"):
+                self._on_stop(msg)
+            elif isinstance(msg, dict) and msg.get("type") == "stacks" and self.pid is not None:
                 threads, how = collect_stacks(self.pid, self.stack_file, self.faulthandler_ready)
                 reply = {"event": "stacks", "threads": threads, "how": how[:300]}
                 while len(json.dumps(reply)) > MAX_LINE - 400 and any(t["frames"] for t in threads):
@@ -238,17 +280,34 @@ class Relay:
             self._inbuf = b""
         return True
 
+    def _on_stop(self, msg: dict) -> None:
+        """The master's stop request (signal the program, hold the exit) or its release."""
+        if msg["type"] == "release":
+            self.released = True
+            return
+        signum = STOP_SIGNALS.get(msg.get("signal"))
+        hold_s = msg.get("hold_s")
+        if signum is None or isinstance(hold_s, bool) or not isinstance(hold_s, (int, float)) \
+                or not 0 <= hold_s <= MAX_HOLD_S:   # NaN fails both comparisons
+            return
+        # The hold is armed before the signal: the program may exit at once, and its exit must be held.
+        if self.hold_until is None:
+            self.hold_until = time.monotonic() + hold_s
+        if self._signal_program is not None:
+            self._signal_program(signum)
+
     def _run(self) -> None:
-        pipe_open, chan_open = True, self.sock is not None
-        while not self._stop.is_set() and (pipe_open or chan_open):
-            fds = [self._wake_r, *([self.read_fd] if pipe_open else []),
-                   *([self.sock] if chan_open and self.sock else [])]
+        pipe_open = True
+        closed: socket.socket | None = None    # the connection that ended (a later report may open a new one)
+        while not self._stop.is_set():
+            sock = self.sock if self.sock is not None and self.sock is not closed else None
+            fds = [self._wake_r, *([self.read_fd] if pipe_open else []), *([sock] if sock else [])]
             try:
                 ready, _, _ = select.select(fds, [], [], PROGRESS_EVERY_S)
             except (OSError, ValueError):
                 return
             if self.read_fd in ready:
                 pipe_open = self._drain_pipe()
-            if self.sock is not None and self.sock in ready:
-                chan_open = self._on_channel()
+            if sock is not None and sock in ready and not self._on_channel():
+                closed = sock
             self._send_progress()

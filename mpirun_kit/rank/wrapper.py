@@ -10,7 +10,12 @@ what mpirun's own messages often lose: which rank on which host ended how
    forwarded by ``-x NAME`` only); the key is removed from the program's environment;
 2. forwards SIGTERM/SIGINT/SIGHUP to the program, and SIGTERMs it when the MPI
    daemon that started the rank dies (no orphaned ranks);
-3. exits the way the program did (same code; same signal, re-raised on itself).
+3. on the master's stop (a signed request on its channel connection, exec/rank_stop.py),
+   signals the program and, once the program has ended and its exit is reported, holds its
+   own exit until the master releases it (or the request's ``hold_s`` passes, a signal
+   arrives, the channel closes): mpirun SIGKILLs every rank 1 s after any rank ends early,
+   and the master lets it act only once every rank's handler is done (observe/relay.py);
+4. exits the way the program did (same code; same signal, re-raised on itself).
 
 The rank number comes from the MPI's own variables; its host comes from the
 plan's placement (``MPIRUN_KIT_HOSTS``), not from gethostname(), which on some
@@ -108,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print("usage: python -m mpirun_kit.rank -- PROGRAM [ARGS...]", file=sys.stderr)
         return 2
+    parent = os.getppid()
     die_with_parent()
     key = _channel_key(os.environ.get(CHANNEL_KEY_VAR, ""))
     env = child_env(dict(os.environ))
@@ -131,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     # started is held and delivered to it, instead of killing this wrapper and orphaning it.
     held: list[int] = []
     child: subprocess.Popen | None = None
+    signals_seen = [0]      # a signal that reaches this wrapper ends a hold (observe/relay.py)
 
     def forward(signum, frame):
+        signals_seen[0] += 1
         if child is None:
             held.append(signum)
             return
@@ -161,7 +169,18 @@ def main(argv: list[str] | None = None) -> int:
     sock = send_rank_event(addr, {"event": "start", "rank": rank, "host": host, "local_rank": local,
                                   "pid": os.getpid(), "program_pid": child.pid, "t": started},
                            key) if addr else None
-    watcher = relay.Relay(addr, key, sock, {"rank": rank, "host": host}, progress_r, stack_file).start(child.pid)
+    seen_at_stop = [0]
+
+    def stop_program(signum: int) -> None:
+        # The master's stop (relay thread): only signals that come after it end the hold.
+        seen_at_stop[0] = signals_seen[0]
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    watcher = relay.Relay(addr, key, sock, {"rank": rank, "host": host}, progress_r, stack_file).start(
+        child.pid, stop_program)
     status = child.wait()
     sock = watcher.stop()
     sig = -status if status < 0 else None
@@ -170,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                                     "exit_code": None if sig else status,
                                     "signal": signal_name(sig) if sig else None, "t": time.time()}, key, sock=sock)
         if s2 is not None:
+            watcher.sock = s2
+            # During the master's stop, mpirun must not see this rank end while others still run their handlers.
+            watcher.hold(lambda: signals_seen[0] > seen_at_stop[0] or os.getppid() != parent)
             s2.close()
     if sig:
         # Die the same way, so mpirun reports the real signal too.
