@@ -181,7 +181,7 @@ class _Format(logging.Formatter):
 
 def configure_output(verbose: int, quiet: bool) -> logging.Handler:
     """Route the library's log records to stderr in the tool's one format; returns the handler (to remove)."""
-    from ..targets import base
+    from ..exec import verbosity
 
     level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     from ..plan.redact import RedactingFilter
@@ -195,19 +195,19 @@ def configure_output(verbose: int, quiet: bool) -> logging.Handler:
     # Third-party chatter ("Found credentials in environment variables") only at -vv.
     for noisy in ("botocore", "boto3", "urllib3", "paramiko", "s3transfer"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
-    base.OUTPUT_LEVEL = 0 if quiet else min(verbose + 1, 2)
+    verbosity.LEVEL = verbosity.QUIET if quiet else min(verbose + 1, verbosity.VERBOSE)
     return handler
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..targets import base
+    from ..exec import verbosity
 
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
-    saved_level, saved_root = base.OUTPUT_LEVEL, logging.getLogger().level
+    saved_level, saved_root = verbosity.LEVEL, logging.getLogger().level
     by_default = args.command_name in PROGRESS_BY_DEFAULT and not getattr(args, "no_progress", False)
     verbose = args.verbose or (1 if by_default else 0)
     handler = configure_output(verbose, args.quiet)
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         logging.getLogger().removeHandler(handler)
         logging.getLogger().setLevel(saved_root)
-        base.OUTPUT_LEVEL = saved_level
+        verbosity.LEVEL = saved_level
 
 
 if __name__ == "__main__":

@@ -25,10 +25,12 @@ DEFAULT_OPT_ML = Path("/opt/ml")
 
 
 def local_interfaces() -> frozenset[str]:
-    """Names of this host's network interfaces (checked against resourceconfig)."""
-    import psutil
+    """Names of this host's network interfaces (checked against resourceconfig).
 
-    return frozenset(psutil.net_if_addrs())
+    The kernel's list (if_nameindex), not psutil's: importing psutil cost ~15 ms of CPU on every
+    host's entrypoint, on the launch's critical path, for a list of names.
+    """
+    return frozenset(name for _, name in socket.if_nameindex())
 
 
 def gpu_count(dev: Path = Path("/dev")) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ..exec import verbosity
 from ..exec.channel import worker_key_from_secret
 from ..exec.files import write_atomic
 from ..exec.result import failure_file_text
@@ -15,9 +16,7 @@ def progress_shown() -> bool:
     """Whether the tool's progress lines print: at -v, and by default for `entrypoint` (its stderr is the
     job's log, and the SageMaker metrics read its progress lines); `launch` and the targets' hosts under a
     plain `submit` stay quiet."""
-    from ..targets import base
-
-    return base.OUTPUT_LEVEL >= 2
+    return verbosity.LEVEL >= verbosity.VERBOSE
 
 
 def say(out, text: str) -> None:

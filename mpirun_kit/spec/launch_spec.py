@@ -97,7 +97,7 @@ class LaunchSpec:
         Raises:
             SpecError: naming ``source``, every offending key, what was expected and what was found.
         """
-        from .schema import LAUNCH_SCHEMA, surely_valid  # spec.schema imports this module: import at call time
+        from .launch_schema import LAUNCH_SCHEMA, surely_valid  # it imports this module: import at call time
 
         if not isinstance(raw, dict):
             raise SpecError(f"{source}: expected a JSON object (a serialized LaunchSpec), got {type(raw).__name__}")

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import launch_spec as _model
+# The LaunchSpec's schema and the fast check live apart so that an entrypoint checks its spec without
+# building the job spec's dataclasses and schema (~7 ms of CPU per host on the launch path).
+from .launch_schema import _NAME, _SECONDS, _STR, _STRLIST, LAUNCH_SCHEMA, _obj, surely_valid  # noqa: F401
 
 API_VERSION = "mpirun_kit/v1"
 KIND = "Job"
@@ -215,20 +218,7 @@ class JobSpec:
 
 # --- JSON Schema ------------------------------------------------------------------------
 
-def _obj(props: dict, required: tuple[str, ...] = (), description: str = "") -> dict:
-    out = {"type": "object", "additionalProperties": False, "properties": props}
-    if required:
-        out["required"] = list(required)
-    if description:
-        out["description"] = description
-    return out
-
-
-_STR = {"type": "string"}
-_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}
 _SCALAR = {"type": ["string", "number", "boolean"]}
-_STRLIST = {"type": "array", "items": _STR}
-_SECONDS = {"type": "number", "exclusiveMinimum": 0}
 _S3 = {"type": "string", "pattern": r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|\$\{stack:.+\}.*)$"}
 _ABS = {"type": "string", "pattern": "^/"}
 # A leading '-' would reach ssh/mpirun as an option (-oProxyCommand=...), so names start with anything else.
@@ -315,37 +305,6 @@ JOB_SCHEMA: dict = {
 }
 
 
-#: the one schema of a serialized ``model.LaunchSpec`` (hyperparameters.json, ``entrypoint --spec``):
-#: ``LaunchSpec.from_dict`` checks every input against it before building anything.
-_PAIRS = {"anyOf": [{"type": "object", "propertyNames": _NAME, "additionalProperties": _STR},
-                    {"type": "array", "items": {"type": "array", "prefixItems": [_NAME, _STR],
-                                                "minItems": 2, "maxItems": 2}}],
-          "description": "a mapping of NAME: string, or a list of [NAME, string] pairs"}
-_MCA = {"anyOf": [{"type": "object", "additionalProperties": _STR},
-                  {"type": "array", "items": {"type": "array", "prefixItems": [_STR, _STR],
-                                              "minItems": 2, "maxItems": 2}}],
-        "description": "a mapping of name: string, or a list of [name, string] pairs"}
-_NONNEG = {"type": "number", "minimum": 0}
-LAUNCH_SCHEMA: dict = _obj({
-    "program": {"type": "array", "minItems": 1, "items": _STR},
-    "processes_per_host": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
-    "env": _PAIRS,
-    "env_forward": {"type": "array", "items": _NAME},
-    "mpi_flavour": {"enum": ["auto", "openmpi4", "openmpi5", "mpich"]},
-    "mpi_options": _STRLIST,
-    "mca": _MCA,
-    "pinning": {"enum": ["auto", "none"]},
-    "working_dir": {"type": ["string", "null"]},
-    # From model.Timeouts itself, so a new timeout is accepted here the day it exists: None-default
-    # fields may be null; per-host increments and the grace period may be 0; every other wait is > 0.
-    "timeouts": _obj({f.name: ({"anyOf": [_SECONDS, {"type": "null"}]} if f.default is None else
-                               _NONNEG if "per_host" in f.name or f.name == "grace_s" else _SECONDS)
-                      for f in fields(_model.Timeouts)}),
-    "result_port": {"type": "integer", "minimum": 1, "maximum": 65535},
-    "ssh_port": {"type": "integer", "minimum": 1, "maximum": 65535},
-}, ("program",))
-
-
 def schema_text() -> str:
     return json.dumps(JOB_SCHEMA, indent=2, sort_keys=False) + "\n"
 
@@ -355,66 +314,3 @@ if __name__ == "__main__":
     from ..exec.files import write_atomic
 
     write_atomic(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_PATH, schema_text())
-
-
-# --- the entrypoint's fast path --------------------------------------------------------------
-# Every host's entrypoint checks the LaunchSpec before it can plan, so that check sits on the launch's
-# critical path; importing jsonschema there (with its format modules) costs 45-65 ms of CPU per host,
-# most of the launch regression measured after the trust-boundary work (README, Benchmarks: Launch).
-# ``surely_valid`` answers only "certainly valid" for the keywords LAUNCH_SCHEMA uses; anything else
-# (an unknown keyword, a doubtful value) answers False, and jsonschema, still the one authority,
-# decides and names the problems.  tests/spec/test_schema_fast_path.py checks it never accepts what
-# jsonschema rejects.
-_JSON_TYPES = {"object": (dict,), "array": (list,), "string": (str,), "integer": (int,), "number": (int, float),
-               "boolean": (bool,), "null": (type(None),)}
-_FAST_KEYWORDS = frozenset({"type", "properties", "additionalProperties", "required", "anyOf", "enum", "minimum",
-                            "maximum", "exclusiveMinimum", "items", "prefixItems", "minItems", "maxItems",
-                            "pattern", "propertyNames", "description"})
-
-
-def surely_valid(value, schema: dict) -> bool:
-    """True only when ``value`` certainly satisfies ``schema`` (a subset of JSON Schema 2020-12)."""
-    if not isinstance(schema, dict) or not _FAST_KEYWORDS.issuperset(schema):
-        return False
-    t = schema.get("type")
-    if t is not None:
-        kinds = [t] if isinstance(t, str) else t
-        if not any(isinstance(value, _JSON_TYPES[k]) and not (isinstance(value, bool) and k not in ("boolean",))
-                   for k in kinds if k in _JSON_TYPES):
-            return False
-    if "enum" in schema and not any(type(value) is type(e) and value == e for e in schema["enum"]):
-        return False
-    if "anyOf" in schema and not any(surely_valid(value, s) for s in schema["anyOf"]):
-        return False
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value != value or value in (float("inf"), float("-inf")):
-            return False
-        if ("minimum" in schema and value < schema["minimum"]) or ("maximum" in schema and value > schema["maximum"]) \
-                or ("exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]):
-            return False
-    if isinstance(value, str) and "pattern" in schema:
-        import re
-
-        if re.search(schema["pattern"], value) is None:
-            return False
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
-            return False
-        prefix = schema.get("prefixItems", [])
-        if not all(surely_valid(v, s) for v, s in zip(value, prefix)):
-            return False
-        if "items" in schema and not all(surely_valid(v, schema["items"]) for v in value[len(prefix):]):
-            return False
-    if isinstance(value, dict):
-        if any(k not in value for k in schema.get("required", ())):
-            return False
-        props, extra = schema.get("properties", {}), schema.get("additionalProperties", True)
-        for k, v in value.items():
-            if "propertyNames" in schema and not surely_valid(k, schema["propertyNames"]):
-                return False
-            if k in props:
-                if not surely_valid(v, props[k]):
-                    return False
-            elif extra is False or (isinstance(extra, dict) and not surely_valid(v, extra)):
-                return False
-    return True

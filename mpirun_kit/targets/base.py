@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from ..exec import verbosity
 from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode
 
@@ -173,15 +174,9 @@ def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_t
     return Outcome(target, job, int(exit_code), source, reason, cause, failure_file, attempts, timeline)
 
 
-#: how much Progress prints, set by the CLI for one command (cli/main.py): 0 (-q) nothing; 1 (default)
-#: the live status line (on a terminal only) and ``done`` lines; 2 (-v, and library callers) also each
-#: status change as a line when stderr is not a terminal, and ``note`` lines.
-OUTPUT_LEVEL = 2
-
-
 @dataclass
 class Progress:
-    """A one-line status on stderr that rewrites itself on a TTY (see OUTPUT_LEVEL); lines in the CLI's format.
+    """A one-line status on stderr that rewrites itself on a TTY (see exec/verbosity.py); lines in the CLI's format.
 
     ``update``: what is being waited for, and the last error seen (the live line).  ``done``: an
     outcome the user must see (a deadline passed, a retry).  ``note``: a milestone (-v only).
@@ -197,21 +192,21 @@ class Progress:
 
     def update(self, text: str) -> None:
         line = f"mpirun_kit: [{self.clock.monotonic() - self.start:.0f}s] {text}"
-        if OUTPUT_LEVEL == 0:
+        if verbosity.LEVEL == 0:
             pass
         elif self.stream.isatty():
             self.stream.write("\r\033[K" + line)
             self.stream.flush()
-        elif text != self.last and OUTPUT_LEVEL >= 2:
+        elif text != self.last and verbosity.LEVEL >= 2:
             self.stream.write(line + "\n")
             self.stream.flush()
         self.last = text
 
     def done(self, text: str, level: int = 1) -> None:
-        if self.stream.isatty() and OUTPUT_LEVEL:
+        if self.stream.isatty() and verbosity.LEVEL:
             self.stream.write("\r\033[K")
         self.last = ""
-        if OUTPUT_LEVEL >= level:
+        if verbosity.LEVEL >= level:
             self.stream.write(f"mpirun_kit: {text} (at {self.clock.monotonic() - self.start:.1f}s)\n")
         self.stream.flush()
 

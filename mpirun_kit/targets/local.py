@@ -17,7 +17,7 @@ from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..exec.process import supervise
 from ..spec.compile import CompiledJob
 from ..exec.files import write_atomic
-from . import base
+from ..exec import verbosity
 from .base import STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, launch_timeline, outcome_of, retrying
 
 SPEC_FILE = "launch-spec.json"
@@ -118,7 +118,7 @@ class LocalTarget(Target):
         from ..spec.compile import output_path
 
         return {"run_dir": (Path(output_path(compiled.job)) / "launch").resolve(), "python": sys.executable,
-                "result_port": free_port(), "verbose": base.OUTPUT_LEVEL >= 2}
+                "result_port": free_port(), "verbose": verbosity.LEVEL >= verbosity.VERBOSE}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

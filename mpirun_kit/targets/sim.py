@@ -29,7 +29,7 @@ from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from ..errors import ExitCode
-from . import base
+from ..exec import verbosity
 from .base import STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, launch_timeline, outcome_of, retrying
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
@@ -188,7 +188,7 @@ class SimTarget(Target):
         # No root given: run_outcome makes a temporary one when the job starts (a dry run writes nothing).
         exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
         return {"root": Path(sim.root) if sim.root else None, "name": f"s{os.getpid():x}"[:12], "mpirun_kit_exe": exe,
-                "verbose": base.OUTPUT_LEVEL >= 2}
+                "verbose": verbosity.LEVEL >= verbosity.VERBOSE}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

@@ -50,7 +50,7 @@ from ..exec.remote import HostKeyError, paramiko_client, wait_exit
 from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
-from . import base
+from ..exec import verbosity
 from .base import DryRun, Outcome, Progress, SubmitOptions, Target, outcome_of
 
 #: seconds allowed after the job's own limit for readiness, start-up and shutdown.
@@ -447,7 +447,7 @@ class SshTarget(Target):
     name = "ssh"
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
-        return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": base.OUTPUT_LEVEL >= 2}
+        return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": verbosity.LEVEL >= verbosity.VERBOSE}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

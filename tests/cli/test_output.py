@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from mpirun_kit.exec import verbosity
 from mpirun_kit.targets import base
 
 
@@ -78,12 +79,12 @@ def test_library_default_is_unchanged_after_a_command(cli, chatty):
     """The CLI's choice lasts one command: library callers (and other tests) keep every line."""
     handlers = list(logging.getLogger().handlers)
     cli("-q", "validate", "x")
-    assert base.OUTPUT_LEVEL == 2
+    assert verbosity.LEVEL == verbosity.VERBOSE
     assert logging.getLogger().handlers == handlers
 
 
 def test_status_line_is_redrawn_in_place_on_a_terminal(monkeypatch):
-    monkeypatch.setattr(base, "OUTPUT_LEVEL", 1)
+    monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
     tty, clock = Tty(), FakeClock()
     p = base.Progress(stream=tty, clock=clock)
     p.update("ssh: waiting for root@algo-2:22: Connection refused")
@@ -99,7 +100,7 @@ def test_ssh_wait_names_the_host_and_the_last_error(monkeypatch):
     """While a host refuses connections the status line says which and why (it said nothing for minutes)."""
     from mpirun_kit.targets.ssh import connect_all
 
-    monkeypatch.setattr(base, "OUTPUT_LEVEL", 1)
+    monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
     tries = {"algo-1": 0, "algo-2": 0}
 
     def connect(req, host):
