@@ -106,6 +106,8 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     job_deadline = Deadline(clock, job_timeout_s)
     kill_deadline: Deadline | None = None
     drain: Deadline | None = None        # set while the ranks asked over the channel run their handlers
+    released = False
+    termed: Deadline | None = None       # mpirun's SIGTERM (its start) and SIGKILL (its end)
     interrupted: str | None = None
     timed_out = False
     why = ""
@@ -129,7 +131,7 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                                 "they have exited, at most %g s from now", why, len(asked), grace_s)
                     drain = Deadline(clock, grace_s)
                 else:
-                    kill_deadline = _terminate(proc.pid, why, grace_s, clock)
+                    kill_deadline = termed = _terminate(proc.pid, why, grace_s, clock)
         elif kill_deadline is None:
             left = rank_stop.pending()
             if not left or drain.expired():
@@ -137,16 +139,20 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                     log.warning("%d rank(s) still running %g s after they were asked to stop (ranks %s)", len(left),
                                 grace_s, ", ".join(map(str, sorted(left)[:10])) + (" ..." if len(left) > 10 else ""))
                 rank_stop.release()
-                # mpirun now only tears down (its ranks have exited, or get its own kill 1 s on): a short bound.
-                kill_deadline = _terminate(proc.pid, f"{why} ({'grace over' if left else 'the ranks asked exited'})",
-                                           min(grace_s, KILL_AFTER_STOP_S), clock)
+                released = True
+                # The group's SIGKILL comes when it would have without the ranks' stop (grace_s after the stop
+                # began), or, if the ranks took all of it, a short bound later: mpirun only tears down now.
+                kill_deadline = termed = _terminate(proc.pid, f"{why} ({'grace over' if left else 'the ranks asked exited'})",
+                                           max(drain.remaining(), min(grace_s, KILL_AFTER_STOP_S)), clock)
         elif kill_deadline.expired():
-            log.warning("mpirun still running %g s after SIGTERM: killing its process group %d", kill_deadline.seconds,
-                        proc.pid)
+            log.warning("mpirun still running %.3g s after SIGTERM: killing its process group %d",
+                        kill_deadline.seconds, proc.pid)
             _signal_group(proc.pid, signal.SIGKILL)
             kill_deadline = Deadline(clock, None)
-    if rank_stop is not None and drain is not None:
+    if rank_stop is not None and drain is not None and not released:
         rank_stop.release()   # mpirun ended on its own during the stop: the wrappers have nobody to wait for
+    if termed is not None:
+        log.info("mpirun exited %.2f s after its SIGTERM", termed.elapsed())
     # Local ranks may outlive mpirun only if it died abruptly; never leave them behind.
     _signal_group(proc.pid, signal.SIGKILL)
     for t in pumps:

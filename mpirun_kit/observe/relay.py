@@ -285,7 +285,8 @@ class Relay:
         if msg["type"] == "release":
             self.released = True
             return
-        signum = STOP_SIGNALS.get(msg.get("signal"))
+        name = msg.get("signal")
+        signum = STOP_SIGNALS.get(name) if isinstance(name, str) else None
         hold_s = msg.get("hold_s")
         if signum is None or isinstance(hold_s, bool) or not isinstance(hold_s, (int, float)) \
                 or not 0 <= hold_s <= MAX_HOLD_S:   # NaN fails both comparisons

@@ -1,0 +1,115 @@
+"""RankStop against a real ResultServer on 127.0.0.1, the ranks played by real sockets that report the way the
+rank wrapper does (send_rank_event): who is asked to stop, who is waited for, who is released.  A lost host is
+played by a stand-in channel (the server declares a worker lost only after seconds of silence)."""
+import json
+import os
+import socket
+
+import pytest
+
+from mpirun_kit.exec.channel import ResultServer
+from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.exec.rank_stop import RankStop
+from mpirun_kit.exec.report import send_rank_event, verify
+
+pytestmark = pytest.mark.timeout(60)
+RANK_HOSTS = {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
+
+
+@pytest.fixture
+def server():
+    s = ResultServer("127.0.0.1", 0, rank_key=os.urandom(32), worker_key=os.urandom(32),
+                     rank_hosts=RANK_HOSTS).start()
+    yield s
+    s.close()
+
+
+def report(server, rank, event, sock=None, **fields):
+    msg = {"event": event, "rank": rank, "host": RANK_HOSTS[rank], "t": 1.0, **fields}
+    if event == "start":
+        msg.update(local_rank=0, pid=100 + rank, program_pid=200 + rank)
+    else:
+        msg.update(exit_code=0, signal=None)
+    sock = send_rank_event(f"127.0.0.1:{server.port}", msg, server.rank_key, sock=sock)
+    assert sock is not None
+    return sock
+
+
+def eventually(cond, what):
+    d = Deadline(SYSTEM_CLOCK, 10)
+    while not cond():
+        assert not d.expired(), what
+        SYSTEM_CLOCK.sleep(0.02)
+
+
+def received(sock, key) -> list[dict]:
+    sock.settimeout(5)
+    buf = b""
+    while not buf.endswith(b"\n"):
+        buf += sock.recv(65536)
+    return [json.loads(verify(line, key)) for line in buf.splitlines()]
+
+
+def test_asks_the_running_ranks_waits_for_their_exits_and_releases_them(server):
+    s0 = report(server, 0, "start")
+    s1 = report(server, 1, "start")
+    report(server, 1, "exit", sock=s1)                   # rank 1 had ended already: nothing to ask
+    s3 = report(server, 3, "start")
+    # rank 2's wrapper never connected (no key, or it failed before reporting)
+    eventually(lambda: server.connected_ranks(RANK_HOSTS) == {0, 1, 3} and server.exited_ranks() == {1},
+               "reports not in")
+    stop = RankStop(server, RANK_HOSTS, hold_s=12.5)
+    assert stop.begin("SIGTERM") == {0, 3}
+    for s in (s0, s3):
+        assert received(s, server.rank_key) == [{"type": "signal", "signal": "SIGTERM", "hold_s": 12.5}]
+    assert stop.pending() == {0, 3}
+    report(server, 0, "exit", sock=s0)                   # its handler is done; its wrapper holds
+    eventually(lambda: stop.pending() == {3}, "rank 0's exit not seen")
+    s3.close()                                           # rank 3's wrapper died without a report
+    eventually(lambda: stop.pending() == frozenset(), "rank 3's closed connection not seen")
+    stop.release()
+    assert received(s0, server.rank_key) == [{"type": "release"}]
+    stop.release()                                       # once only
+    s0.settimeout(0.3)
+    with pytest.raises((socket.timeout, BlockingIOError)):
+        s0.recv(100)
+    s0.close()
+
+
+def test_nobody_reachable_means_nobody_to_wait_for(server):
+    stop = RankStop(server, RANK_HOSTS, hold_s=10)
+    assert stop.begin("SIGTERM") == frozenset()
+    assert stop.pending() == frozenset()
+    stop.release()
+
+
+class LostHostChannel:
+    """The server's answers for a job whose worker algo-2 is declared lost (mid-stop, in the second case)."""
+
+    def __init__(self, lost=("algo-2",)):
+        self.lost = {h: 12.0 for h in lost}
+        self.sent = []
+
+    def send_to_ranks(self, ranks, msg):
+        self.sent.append((sorted(ranks), msg["type"]))
+        return list(ranks)
+
+    def connected_ranks(self, ranks):
+        return frozenset(ranks)
+
+    def exited_ranks(self):
+        return frozenset()
+
+    def lost_workers(self):
+        return dict(self.lost)
+
+
+def test_ranks_on_a_lost_host_are_neither_asked_nor_waited_for():
+    ch = LostHostChannel()
+    stop = RankStop(ch, RANK_HOSTS, hold_s=10)
+    assert stop.begin("SIGTERM") == {0, 1}
+    assert stop.pending() == {0, 1}
+    ch.lost["algo-1"] = 3.0                              # lost during the stop
+    assert stop.pending() == frozenset()
+    stop.release()
+    assert ch.sent == [([0, 1], "signal"), ([0, 1], "release")]
