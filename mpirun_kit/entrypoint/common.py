@@ -49,7 +49,7 @@ def default_secret_file(opt_ml: Path) -> Path:
     return Path(opt_ml) / "input" / "data" / "mpirun-keys" / SECRET_FILE_NAME
 
 
-def channel_worker_key(secret_file: Path | None, opt_ml: Path, plan) -> bytes | None:
+def channel_worker_key(secret_file: Path | None, opt_ml: Path, *, multi_host: bool) -> bytes | None:
     """The workers' result-channel key from the job secret; None when a multi-host job has none.
 
     An explicit ``--secret-file`` must be readable and valid; the default one may be absent
@@ -72,7 +72,7 @@ def channel_worker_key(secret_file: Path | None, opt_ml: Path, plan) -> bytes | 
         if secret_file is not None:
             raise SpecError(f"--secret-file {path}: cannot read the job secret ({exc.strerror}); pass the file "
                             "written by `mpirun_kit keys new`") from exc
-        if plan.workers:
+        if multi_host:
             log.warning("no job secret at %s: the result channel authenticates ranks (a key made per run) but "
                         "not workers; deliver the secret (input channel mpirun-keys) or pass --secret-file", path)
         return None

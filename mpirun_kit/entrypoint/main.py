@@ -8,6 +8,14 @@ daemon without asking anyone.
 Signal handling starts before anything else: a SIGTERM while the plan is being
 made (``mpirun --version`` included) is held, and the master still writes the
 failure file and tells every worker the result.
+
+The two facts of this machine the plan needs and the cluster files do not say, the
+MPI flavour (``mpirun --version``, for the argv and the daemon a worker follows) and
+the GPU count (NVML, where a driver is loaded; it sizes ``processes_per_host: auto``),
+are read in a thread (``HostProbe``) started as soon as the spec says which are
+needed.  Meanwhile the entrypoint does what needs neither: a worker waits for its
+sshd, either role imports its modules and reads the job secret.  The plan is still one
+pure value, built once both facts are in (``HostProbe.result``, with a deadline).
 """
 from __future__ import annotations
 
@@ -18,11 +26,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..cluster import Cluster, elect_master
 from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, discover_spec, gpu_count
 from ..errors import LaunchError, SpecError
 from ..exec.signals import SignalLatch
@@ -112,23 +122,70 @@ def _run_text(argv, cancelled=lambda: None, clock: Clock = SYSTEM_CLOCK) -> str:
                                   "spec to skip detection") from None
 
 
-def make_plan(opts: EntrypointOptions, environ: Mapping[str, str],
-              cancelled=lambda: None) -> tuple[LaunchPlan, str]:
-    """Discover and plan; returns (plan, this host's name)."""
-    cluster = discover_cluster(opts.opt_ml, environ, hosts=opts.hosts, hostfile=opts.hostfile,
-                               current_host=opts.current_host)
-    spec = resolve_spec(opts)
-    detected = spec.mpi_flavour
-    if spec.mpi_flavour == "auto":
+class HostProbe:
+    """This machine's MPI flavour and GPU count, read in a thread from ``start`` on; ``result`` joins it.
+
+    Only what the spec leaves open is read: the flavour when ``mpi_flavour`` is ``auto``, the GPUs
+    always (they size ``processes_per_host: auto``, and NVML is loaded only where a driver is).
+    A signal held by ``cancelled`` stops ``mpirun --version`` at once (``_run_text``); the plan
+    built then only carries the stop to the workers.
+    """
+
+    #: how long ``result`` waits past ``mpirun --version``'s own deadline (NVML has none of its own).
+    JOIN_MARGIN_S = 30.0
+
+    def __init__(self, spec: LaunchSpec, cancelled=lambda: None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._auto = spec.mpi_flavour == "auto"
+        self._cancelled, self._clock = cancelled, clock
+        self._flavour, self._gpus = spec.mpi_flavour, 0
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, name="mpirun_kit-host-probe", daemon=True)
+
+    def start(self) -> "HostProbe":
+        self._thread.start()
+        return self
+
+    def _read(self) -> None:
         try:
-            detected = detect_flavour(lambda argv: _run_text(argv, cancelled), fallback=None)
-        except _Stopped:
-            detected = _STOPPED_FLAVOUR
-    # A forced master (``--role master``, ``mpirun_kit launch``) is this host, whatever the election says.
-    plan = build_launch_plan(spec, cluster, environ, gpu_count(), detected_flavour=detected,
+            if self._auto:
+                try:
+                    self._flavour = detect_flavour(lambda argv: _run_text(argv, self._cancelled, self._clock),
+                                                   fallback=None)
+                except _Stopped:
+                    self._flavour = _STOPPED_FLAVOUR
+            self._gpus = gpu_count()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread by result(), raised there
+            self._error = exc
+
+    def result(self) -> tuple[str, int]:
+        """(the flavour the plan is built with, the GPU count); waits for the thread, with a deadline.
+
+        Raises:
+            LaunchError: detection failed (``mpirun`` missing, unknown or hanging), or the thread did not
+                end within VERSION_TIMEOUT_S + JOIN_MARGIN_S (NVML hangs: a broken driver).
+        """
+        self._thread.join(VERSION_TIMEOUT_S + self.JOIN_MARGIN_S)
+        if self._thread.is_alive():
+            raise LaunchError(f"GPU discovery (NVML) gave no answer within {VERSION_TIMEOUT_S + self.JOIN_MARGIN_S:g} "
+                              "s; the NVIDIA driver on this host is broken: check `nvidia-smi`, or replace the host")
+        if self._error is not None:
+            raise self._error
+        return self._flavour, self._gpus
+
+
+def _master_of(opts: EntrypointOptions, cluster: Cluster) -> str:
+    """The host that runs mpirun: a forced master (``--role master``, ``mpirun_kit launch``) is this host,
+    whatever the election says; otherwise the elected one (cluster/election.py), the same on every host."""
+    return cluster.current_host if opts.role == "master" else elect_master(cluster.host_names)
+
+
+def plan_of(opts: EntrypointOptions, environ: Mapping[str, str], cluster: Cluster, spec: LaunchSpec,
+            probe: HostProbe) -> LaunchPlan:
+    """The plan from the discovered facts (pure once ``probe`` has answered)."""
+    flavour, gpus = probe.result()
+    return build_launch_plan(spec, cluster, environ, gpus, detected_flavour=flavour,
                              run_as_root=os.geteuid() == 0, cpu_count=os.cpu_count(), python=sys.executable,
-                             master=cluster.current_host if opts.role == "master" else None)
-    return plan, cluster.current_host
+                             master=_master_of(opts, cluster))
 
 
 def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock: Clock = SYSTEM_CLOCK,
@@ -137,10 +194,15 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
     out = out or sys.stdout
     log.info("entrypoint started")
     with SignalLatch() as latch:
-        plan, me = make_plan(opts, environ, cancelled=latch)
-        log.info("plan ready: %s is %s", me, "master" if me == plan.master else "worker")
-        role = opts.role if opts.role != "auto" else ("master" if me == plan.master else "worker")
+        cluster = discover_cluster(opts.opt_ml, environ, hosts=opts.hosts, hostfile=opts.hostfile,
+                                   current_host=opts.current_host)
+        spec = resolve_spec(opts)
+        probe = HostProbe(spec, cancelled=latch, clock=clock).start()   # beside everything up to plan_of
+        me = cluster.current_host
+        role = opts.role if opts.role != "auto" else ("master" if me == _master_of(opts, cluster) else "worker")
         if opts.dry_run:
+            plan = plan_of(opts, environ, cluster, spec, probe)
+            log.info("plan ready: %s is %s", me, role)
             if opts.json:
                 d = json.loads(to_json(plan))
                 d.update(role=role, current_host=me)
@@ -152,17 +214,27 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
         from .master import run_master
         from .worker import run_worker
 
-        worker_key = channel_worker_key(opts.secret_file, opts.opt_ml, plan)
+        worker_key = channel_worker_key(opts.secret_file, opts.opt_ml, multi_host=len(cluster.hosts) > 1)
         if role == "master":
+            plan = plan_of(opts, environ, cluster, spec, probe)
+            log.info("plan ready: %s is %s", me, role)
             result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key)
         else:
             sshd = None
             if opts.start_sshd:
                 from ..exec.sshd import start_sshd
 
-                # Returns once this host's sshd answers (ours or one already running), else raises.
-                sshd = start_sshd(plan.ssh_port, opts.sshd_config, clock=clock,
+                # Returns once this host's sshd answers (ours or one already running), else raises; the
+                # probe's mpirun --version and NVML run meanwhile.  The port is the spec's (the plan's is the same).
+                sshd = start_sshd(spec.ssh_port, opts.sshd_config, clock=clock,
                                   probe_host=_local_probe_address(me))
+            try:
+                plan = plan_of(opts, environ, cluster, spec, probe)
+            except BaseException:
+                if sshd is not None and sshd.poll() is None:
+                    sshd.terminate()   # run_worker would have, had there been a plan
+                raise
+            log.info("plan ready: %s is %s", me, role)
             # Readiness is pushed only when this entrypoint saw its sshd answer (it started it, or found it
             # answering); with --no-sshd the master's own probe finds it (a local probe here would cost an
             # sshd connection per host for nothing the master does not learn anyway).

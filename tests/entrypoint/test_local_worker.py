@@ -188,3 +188,52 @@ def test_wrong_secret_is_never_served(tmp_path):
         assert server.connected_workers() == frozenset()
         assert any(r.reason == "bad or missing MAC" for r in server.rejected())
     assert w.returncode == 75  # the master never speaks to it: it gives up after master_silence_s
+
+
+def test_flavour_is_detected_beside_the_sshd_wait(tmp_path):
+    """Issue 14 item 1: `mpirun --version` runs beside the worker's sshd wait, not before it, and the flavour
+    it finds still decides the daemon the worker follows.  Both are stand-ins on loopback: the sshd is a
+    listener that answers an SSH banner (the worker's start_sshd finds it answering and starts none), and
+    mpirun's --version answers only once that sshd has been probed, else after 20 s: run one after the
+    other, as before, the probe came only after the answer."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    probed, order = tmp_path / "sshd-probed", tmp_path / "order"
+    (fake / "mpirun").write_text(
+        f"#!/bin/sh\nfor i in $(seq 200); do [ -e {probed} ] && break; sleep 0.1; done\n"
+        f"if [ -e {probed} ]; then echo beside > {order}; else echo before > {order}; fi\n"
+        "echo 'mpirun (Open MPI) 4.1.4'\n")
+    (fake / "mpirun").chmod(0o755)
+    sshd = socket.socket()
+    sshd.bind(("127.0.0.1", 0))
+    sshd.listen(8)
+
+    def answer():
+        while True:
+            try:
+                conn, _ = sshd.accept()
+            except OSError:
+                return
+            probed.touch()
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_stand-in\r\n")
+    threading.Thread(target=answer, daemon=True).start()
+    port = free_port()
+    spec = LaunchSpec(program=("true",), result_port=port, ssh_port=sshd.getsockname()[1],
+                      timeouts=Timeouts(master_connect_s=30.0, master_silence_s=30.0, daemon_wait_s=60.0))
+    (tmp_path / "job-secret").write_text(SECRET.hex() + "\n")
+    args = ["entrypoint", "--role", "worker", "--hosts", "127.0.0.1,localhost", "--current-host", "localhost",
+            "--opt-ml", str(tmp_path / "opt_ml"), "--spec", str(write_spec(tmp_path / "spec.json", spec)),
+            "--secret-file", str(tmp_path / "job-secret")]
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    try:
+        with master(port) as server:
+            w = subprocess.Popen(CLI + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            wait_connected(server)
+            server.publish(JobResult(0))
+            out, err = w.communicate(timeout=60)
+    finally:
+        sshd.close()
+    assert w.returncode == 0, err
+    assert order.read_text() == "beside\n"
+    assert "worker localhost: connected to master 127.0.0.1; waiting for orted" in err   # openmpi4's daemon
