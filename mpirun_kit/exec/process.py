@@ -125,7 +125,8 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                 timed_out = True
             if interrupted or timed_out:
                 why = interrupted or f"job deadline of {job_timeout_s:g} s"
-                asked = rank_stop.begin("SIGTERM") if rank_stop is not None else ()
+                # grace_s = 0 asks for no clean-up time at all: nothing to ask the ranks for.
+                asked = rank_stop.begin("SIGTERM") if rank_stop is not None and grace_s > 0 else ()
                 if asked:
                     log.warning("%s: asked %d rank(s) to stop (SIGTERM to each program); mpirun gets SIGTERM once "
                                 "they have exited, at most %g s from now", why, len(asked), grace_s)

@@ -70,13 +70,13 @@ def stand_in(tmp_path):
             "sys.exit(7)\n")
 
 
-def start(tmp_path, stop, clock, job_s=None, cancel=True):
+def start(tmp_path, stop, clock, job_s=None, cancel=True, grace_s=GRACE_S):
     box = {}
 
     def go():
         box["res"] = run_launcher(
             [sys.executable, "-c", stand_in(tmp_path)], {"PATH": "/usr/bin:/bin"}, rank_hosts={0: "algo-1"},
-            tag_regex=TAG, grace_s=GRACE_S, job_timeout_s=job_s, clock=clock, stdout=io.BytesIO(),
+            tag_regex=TAG, grace_s=grace_s, job_timeout_s=job_s, clock=clock, stdout=io.BytesIO(),
             stderr=io.BytesIO(), rank_stop=stop,
             cancelled=lambda: "SIGTERM" if cancel and (tmp_path / "ready").exists() else None)
 
@@ -153,3 +153,11 @@ def test_job_deadline_stops_through_the_ranks_too(tmp_path):
     res = finished(t, box)
     assert res.timed_out and res.interrupted_by is None and res.returncode == 143
     assert stop.steps == [("begin", "SIGTERM", False), ("release", False)]
+
+
+def test_no_grace_means_no_ranks_asked(tmp_path):
+    """grace_s = 0 (allowed: no clean-up time wanted): mpirun's SIGTERM at once, as before."""
+    stop = ScriptedStop({0, 1}, tmp_path / "term")
+    res = finished(*start(tmp_path, stop, ManualClock(), grace_s=0.0))
+    assert res.interrupted_by == "SIGTERM" and res.returncode in (143, None)
+    assert stop.steps == []
