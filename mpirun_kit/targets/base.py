@@ -176,42 +176,51 @@ def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_t
 
 @dataclass
 class Progress:
-    """A one-line status on stderr that rewrites itself on a TTY (see exec/verbosity.py); lines in the CLI's format.
+    """A one-line status on stderr, redrawn in place on a terminal (see exec/verbosity.py); lines in the CLI's format.
 
     ``update``: what is being waited for, and the last error seen (the live line).  ``done``: an
     outcome the user must see (a deadline passed, a retry).  ``note``: a milestone (-v only).
+    On a terminal the live line is a tqdm bar showing only that text: tqdm redraws it in place and
+    cuts it to the terminal's width (a longer line would wrap, and a redraw would erase only its last
+    row).  Elsewhere there is no live line: a status change prints as a line at -v, nothing by default.
     """
 
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     clock: Clock = SYSTEM_CLOCK
     start: float = field(default=0.0)
     last: str = ""
+    _live: Any = field(default=None, init=False, repr=False)   # the tqdm bar while a live line shows
 
     def __post_init__(self) -> None:
         self.start = self.clock.monotonic()
 
     def update(self, text: str) -> None:
         line = f"mpirun_kit: [{self.clock.monotonic() - self.start:.0f}s] {text}"
-        if verbosity.LEVEL == 0:
+        if verbosity.LEVEL == verbosity.QUIET:
             pass
         elif self.stream.isatty():
-            self.stream.write("\r\033[K" + line)
-            self.stream.flush()
-        elif text != self.last and verbosity.LEVEL >= 2:
+            if self._live is None:
+                from tqdm import tqdm   # only here: a terminal is watching (~20 ms to import)
+
+                self._live = tqdm(file=self.stream, bar_format="{desc}", dynamic_ncols=True, leave=False,
+                                  mininterval=0)
+            self._live.set_description_str(line, refresh=True)
+        elif text != self.last and verbosity.LEVEL >= verbosity.VERBOSE:
             self.stream.write(line + "\n")
             self.stream.flush()
         self.last = text
 
-    def done(self, text: str, level: int = 1) -> None:
-        if self.stream.isatty() and verbosity.LEVEL:
-            self.stream.write("\r\033[K")
+    def done(self, text: str, level: int = verbosity.DEFAULT) -> None:
+        if self._live is not None:
+            self._live.close()      # leave=False: the live line is erased, the next update draws a new one
+            self._live = None
         self.last = ""
         if verbosity.LEVEL >= level:
             self.stream.write(f"mpirun_kit: {text} (at {self.clock.monotonic() - self.start:.1f}s)\n")
         self.stream.flush()
 
     def note(self, text: str) -> None:
-        self.done(text, level=2)
+        self.done(text, level=verbosity.VERBOSE)
 
 
 #: codes a retry cannot change: success, usage (2), bad input (64), Ctrl-C (130).

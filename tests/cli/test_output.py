@@ -83,17 +83,82 @@ def test_library_default_is_unchanged_after_a_command(cli, chatty):
     assert logging.getLogger().handlers == handlers
 
 
+def screen(raw: str, width: int = 10_000) -> list[str]:
+    """What a terminal ``width`` columns wide shows after ``raw``: CR, LF, erase-to-end (ESC[K) and cursor-up
+    (ESC[A) applied, lines longer than ``width`` wrapped; trailing blanks dropped."""
+    rows, row, col = [[]], 0, 0
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if raw.startswith("\x1b[K", i):
+            del rows[row][col:]
+            i += 3
+            continue
+        if raw.startswith("\x1b[A", i):
+            row = max(row - 1, 0)
+            i += 3
+            continue
+        if c == "\r":
+            col = 0
+        elif c == "\n":
+            row, col = row + 1, 0
+        else:
+            if col == width:
+                row, col = row + 1, 0
+            while len(rows) <= row:
+                rows.append([])
+            line = rows[row]
+            line.extend(" " * (col + 1 - len(line)))
+            line[col] = c
+            col += 1
+        while len(rows) <= row:
+            rows.append([])
+        i += 1
+    return ["".join(r).rstrip() for r in rows]
+
+
 def test_status_line_is_redrawn_in_place_on_a_terminal(monkeypatch):
     monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
     tty, clock = Tty(), FakeClock()
     p = base.Progress(stream=tty, clock=clock)
     p.update("ssh: waiting for root@algo-2:22: Connection refused")
+    assert screen(tty.getvalue()) == ["mpirun_kit: [0s] ssh: waiting for root@algo-2:22: Connection refused"]
     clock.sleep(3)
     p.update("ssh: waiting for root@algo-2:22: timed out")
+    assert screen(tty.getvalue()) == ["mpirun_kit: [3s] ssh: waiting for root@algo-2:22: timed out"]
     p.done("ssh: all 2 host(s) ready")
-    assert tty.getvalue() == ("\r\033[Kmpirun_kit: [0s] ssh: waiting for root@algo-2:22: Connection refused"
-                              "\r\033[Kmpirun_kit: [3s] ssh: waiting for root@algo-2:22: timed out"
-                              "\r\033[Kmpirun_kit: ssh: all 2 host(s) ready (at 3.0s)\n")
+    assert screen(tty.getvalue()) == ["mpirun_kit: ssh: all 2 host(s) ready (at 3.0s)", ""]
+
+
+def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
+    """On a real terminal (a pseudo-terminal 40 columns wide) the live line is tqdm's: cut to the width, so a
+    redraw erases all of it.  The hand-written line wrote it whole: it wrapped, and the redraw erased only
+    the last row, leaving the first one on screen."""
+    import fcntl
+    import os
+    import struct
+    import termios
+
+    monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
+    ours, theirs = os.openpty()
+    fcntl.ioctl(theirs, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
+    attrs = termios.tcgetattr(theirs)
+    attrs[1] &= ~termios.ONLCR      # the terminal's bytes as written (no LF -> CRLF)
+    termios.tcsetattr(theirs, termios.TCSANOW, attrs)
+    clock = FakeClock()
+    with os.fdopen(theirs, "w") as stream:
+        assert stream.isatty()
+        p = base.Progress(stream=stream, clock=clock)
+        p.update("ssh: waiting for ubuntu@algo-12.cluster.internal:2222 (attempt 3): [Errno 111] Connection refused")
+        clock.sleep(2)
+        p.update("ssh: 15/16 host(s) up")
+        raw = os.read(ours, 65536).decode()
+        assert screen(raw, width=40) == ["mpirun_kit: [2s] ssh: 15/16 host(s) up"]
+        p.done("ssh: all 16 host(s) ready")
+        raw += os.read(ours, 65536).decode()
+    os.close(ours)
+    # the live line erased; the outcome stays, whole (wrapped by the terminal: it is not redrawn)
+    assert screen(raw, width=40) == ["mpirun_kit: ssh: all 16 host(s) ready (a", "t 2.0s)", ""]
 
 
 def test_ssh_wait_names_the_host_and_the_last_error(monkeypatch):

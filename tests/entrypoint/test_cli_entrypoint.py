@@ -121,3 +121,23 @@ def test_no_job_secret_warns_that_workers_are_not_authenticated(tmp_path):
     assert (f"mpirun_kit: warning: no job secret at {tmp_path}/input/data/mpirun-keys/job-secret: the result "
             "channel authenticates ranks (a key made per run) but not workers; deliver the secret (input channel "
             "mpirun-keys) or pass --secret-file") in res.stderr
+
+
+def test_flavour_detection_failure_is_named(tmp_path):
+    """`mpirun --version` runs in the entrypoint's probe thread (beside the sshd wait); with no mpirun on PATH
+    its error still ends the entrypoint with the launcher's message and exit code, not a traceback or a wait."""
+    import dataclasses
+    import os
+    import subprocess
+
+    from entrypoint_helpers import CLI
+
+    write_config(tmp_path, RC, {LAUNCH_SPEC_HYPERPARAMETER: dataclasses.replace(SPEC, mpi_flavour="auto").to_json()})
+    env = {k: v for k, v in os.environ.items() if k != "SM_HOSTS"}
+    env["PATH"] = str(tmp_path / "no-such-bin")
+    res = subprocess.run(CLI + ["entrypoint", "--opt-ml", str(tmp_path), "--dry-run"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 70, res.stderr
+    assert res.stderr.endswith("mpirun_kit: error: 'mpirun' not found on PATH; install Open MPI (apt-get install "
+                               "openmpi-bin) or put the venv's bin directory on PATH\n")
+    assert "Traceback" not in res.stderr
