@@ -29,7 +29,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable  # not typing: every rank imports this module at start
 
 from ..exec.report import MAX_LINE, send_rank_event, verify
 from ..progress import PROGRESS_FD_VAR, STACK_FILE_VAR
