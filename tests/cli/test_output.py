@@ -130,6 +130,25 @@ def test_status_line_is_redrawn_in_place_on_a_terminal(monkeypatch):
     assert screen(tty.getvalue()) == ["mpirun_kit: ssh: all 2 host(s) ready (at 3.0s)", ""]
 
 
+def drain(fd: int, stream) -> str:
+    """Everything written to ``stream`` so far, read from the pseudo-terminal's other side ``fd``: the terminal
+    passes bytes on asynchronously, so a marker written last tells when all of them have arrived."""
+    import os
+    import select
+
+    from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+
+    mark = "<end of writes>"
+    stream.write(mark)
+    stream.flush()
+    raw, deadline = "", Deadline(SYSTEM_CLOCK, 30)
+    while not raw.endswith(mark):
+        assert not deadline.expired(), f"the terminal passed on only {raw!r}"
+        if select.select([fd], [], [], 0.5)[0]:
+            raw += os.read(fd, 65536).decode()
+    return raw[:-len(mark)]
+
+
 def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
     """On a real terminal (a pseudo-terminal 40 columns wide) the live line is tqdm's: cut to the width, so a
     redraw erases all of it.  The hand-written line wrote it whole: it wrapped, and the redraw erased only
@@ -152,10 +171,10 @@ def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
         p.update("ssh: waiting for ubuntu@algo-12.cluster.internal:2222 (attempt 3): [Errno 111] Connection refused")
         clock.sleep(2)
         p.update("ssh: 15/16 host(s) up")
-        raw = os.read(ours, 65536).decode()
+        raw = drain(ours, stream)
         assert screen(raw, width=40) == ["mpirun_kit: [2s] ssh: 15/16 host(s) up"]
         p.done("ssh: all 16 host(s) ready")
-        raw += os.read(ours, 65536).decode()
+        raw += drain(ours, stream)
     os.close(ours)
     # the live line erased; the outcome stays, whole (wrapped by the terminal: it is not redrawn)
     assert screen(raw, width=40) == ["mpirun_kit: ssh: all 16 host(s) ready (a", "t 2.0s)", ""]
