@@ -123,3 +123,50 @@ def test_amp_and_channels_last_paths_run(shapes):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model([ds[(0, 0)]])
     assert out[0]["boxes"].dtype == torch.float32 and out[0]["masks"].shape[1:] == ds[(0, 0)]["orig_size"]
+
+
+def test_mask_upsampling_matmuls_are_the_deconv_and_predictor():
+    """The mask head's two per-pixel matmuls (cheaper on the CPU) compute exactly
+    ``mask_pred(relu(mask_deconv(x)))``: values and every gradient, in either memory layout."""
+    torch.manual_seed(0)
+    heads = build_model(tiny_cfg().model).roi_heads.double()
+    for m in (heads.mask_deconv, heads.mask_pred):
+        torch.nn.init.normal_(m.bias)  # initialised to 0: give the bias layout something to get wrong
+    params = [heads.mask_deconv.weight, heads.mask_deconv.bias, heads.mask_pred.weight, heads.mask_pred.bias]
+    x = torch.randn(5, heads.mask_deconv.in_channels, 7, 9, dtype=torch.float64)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        xs = [x.clone().to(memory_format=fmt).requires_grad_() for _ in range(2)]
+        got = heads._upsample_predict(xs[0])
+        want = heads.mask_pred(torch.relu(heads.mask_deconv(xs[1])))
+        assert got.shape == want.shape == (5, heads.num_classes, 14, 18)
+        torch.testing.assert_close(got, want)
+        g = torch.randn_like(want)
+        for a, b in zip(torch.autograd.grad(got, [xs[0], *params], g), torch.autograd.grad(want, [xs[1], *params], g)):
+            torch.testing.assert_close(a, b)
+
+
+def test_demo_mask_slots_are_mostly_foreground_from_the_first_step(shapes, monkeypatch):
+    """The fixed-shape step runs the mask head on every slot, valid or not (no host sync reads how
+    many are), so the demo's slot count must be near what an untrained model has, its GT boxes
+    (1-4 per synthetic image): otherwise its first steps pay for empty slots (README, Benchmarks)."""
+    from mpirun_kit.maskrcnn.modeling import roi_heads
+
+    torch.manual_seed(0)
+    cfg = tiny_cfg()
+    mp = cfg.model.roi_heads.mask_rois_per_image
+    ds = CocoDataset(shapes / "annotations/instances_train.json", shapes / "train", train=True,
+                     min_sizes=(96,), max_size=128, flip_prob=0.0, num_classes=3)
+    model = build_model(cfg.model)
+    seen, subsample = [], roi_heads.subsample
+
+    def recording_subsample(*args, **kwargs):
+        out = subsample(*args, **kwargs)
+        seen.append(out[1])  # is_pos [B, S], foreground first: the mask head takes the first mp slots
+        return out
+
+    monkeypatch.setattr(roi_heads, "subsample", recording_subsample)
+    with torch.no_grad():
+        for first in range(0, 12, 4):
+            model([ds[(i, i)] for i in range(first, first + 4)])
+    filled = torch.cat(seen)[:, :mp].float().mean().item()
+    assert filled >= 0.5, f"{filled:.2f} of the demo's {mp} mask slots per image hold a foreground RoI"
