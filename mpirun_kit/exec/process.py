@@ -227,11 +227,11 @@ def with_parent_death_signal(argv: list[str], signum: int, path: str | None) -> 
     return [sys.executable, "-I", "-S", _PDEATHSIG_SCRIPT, str(int(signum)), str(os.getpid()), *argv]
 
 
-def _terminate(pid: int, why: str, grace_s: float, clock: Clock) -> Deadline:
+def _terminate(pid: int, why: str, kill_after_s: float, clock: Clock) -> Deadline:
     """SIGTERM to mpirun; returns when its process group gets SIGKILL."""
-    log.warning("%s: sending SIGTERM to mpirun (pid %d), SIGKILL in %g s", why, pid, grace_s)
+    log.warning("%s: sending SIGTERM to mpirun (pid %d), SIGKILL in %.3g s", why, pid, kill_after_s)
     _signal_pid(pid, signal.SIGTERM)
-    return Deadline(clock, grace_s)
+    return Deadline(clock, kill_after_s)
 
 
 def _signal_pid(pid: int, signum: int) -> None:
