@@ -125,26 +125,6 @@ def test_amp_and_channels_last_paths_run(shapes):
     assert out[0]["boxes"].dtype == torch.float32 and out[0]["masks"].shape[1:] == ds[(0, 0)]["orig_size"]
 
 
-def test_mask_upsampling_matmuls_are_the_deconv_and_predictor():
-    """The mask head's two per-pixel matmuls (cheaper on the CPU) compute exactly
-    ``mask_pred(relu(mask_deconv(x)))``: values and every gradient, in either memory layout."""
-    torch.manual_seed(0)
-    heads = build_model(tiny_cfg().model).roi_heads.double()
-    for m in (heads.mask_deconv, heads.mask_pred):
-        torch.nn.init.normal_(m.bias)  # initialised to 0: give the bias layout something to get wrong
-    params = [heads.mask_deconv.weight, heads.mask_deconv.bias, heads.mask_pred.weight, heads.mask_pred.bias]
-    x = torch.randn(5, heads.mask_deconv.in_channels, 7, 9, dtype=torch.float64)
-    for fmt in (torch.contiguous_format, torch.channels_last):
-        xs = [x.clone().to(memory_format=fmt).requires_grad_() for _ in range(2)]
-        got = heads._upsample_predict(xs[0])
-        want = heads.mask_pred(torch.relu(heads.mask_deconv(xs[1])))
-        assert got.shape == want.shape == (5, heads.num_classes, 14, 18)
-        torch.testing.assert_close(got, want)
-        g = torch.randn_like(want)
-        for a, b in zip(torch.autograd.grad(got, [xs[0], *params], g), torch.autograd.grad(want, [xs[1], *params], g)):
-            torch.testing.assert_close(a, b)
-
-
 def test_demo_mask_slots_are_mostly_foreground_from_the_first_step(shapes, monkeypatch):
     """The fixed-shape step runs the mask head on every slot, valid or not (no host sync reads how
     many are), so the demo's slot count must be near what an untrained model has, its GT boxes

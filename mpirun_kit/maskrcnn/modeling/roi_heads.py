@@ -84,25 +84,8 @@ class RoIHeads(nn.Module):
 
     def mask_head(self, feats, rois: torch.Tensor) -> torch.Tensor:
         x = self._pool(feats, rois, self.cfg.mask_pool_size)
-        return self._upsample_predict(self.mask_convs(x)).float()
-
-    def _upsample_predict(self, x: torch.Tensor) -> torch.Tensor:
-        """``mask_pred(relu(mask_deconv(x)))`` as two per-pixel matmuls: [N, C, H, W] -> [N, K, 2H, 2W].
-
-        The 2x2 stride-2 deconvolution has no overlapping taps, so it is a linear map from each input
-        pixel to its 2x2 output pixels, and the 1x1 predictor is a linear map per pixel: both run on
-        [N*H*W, C] rows and only the K-channel logits are put back in image order.  Same parameters
-        and the same function as the modules; on the CPU the deconvolution's and the 1x1 conv's
-        kernels (and the layout copies around them) cost about twice as much (profiled on the demo
-        step, where this head runs on every fixed mask slot).
-        """
-        n, c, h, w = x.shape
-        wd, o = self.mask_deconv.weight, self.mask_deconv.out_channels  # wd: [C, O, 2, 2]
-        y = F.linear(x.permute(0, 2, 3, 1).reshape(-1, c), wd.permute(2, 3, 1, 0).reshape(4 * o, c),
-                     self.mask_deconv.bias.repeat(4))  # rows: input pixels; columns: (dy, dx, O)
-        z = F.linear(F.relu(y.view(-1, o)), self.mask_pred.weight.flatten(1), self.mask_pred.bias)
-        k = z.shape[1]
-        return z.view(n, h, w, 2, 2, k).permute(0, 5, 1, 3, 2, 4).reshape(n, k, 2 * h, 2 * w)
+        x = F.relu(self.mask_deconv(self.mask_convs(x)))
+        return self.mask_pred(x).float()
 
     # -------------------------------------------------------------- training
     def forward_train(self, feats, proposals: tuple[torch.Tensor, torch.Tensor],
