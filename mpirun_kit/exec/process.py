@@ -12,9 +12,13 @@ job deadline) goes to the ranks first when a ``rank_stop`` is given (the result
 channel, rank_stop.py): every rank's wrapper signals its program and holds its
 own exit, and mpirun is left alone until every rank asked has exited or the
 grace period is over, because Open MPI's mpirun SIGKILLs every rank 1 s after
-its own SIGTERM.  Then (or at once, without a ``rank_stop`` or with no rank
-reachable) mpirun gets SIGTERM: it forwards it to every rank on every host;
-only if the job is still there after the grace period does the group get SIGKILL.  Output lines tagged by mpirun
+its own SIGTERM.  Then mpirun gets SIGTERM (at once, without a ``rank_stop``
+or with no rank reachable) and the wrappers are released: mpirun forwards the
+SIGTERM to every rank on every host; only if the job is still there after the
+grace period does the group get SIGKILL.  When every rank of the job has
+exited, mpirun gets no SIGTERM at all: the released wrappers' exits end it
+(SIGTERM while it is ending can crash Open MPI 4's mpirun in PMIx_Finalize, and
+its SIGTERM path sleeps its 1-s kill timeout).  Output lines tagged by mpirun
 (``[1,3]<stdout>:``) are rewritten to ``[3 algo-2]`` using the plan's placement.
 """
 from __future__ import annotations
@@ -51,6 +55,7 @@ class RankStopper(Protocol):
 
     def begin(self, signal_name: str) -> Collection[int]: ...
     def pending(self) -> Collection[int]: ...
+    def all_exited(self) -> bool: ...
     def release(self) -> None: ...
 
 
@@ -106,6 +111,7 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     job_deadline = Deadline(clock, job_timeout_s)
     kill_deadline: Deadline | None = None
     drain: Deadline | None = None        # set while the ranks asked over the channel run their handlers
+    settling: Deadline | None = None     # since the release, when every rank exited: mpirun gets no SIGTERM
     released = False
     termed: Deadline | None = None       # mpirun's SIGTERM (its start) and SIGKILL (its end)
     interrupted: str | None = None
@@ -139,21 +145,29 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                 if left:
                     log.warning("%d rank(s) still running %g s after they were asked to stop (ranks %s)", len(left),
                                 grace_s, ", ".join(map(str, sorted(left)[:10])) + (" ..." if len(left) > 10 else ""))
+                if not left and rank_stop.all_exited():
+                    settling = Deadline(clock, None)
+                    kill_deadline = Deadline(clock, _kill_after(drain, grace_s))
+                    log.info("%s: every rank exited; mpirun ends once their wrappers are released (its process "
+                             "group gets SIGKILL in %.3g s if not)", why, kill_deadline.seconds)
+                else:
+                    # SIGTERM first, so mpirun is already stopping the job when a released rank's exit reaches it.
+                    kill_deadline = termed = _terminate(
+                        proc.pid, f"{why} ({'grace over' if left else 'the ranks asked exited'})",
+                        _kill_after(drain, grace_s), clock)
                 rank_stop.release()
                 released = True
-                # The group's SIGKILL comes when it would have without the ranks' stop (grace_s after the stop
-                # began), or, if the ranks took all of it, a short bound later: mpirun only tears down now.
-                kill_deadline = termed = _terminate(proc.pid, f"{why} ({'grace over' if left else 'the ranks asked exited'})",
-                                           max(drain.remaining(), min(grace_s, KILL_AFTER_STOP_S)), clock)
         elif kill_deadline.expired():
-            log.warning("mpirun still running %.3g s after SIGTERM: killing its process group %d",
-                        kill_deadline.seconds, proc.pid)
+            log.warning("mpirun still running %.3g s after %s: killing its process group %d", kill_deadline.seconds,
+                        "SIGTERM" if termed is not None else "every rank exited", proc.pid)
             _signal_group(proc.pid, signal.SIGKILL)
             kill_deadline = Deadline(clock, None)
     if rank_stop is not None and drain is not None and not released:
         rank_stop.release()   # mpirun ended on its own during the stop: the wrappers have nobody to wait for
     if termed is not None:
         log.info("mpirun exited %.2f s after its SIGTERM", termed.elapsed())
+    elif settling is not None:
+        log.info("mpirun ended %.2f s after the ranks were released", settling.elapsed())
     # Local ranks may outlive mpirun only if it died abruptly; never leave them behind.
     _signal_group(proc.pid, signal.SIGKILL)
     for t in pumps:
@@ -225,6 +239,12 @@ def with_parent_death_signal(argv: list[str], signum: int, path: str | None) -> 
     if setpriv is not None:
         return [setpriv, "--pdeathsig", signal.Signals(signum).name, "--", *argv]
     return [sys.executable, "-I", "-S", _PDEATHSIG_SCRIPT, str(int(signum)), str(os.getpid()), *argv]
+
+
+def _kill_after(drain: Deadline, grace_s: float) -> float:
+    """After a stop through the ranks: the group's SIGKILL comes when it would have without it (grace_s after
+    the stop began), or, if the ranks took all of it, a short bound later: mpirun only tears down now."""
+    return max(drain.remaining(), min(grace_s, KILL_AFTER_STOP_S))
 
 
 def _terminate(pid: int, why: str, kill_after_s: float, clock: Clock) -> Deadline:

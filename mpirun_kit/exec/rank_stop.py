@@ -14,7 +14,10 @@ exiting early makes it kill the rest the same way.  So the master does not start
 2. ``pending``: the ranks asked that have neither reported their exit, nor lost their
    connection, nor sit on a host the channel declared lost: the master waits while this is
    not empty, at most ``grace_s``;
-3. ``release``: every wrapper asked is let go; the master then SIGTERMs mpirun as before.
+3. ``release``: every wrapper asked is let go, just after mpirun's SIGTERM (as before), or, when
+   every rank of the job reported its exit (``all_exited``), with no SIGTERM at all: the wrappers'
+   exits end mpirun, whose SIGTERM path would sleep its 1-s kill timeout, and which a SIGTERM
+   while it ends can crash (Open MPI 4.1, SIGSEGV in PMIx_Finalize).
 
 Ranks the channel cannot reach (no key, wrapper never connected, host lost) are not waited
 for: mpirun's SIGTERM reaches them in step 3.
@@ -80,6 +83,10 @@ class RankStop:
             self._waiting -= self._gone()
             self._waiting &= self.channel.connected_ranks(self._waiting)
         return frozenset(self._waiting)
+
+    def all_exited(self) -> bool:
+        """Every rank of the job reported its exit (nothing is left for mpirun's SIGTERM to reach)."""
+        return set(self.rank_hosts) <= self.channel.exited_ranks()
 
     def release(self) -> None:
         """Let every wrapper asked exit (once; later calls do nothing)."""

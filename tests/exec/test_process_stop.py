@@ -38,8 +38,10 @@ class ScriptedStop:
     """A RankStopper whose reachable and pending ranks the test sets; it notes whether mpirun had its SIGTERM
     when each step came."""
 
-    def __init__(self, reached, term_file):
+    def __init__(self, reached, term_file, all_exited=False, quit_file=None):
         self.reached = frozenset(reached)
+        self.exited_all = all_exited
+        self.quit_file = quit_file        # the release ends the stand-in mpirun, as the last ranks' exits would
         self.waiting = set(reached)
         self.term_file = term_file
         self.begun = threading.Event()
@@ -55,8 +57,13 @@ class ScriptedStop:
             self.steps.append(("mpirun signalled while ranks were pending",))
         return frozenset(self.waiting)
 
+    def all_exited(self):
+        return self.exited_all and not self.waiting
+
     def release(self):
         self.steps.append(("release", self.term_file.exists()))
+        if self.quit_file is not None:
+            self.quit_file.touch()
 
 
 def stand_in(tmp_path):
@@ -112,7 +119,8 @@ def test_ranks_asked_first_then_released_then_mpirun_once_they_have_exited(tmp_p
     stop.waiting.clear()                  # the clock never moved: only the ranks' exits end the wait
     res = finished(t, box)
     assert (res.returncode, res.interrupted_by) == (143, "SIGTERM")
-    assert stop.steps == [("begin", "SIGTERM", False), ("release", False)]
+    # Rank 2 (say) never reported: mpirun's SIGTERM goes first, then the release.
+    assert [s[0] for s in stop.steps] == ["begin", "release"] and stop.steps[0][2] is False
 
 
 def test_grace_over_releases_and_stops_mpirun_with_ranks_still_running(tmp_path, caplog):
@@ -127,7 +135,7 @@ def test_grace_over_releases_and_stops_mpirun_with_ranks_still_running(tmp_path,
     clock.now += 1
     res = finished(t, box)
     assert (res.returncode, res.interrupted_by) == (143, "SIGTERM")
-    assert stop.steps == [("begin", "SIGTERM", False), ("release", False)]
+    assert [s[0] for s in stop.steps] == ["begin", "release"]
     assert "2 rank(s) still running 30 s after they were asked to stop (ranks 0, 1)" in caplog.text
 
 
@@ -152,7 +160,7 @@ def test_job_deadline_stops_through_the_ranks_too(tmp_path):
     stop.waiting.clear()
     res = finished(t, box)
     assert res.timed_out and res.interrupted_by is None and res.returncode == 143
-    assert stop.steps == [("begin", "SIGTERM", False), ("release", False)]
+    assert [s[0] for s in stop.steps] == ["begin", "release"]
 
 
 def test_no_grace_means_no_ranks_asked(tmp_path):
@@ -161,3 +169,33 @@ def test_no_grace_means_no_ranks_asked(tmp_path):
     res = finished(*start(tmp_path, stop, ManualClock(), grace_s=0.0))
     assert res.interrupted_by == "SIGTERM" and res.returncode in (143, None)
     assert stop.steps == []
+
+
+def test_every_rank_exited_lets_mpirun_end_by_itself_without_sigterm(tmp_path):
+    """Every rank has exited: mpirun gets no SIGTERM (its SIGTERM path sleeps its 1-s kill timeout, and a
+    SIGTERM while it ends can crash it); the released wrappers' exits end it (here the release makes the
+    stand-in exit 7)."""
+    stop = ScriptedStop({0, 1}, tmp_path / "term", all_exited=True, quit_file=tmp_path / "quit")
+    t, box = start(tmp_path, stop, ManualClock())
+    assert stop.begun.wait(20)
+    stop.waiting.clear()
+    res = finished(t, box)
+    assert (res.returncode, res.interrupted_by) == (7, "SIGTERM")
+    assert not (tmp_path / "term").exists()
+    assert stop.steps == [("begin", "SIGTERM", False), ("release", False)]
+
+
+def test_every_rank_exited_but_mpirun_stays_gets_sigkill_at_grace(tmp_path):
+    clock = ManualClock()
+    stop = ScriptedStop({0, 1}, tmp_path / "term", all_exited=True)
+    t, box = start(tmp_path, stop, clock)
+    assert stop.begun.wait(20)
+    stop.waiting.clear()
+    while len(stop.steps) < 2:            # released
+        time.sleep(0.02)
+    time.sleep(0.3)
+    assert t.is_alive() and not (tmp_path / "term").exists()
+    clock.now += GRACE_S                  # the SIGKILL comes when it would have without the ranks' stop
+    res = finished(t, box)
+    assert (res.returncode, res.signal, res.interrupted_by) == (None, "SIGKILL", "SIGTERM")
+    assert not (tmp_path / "term").exists()

@@ -67,6 +67,10 @@ def test_asks_the_running_ranks_waits_for_their_exits_and_releases_them(server):
     eventually(lambda: stop.pending() == {3}, "rank 0's exit not seen")
     s3.close()                                           # rank 3's wrapper died without a report
     eventually(lambda: stop.pending() == frozenset(), "rank 3's closed connection not seen")
+    assert not stop.all_exited()                         # ranks 2 and 3 never said: mpirun's SIGTERM must reach them
+    report(server, 2, "exit")
+    report(server, 3, "exit")
+    eventually(stop.all_exited, "every rank's exit seen")
     stop.release()
     assert received(s0, server.rank_key) == [{"type": "release"}]
     stop.release()                                       # once only
