@@ -164,7 +164,9 @@ class HostProbe:
             LaunchError: detection failed (``mpirun`` missing, unknown or hanging), or the thread did not
                 end within VERSION_TIMEOUT_S + JOIN_MARGIN_S (NVML hangs: a broken driver).
         """
-        self._thread.join(VERSION_TIMEOUT_S + self.JOIN_MARGIN_S)
+        deadline = Deadline(self._clock, VERSION_TIMEOUT_S + self.JOIN_MARGIN_S)
+        while self._thread.is_alive() and not deadline.expired():
+            self._thread.join(0.1)
         if self._thread.is_alive():
             raise LaunchError(f"GPU discovery (NVML) gave no answer within {VERSION_TIMEOUT_S + self.JOIN_MARGIN_S:g} "
                               "s; the NVIDIA driver on this host is broken: check `nvidia-smi`, or replace the host")
@@ -200,9 +202,14 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
         probe = HostProbe(spec, cancelled=latch, clock=clock).start()   # beside everything up to plan_of
         me = cluster.current_host
         role = opts.role if opts.role != "auto" else ("master" if me == _master_of(opts, cluster) else "worker")
-        if opts.dry_run:
+
+        def planned() -> LaunchPlan:
             plan = plan_of(opts, environ, cluster, spec, probe)
             log.info("plan ready: %s is %s", me, role)
+            return plan
+
+        if opts.dry_run:
+            plan = planned()
             if opts.json:
                 d = json.loads(to_json(plan))
                 d.update(role=role, current_host=me)
@@ -218,8 +225,7 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
         if role == "master":
             from .master import run_master
 
-            plan = plan_of(opts, environ, cluster, spec, probe)
-            log.info("plan ready: %s is %s", me, role)
+            plan = planned()
             result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key)
         else:
             from .worker import run_worker
@@ -233,12 +239,11 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
                 sshd = start_sshd(spec.ssh_port, opts.sshd_config, clock=clock,
                                   probe_host=_local_probe_address(me))
             try:
-                plan = plan_of(opts, environ, cluster, spec, probe)
+                plan = planned()
             except BaseException:
                 if sshd is not None and sshd.poll() is None:
                     sshd.terminate()   # run_worker would have, had there been a plan
                 raise
-            log.info("plan ready: %s is %s", me, role)
             # Readiness is pushed only when this entrypoint saw its sshd answer (it started it, or found it
             # answering); with --no-sshd the master's own probe finds it (a local probe here would cost an
             # sshd connection per host for nothing the master does not learn anyway).

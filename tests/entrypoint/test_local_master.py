@@ -167,3 +167,30 @@ def test_mpirun_version_that_never_answers_is_a_launch_error():
         _run_text(["sleep", "30"], clock=Jumping())
     assert str(e.value) == (f"sleep 30 gave no answer within {VERSION_TIMEOUT_S:g} s; the MPI installation is broken "
                             "or its launcher hangs: set mpi_flavour in the launch spec to skip detection")
+
+
+def test_gpu_discovery_that_never_answers_is_a_launch_error(monkeypatch):
+    """The probe thread's join has a deadline on the injected clock.  NVML cannot run here (no driver), so a
+    hanging NVML is a stand-in: gpu_count blocks until released."""
+    import threading
+
+    from mpirun_kit.entrypoint import main as M
+    from mpirun_kit.errors import LaunchError
+
+    class Jumping:  # every look is a minute later: the deadline passes at the first check
+        t = 0.0
+
+        def monotonic(self):
+            self.t += 60.0
+            return self.t
+
+    release = threading.Event()
+    monkeypatch.setattr(M, "gpu_count", lambda: release.wait(30) and 0)
+    probe = M.HostProbe(LaunchSpec(program=("true",), mpi_flavour="openmpi4"), clock=Jumping()).start()
+    try:
+        with pytest.raises(LaunchError) as e:
+            probe.result()
+    finally:
+        release.set()
+    assert str(e.value) == ("GPU discovery (NVML) gave no answer within 60 s; the NVIDIA driver on this host is "
+                            "broken: check `nvidia-smi`, or replace the host")
