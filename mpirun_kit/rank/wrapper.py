@@ -15,7 +15,9 @@ what mpirun's own messages often lose: which rank on which host ended how
    own exit until the master releases it (or the request's ``hold_s`` passes, a signal
    arrives, the channel closes): mpirun SIGKILLs every rank 1 s after any rank ends early,
    and the master lets it act only once every rank's handler is done (observe/relay.py);
-4. exits the way the program did (same code; same signal, re-raised on itself).
+4. exits the way the program did (same code; same signal, re-raised on itself), except
+   when the master released it after its stop: then 0, since the master already has the
+   program's exit from the report and mpirun need only end, not abort.
 
 The rank number comes from the MPI's own variables; its host comes from the
 plan's placement (``MPIRUN_KIT_HOSTS``), not from gethostname(), which on some
@@ -191,8 +193,13 @@ def main(argv: list[str] | None = None) -> int:
         if s2 is not None:
             watcher.sock = s2
             # During the master's stop, mpirun must not see this rank end while others still run their handlers.
-            watcher.hold(lambda: signals_seen[0] > seen_at_stop[0] or os.getppid() != parent)
+            held = watcher.hold(lambda: signals_seen[0] > seen_at_stop[0] or os.getppid() != parent)
             s2.close()
+            if held == "released":
+                # The master asked for this stop and has the program's real exit (the report above); an exit
+                # of 0 lets mpirun end normally.  A signal or a failing code would start mpirun's abort, which
+                # sleeps its 1-s kill timeout and, on Open MPI 4.1, once crashed in PMIx_Finalize.
+                return 0
     if sig:
         # Die the same way, so mpirun reports the real signal too.
         if sig not in (signal.SIGKILL, signal.SIGSTOP):  # these two cannot (and need not) be reset

@@ -62,6 +62,10 @@ EXIT_STATUS_S = 30.0
 CANCEL_MARGIN_S = 15.0
 #: how long a cancel waits for the entrypoint's pid file (the cancel may come before it is written).
 PID_WAIT_S = 30.0
+#: how long past grace_s a cancelled entrypoint may take before the cancel SIGKILLs it: its own stop ends
+#: after grace_s (mpirun's process group SIGKILLed, the result sent to every worker, whose wait for it ends
+#: at grace_s + 3 s), and a SIGKILL then would lose the job's result on every host.
+ENTRYPOINT_STOP_S = 5.0
 
 
 def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True) -> DryRun:
@@ -272,10 +276,11 @@ def cancel_script(pid_file: str, grace_s: float, wait_s: float) -> str:
     """The remote side of a cancel, one shell string (ssh exec takes one).
 
     Waits up to ``wait_s`` for the pid file (the cancel may arrive before the entrypoint wrote
-    it), sends SIGTERM once, waits ``grace_s`` for the process to go, then SIGKILL.  Prints
-    ``gone`` and exits 0 once the process no longer exists; exits 3 if no pid file appeared.
+    it), sends SIGTERM once, waits ``grace_s + ENTRYPOINT_STOP_S`` for the process to go, then
+    SIGKILL.  Prints ``gone`` and exits 0 once the process no longer exists; exits 3 if no pid
+    file appeared.
     """
-    ticks, grace_ticks = max(1, int(wait_s * 5)), max(1, int(grace_s * 5))
+    ticks, grace_ticks = max(1, int(wait_s * 5)), max(1, int((grace_s + ENTRYPOINT_STOP_S) * 5))
     q = shlex.quote(pid_file)
     # A zombie (exited, not yet reaped by its parent) counts as gone: kill -0 still finds it.
     alive = 'kill -0 "$pid" 2>/dev/null && ! grep -qs "^State:[[:space:]]*Z" /proc/"$pid"/status'

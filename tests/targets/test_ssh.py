@@ -254,6 +254,23 @@ def test_cancel_reconnects_and_kills_an_entrypoint_that_ignores_sigterm(loopback
         proc.kill()
 
 
+def test_cancel_lets_the_entrypoint_finish_its_own_stop_past_grace_s(loopback_sshd, tmp_path):
+    """The entrypoint's stop ends after grace_s (mpirun's SIGKILL at grace_s, then the result to every worker):
+    the cancel's SIGKILL must not come at grace_s (it did, and the master died before sending the result)."""
+    import subprocess
+
+    _, req = loopback_sshd
+    client = _client(req)
+    proc = subprocess.Popen(["sh", "-c", f"echo $$ > {tmp_path / 'algo-1.pid'}; "
+                                         "trap 'sleep 2.5; exit 143' TERM; while :; do sleep 0.1; done"])
+    try:
+        assert T.cancel({"algo-1": client}, str(tmp_path), grace_s=1, pid_wait_s=5) == {}
+        assert proc.wait(timeout=30) == 143  # ended by its own stop, 1.5 s past grace_s, not SIGKILLed
+    finally:
+        proc.kill()
+        client.close()
+
+
 def test_every_remote_wait_has_a_deadline_and_sessions_keep_alive(loopback_sshd, tmp_path):
     import socket
 
