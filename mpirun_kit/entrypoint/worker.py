@@ -11,8 +11,10 @@ bounded wait that ends in a clear non-zero exit, so a worker never hangs:
   master is alive -> 70;
 * SIGTERM/SIGINT: the ranks here are left to the master's mpirun.  On SageMaker
   (StopTrainingJob, spot interruption) and under the ssh target's cancel every host
-  gets the signal at once, and the master's mpirun stops every rank itself (SIGTERM,
-  ``grace_s``, SIGKILL) through this host's MPI daemon, which also carries the ranks'
+  gets the signal at once, and the master stops every rank itself (over the result
+  channel: each rank's wrapper SIGTERMs its program and holds its exit until every
+  handler is done or ``grace_s`` passed, exec/rank_stop.py; then mpirun ends, SIGKILL
+  at the latest) through this host's MPI daemon, which also carries the ranks'
   last output: stopping that daemon here would kill the ranks under their SIGTERM
   handlers and lose what they print.  So the worker only waits for the master's
   result; if none comes within ``grace_s + STOP_MARGIN_S`` (the master is gone, or
@@ -131,7 +133,8 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
                 "raise timeouts.master_silence_s if its network is slow")
         if latch.received and stop_deadline is None:
             # Not forwarded to the MPI daemon: the master's mpirun stops the ranks here (module docstring).
-            log.warning("worker %s got %s: the master's mpirun stops the ranks here (SIGTERM, %g s grace, SIGKILL); "
+            log.warning("worker %s got %s: the master stops the ranks here (SIGTERM to each program, up to %g s for "
+                        "its handler, then mpirun ends); "
                         "waiting up to %g s for its result", me, latch.received, t.grace_s, t.grace_s + STOP_MARGIN_S)
             stop_deadline = Deadline(clock, t.grace_s + STOP_MARGIN_S)
         if stop_deadline is not None and stop_deadline.expired():
