@@ -339,11 +339,26 @@ def job_name_for(base: str, now: float) -> str:
     return f"{base[:63 - len(stamp) - 1]}-{stamp}"
 
 
+def unnamed_job_warnings(compiled: CompiledJob, generated: str) -> list[str]:
+    """A channel that reads per-job material under ``${job_name}`` needs a name known before submit:
+    the generated one (a timestamp) cannot have had keys made for it, so the job would stop at start."""
+    src = compiled.job.source or "the job spec"
+    return [f"{src}: data channel {ch.name!r} reads {ch.s3}, and no --job-name was given: this job would be "
+            f"named {generated}, for which no keys were made, so it would fail at start. Make them with "
+            f"`bash ops/make-job-keys.sh --job NAME --out {ch.s3.split(JOB_NAME_REF)[0]}NAME/` and submit with "
+            f"--job-name NAME"
+            for ch in compiled.job.data if ch.s3 and JOB_NAME_REF in ch.s3]
+
+
 class SageMakerTarget(Target):
     name = "sagemaker"
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
-        return {"job_name": opts.job_name or job_name_for(compiled.job.name, time.time())}
+        name = opts.job_name or job_name_for(compiled.job.name, time.time())
+        if opts.job_name is None:
+            for w in unnamed_job_warnings(compiled, name):
+                sys.stderr.write(f"mpirun_kit: warning: {w}\n")
+        return {"job_name": name}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

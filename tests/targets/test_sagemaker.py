@@ -322,3 +322,20 @@ def test_submit_wait_outcome_reads_the_failure_report_from_failure_reason(reason
     assert outcome.source == source
     assert outcome.root_cause == cause
     assert text in outcome.reason
+
+
+def test_a_job_name_channel_without_job_name_is_warned_about(capsys):
+    """Keys are made for a job name before submit; a generated name (a timestamp) has none."""
+    from mpirun_kit.targets.base import SubmitOptions
+
+    c = compiled(SPEC.replace("s3: s3://bucket/extra", "s3: s3://bucket/keys/${job_name}/"))
+    dry = T.TARGET.prepare(c, SubmitOptions())
+    name = dry.request["CreateTrainingJob"]["TrainingJobName"]
+    assert capsys.readouterr().err == (
+        f"mpirun_kit: warning: mrcnn.yaml: data channel 'extra' reads s3://bucket/keys/${{job_name}}/, and no "
+        f"--job-name was given: this job would be named {name}, for which no keys were made, so it would fail at "
+        "start. Make them with `bash ops/make-job-keys.sh --job NAME --out s3://bucket/keys/NAME/` and submit with "
+        "--job-name NAME\n")
+    T.TARGET.prepare(c, SubmitOptions(job_name="mrcnn-1"))
+    T.TARGET.prepare(compiled(), SubmitOptions())        # no ${job_name} channel: nothing to say
+    assert capsys.readouterr().err == ""
