@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import SpecError
-from .atomic import atomic_write
+from ..exec.files import write_atomic_with
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,8 @@ def save_checkpoint(output_dir: str | os.PathLike, state: dict[str, Any], keep: 
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"model_{int(state['step']):07d}.pth"
-    atomic_write(path, lambda f: torch.save(state, f))
-    atomic_write(out / POINTER, lambda f: f.write(path.name.encode() + b"\n"))
+    write_atomic_with(path, lambda f: torch.save(state, f))
+    write_atomic_with(out / POINTER, lambda f: f.write(path.name.encode() + b"\n"))
     # Both renames must be on disk before an older checkpoint goes: otherwise a crash could leave
     # the pointer at a file that is pruned, with the new one not yet durable.
     _fsync_dir(out)

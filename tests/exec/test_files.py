@@ -1,4 +1,4 @@
-"""write_atomic (exec/files.py): the one atomic write every layer uses."""
+"""write_atomic / write_atomic_with / write_json_atomic (exec/files.py): the one atomic write every layer uses."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from mpirun_kit.exec.files import write_atomic
+from mpirun_kit.exec.files import write_atomic, write_atomic_with, write_json_atomic
 
 def test_whole_file_with_its_mode_and_nothing_left_beside_it(tmp_path):
     target = tmp_path / "a" / "b" / "failure"
@@ -26,3 +26,19 @@ def test_a_failed_write_keeps_the_old_file_and_removes_the_temporary(tmp_path):
         write_atomic(target, 12345)  # not text: the write fails after the temporary file exists
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["timeline.json"]
+
+
+def test_a_streamed_write_that_fails_midway_keeps_the_old_file(tmp_path):
+    """A checkpoint is streamed (torch.save into the file): half of it must never replace the old one."""
+    target = tmp_path / "model.pth"
+    write_atomic_with(target, lambda f: f.write(b"old checkpoint"))
+
+    def half_then_fail(f):
+        f.write(b"half of a new one")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic_with(target, half_then_fail)
+    assert target.read_bytes() == b"old checkpoint"
+    assert os.listdir(tmp_path) == ["model.pth"]
+    assert write_json_atomic(tmp_path / "m.json", {"b": 1, "a": [2]}, sort_keys=True).read_text() == '{"a": [2], "b": 1}'
