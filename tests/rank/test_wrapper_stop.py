@@ -6,6 +6,7 @@ On the master's signed ``{"type": "signal"}`` request the wrapper signals its pr
 exit, and holds its own exit until the master's release, ``hold_s``, a signal to the wrapper, or the channel's
 end; without a request it exits as soon as its program does (mpirun's failure fan-out stays as it was).
 The hostile-input cases drive the relay's channel reader directly over a socketpair."""
+import contextlib
 import os
 import signal
 import socket
@@ -51,6 +52,16 @@ def start_wrapper(server, program):
     return proc
 
 
+@contextlib.contextmanager
+def running_wrapper(server, program):
+    """A wrapper running ``program``, killed at the end whatever the test found."""
+    proc = start_wrapper(server, program)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+
+
 def exit_reported(server):
     assert server.wait_rank_events(lambda evs: any(e["event"] == "exit" for e in evs), 10)
     return next(e for e in server.rank_events() if e["event"] == "exit")
@@ -70,8 +81,7 @@ def stop(server, hold_s=30.0):
 
 
 def test_stop_signals_the_program_and_holds_the_wrapper_until_released(server):
-    proc = start_wrapper(server, TRAPS)
-    try:
+    with running_wrapper(server, TRAPS) as proc:
         stop(server)
         assert exit_reported(server)["exit_code"] == 3        # the program's exit reaches the master at once
         assert proc.stdout.readline() == "handler ran\n"
@@ -79,66 +89,49 @@ def test_stop_signals_the_program_and_holds_the_wrapper_until_released(server):
         assert server.send_to_ranks([0], {"type": "release"}) == [0]
         # Released: 0 to mpirun, so it ends instead of aborting (the master has the 3 from the report).
         assert proc.wait(timeout=10) == 0
-    finally:
-        proc.kill()
 
 
 def test_a_program_killed_by_the_stop_is_reported_and_released_with_0(server):
-    proc = start_wrapper(server, NO_HANDLER)
-    try:
+    with running_wrapper(server, NO_HANDLER) as proc:
         stop(server)
         assert exit_reported(server)["signal"] == "SIGTERM"
         assert held(proc)
         server.send_to_ranks([0], {"type": "release"})
         assert proc.wait(timeout=10) == 0
-    finally:
-        proc.kill()
 
 
 def test_the_hold_ends_by_itself_after_hold_s(server):
-    proc = start_wrapper(server, TRAPS)
-    try:
+    with running_wrapper(server, TRAPS) as proc:
         stop(server, hold_s=0.5)
         assert exit_reported(server)["exit_code"] == 3
         assert proc.wait(timeout=10) == 3                     # no release was ever sent
-    finally:
-        proc.kill()
 
 
 def test_a_signal_to_the_held_wrapper_ends_the_hold(server):
     """mpirun's own SIGTERM (or the MPI daemon's death) reaches a held wrapper: it exits at once."""
-    proc = start_wrapper(server, TRAPS)
-    try:
+    with running_wrapper(server, TRAPS) as proc:
         stop(server)
         exit_reported(server)
         assert held(proc, 0.2)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 3
-    finally:
-        proc.kill()
 
 
 def test_the_channels_end_ends_the_hold(server):
-    proc = start_wrapper(server, TRAPS)
-    try:
+    with running_wrapper(server, TRAPS) as proc:
         stop(server)
         exit_reported(server)
         server.close()                                        # the master is gone
         assert proc.wait(timeout=10) == 3
-    finally:
-        proc.kill()
 
 
 def test_without_a_stop_the_wrapper_exits_with_its_program(server):
     """A rank failing on its own is no stop: mpirun must see it at once (and abort the others as before)."""
-    proc = start_wrapper(server, TRAPS)
-    try:
+    with running_wrapper(server, TRAPS) as proc:
         program_pid = next(e for e in server.rank_events() if e["event"] == "start")["program_pid"]
         os.kill(program_pid, signal.SIGTERM)                  # its program ends, and no master asked for it
         assert proc.wait(timeout=10) == 3
         assert exit_reported(server)["exit_code"] == 3
-    finally:
-        proc.kill()
 
 
 # -- hostile or malformed requests: the relay's reader, fed over a socketpair --------------------------------
