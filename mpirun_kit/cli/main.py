@@ -184,11 +184,11 @@ def configure_output(verbose: int, quiet: bool) -> logging.Handler:
     from ..exec import verbosity
 
     level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-    from ..plan.redact import RedactingFilter
+    from ..redact import RedactingFilter
 
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Format())
-    handler.addFilter(RedactingFilter())  # log lines quote argv and output: secrets are hidden (plan/redact.py)
+    handler.addFilter(RedactingFilter())  # log lines quote argv and output: secrets are hidden (mpirun_kit/redact.py)
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(level)

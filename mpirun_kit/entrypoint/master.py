@@ -37,7 +37,7 @@ from ..observe.hang import HangMonitor, check_observe_report
 from ..plan.env import launcher_env
 from ..plan.launch_plan import LaunchPlan
 from ..plan.mpi import get_flavour
-from ..plan.redact import is_secret, redact_text
+from ..redact import is_secret, redact_text
 from .common import progress_shown, say, write_failure
 
 log = logging.getLogger(__name__)
@@ -186,7 +186,7 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
         server.wait_rank_events(lambda evs: any(e.get("event") == "exit" and (e.get("signal") or e.get("exit_code"))
                                                 for e in evs), REPORT_GRACE_S)
     # mpirun's last lines go into the failure file and FailureReason: the ranks' secret env values are hidden
-    # wherever they appear, not only behind a secret-looking name (plan/redact.py).
+    # wherever they appear, not only behind a secret-looking name (mpirun_kit/redact.py).
     known = [v for n, v in plan.env if is_secret(n)]
     tail = tuple(redact_text(line, known) for line in lex.tail)
     result = job_result(lex.returncode, lex.signal, server.rank_failures(), tail, lex.interrupted_by)

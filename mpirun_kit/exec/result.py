@@ -130,9 +130,9 @@ def failure_text(parts: list[str], limit: int = FAILURE_REASON_LIMIT) -> str:
     """Join parts in priority order and cut to ``limit`` characters, the first part intact when it fits.
 
     Secrets in the parts (output lines quoting ``--password X`` or ``TOKEN=X``) are redacted first
-    (plan/redact.py): this text becomes the failure file and SageMaker's FailureReason.
+    (mpirun_kit/redact.py): this text becomes the failure file and SageMaker's FailureReason.
     """
-    from ..plan.redact import redact_text
+    from ..redact import redact_text
 
     text = "\n".join(redact_text(p) for p in parts)
     if len(text) <= limit:

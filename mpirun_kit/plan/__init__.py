@@ -5,7 +5,7 @@
 ``launch_plan`` ties them into ``build_launch_plan`` and ``render``; ``jobplan``
 adds the job layer's view (rank -> GPU -> CPU map, tuning report) for
 ``mpirun_kit plan``.  Other modules (presets: the tuning tables spec/, plan/ and
-doctor/ share; gpu: pinning; redact) are imported directly by their users.
+doctor/ share; gpu: pinning) are imported directly by their users.
 Nothing here imports exec/ or targets/ (tests/test_layering.py checks).
 """
 import importlib

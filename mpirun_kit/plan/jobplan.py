@@ -21,7 +21,7 @@ from ..cluster.topology import Topology
 from ..spec.compile import CompiledJob
 from .env import redact
 from .gpu import pin_local_ranks
-from .redact import redact_value
+from ..redact import redact_value
 from .launch_plan import LaunchPlan, build_launch_plan, render as render_launch_plan, to_dict
 
 #: the interface name the hosts share, by target (SageMaker's resourceconfig says eth0; the sim's veth too).

@@ -17,7 +17,7 @@ from ..cluster import Cluster, Host, elect_master
 from ..errors import SpecError
 from ..spec.launch_spec import LaunchSpec, Timeouts
 from .env import redact, resolve_env
-from .redact import redact_argv
+from ..redact import redact_argv
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
 from ..rank.contract import CHANNEL_KEY_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR

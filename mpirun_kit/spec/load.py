@@ -25,7 +25,7 @@ import yaml
 
 from ..errors import SpecError
 from ..plan import presets
-from ..plan.redact import is_secret
+from ..redact import is_secret
 from . import schema as S
 
 #: macros that program args/env may use besides ${stack:...}; resolved per target in compile.py.

@@ -57,8 +57,8 @@ class DryRun:
 
 
 def redact_value(value: Any) -> Any:
-    """A copy of a request with secret values replaced by ``***`` (plan/redact.py decides what and how)."""
-    from ..plan.redact import redact_value as redact
+    """A copy of a request with secret values replaced by ``***`` (mpirun_kit/redact.py decides what and how)."""
+    from ..redact import redact_value as redact
 
     return redact(value)
 

@@ -1,4 +1,4 @@
-"""plan/redact.py, and every output that goes through it: plan text and JSON (program too), dry-run
+"""mpirun_kit/redact.py, and every output that goes through it: plan text and JSON (program too), dry-run
 requests and shipped files, the failure text, log records, and mpirun's (so local ranks') environment."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from mpirun_kit.exec.result import RankFailure, job_result
 from mpirun_kit.spec.launch_spec import LaunchSpec
 from mpirun_kit.plan import build_launch_plan, render, to_json
 from mpirun_kit.plan.env import launcher_env, resolve_env
-from mpirun_kit.plan.redact import RedactingFilter, redact_argv, redact_text, redact_value
+from mpirun_kit.redact import RedactingFilter, redact_argv, redact_text, redact_value
 from mpirun_kit.targets.base import DryRun
 
 SECRETS = ("s3cr3t-api", "hunter2-pw", "tok-abc123")

@@ -18,6 +18,9 @@ the shapes values travel in:
 
 Over-redaction is accepted (``--tokenizer bert`` shows ``--tokenizer ***``); a leak is not.
 Only what is *shown* is redacted: the launcher runs and sends the real values.
+
+Stdlib only, at the bottom of the layers beside ``errors.py`` (docs/architecture.md, Layering):
+spec/ (a secret-looking env name in a job file), plan/, exec/ and targets/ all ask it.
 """
 from __future__ import annotations
 
