@@ -9,9 +9,11 @@ of ours: it is a value (exec/result.JobResult on a host, targets/base.Outcome fo
 ``translate`` turns the few library errors caused by the environment (botocore's
 no region/credentials, unreadable files) into one of these.
 
-Exit codes: one ``ExitCode`` enum below (the README's "Exit codes" table lists the same
-values; keep the two in step).  Codes 1-63 are the job's own, passed through from the
-failing rank; 128+N means "ended by signal N".
+Exit codes: one ``ExitCode`` enum below and one table of their meanings (``EXIT_CODE_TEXT``,
+``exit_code_rows``), from which the top-level ``--help``, every command's epilog and the
+docs' table (docs/cli.md, ``exit_code_markdown``) are generated; a test checks they agree.
+Codes 1-63 are the job's own, passed through from the failing rank; 128+N means "ended by
+signal N".
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class ExitCode(enum.IntEnum):
     MASTER_LOST = 75      # a worker lost its master: it died, never launched or went silent (MasterLostError)
     HUNG = 76             # a stall outlasted timeouts.hang_abort_s after its hang report (observe/hang.py)
     TIMEOUT = 124         # the job ran past timeouts.job_s
+    CANNOT_START = 127    # the program could not start: not found, not executable, or its script missing
     INTERRUPTED = 130     # 128 + 2 (SIGINT): Ctrl-C, or `submit --wait` stopped following
     SIGKILL = 137         # 128 + 9
     SIGTERM = 143         # 128 + 15
@@ -39,6 +42,41 @@ class ExitCode(enum.IntEnum):
     def for_signal(signum: int) -> int:
         """128 + N: the shell's convention for "ended by signal N"."""
         return 128 + int(signum)
+
+
+#: one line per code mpirun_kit chooses: the --help epilogs and docs/cli.md are generated from it.
+EXIT_CODE_TEXT: dict[int, str] = {
+    ExitCode.OK: "success",
+    ExitCode.FAILED: "failure with no more specific code",
+    ExitCode.USAGE: "command-line usage error (unknown command or flag, bad flag value)",
+    ExitCode.BAD_INPUT: "bad input: spec, file, flag or environment (what to fix is named)",
+    ExitCode.UNREACHABLE: "a host or AWS unreachable, or AWS refused (no credentials, access denied)",
+    ExitCode.LAUNCH_FAILED: "launcher failure (mpirun missing, MPI daemon never started; also internal errors)",
+    ExitCode.HOST_LOST: "a worker host went silent mid-job",
+    ExitCode.MASTER_LOST: "a worker lost its master",
+    ExitCode.HUNG: "the ranks stalled past timeouts.hang_abort_s (after a hang report)",
+    ExitCode.TIMEOUT: "the job ran past timeouts.job_s",
+    ExitCode.CANNOT_START: "the program could not start: command not found or not executable, or its script "
+                           "missing (checked before the launch on local and sim)",
+}
+#: the ranges that are not one code: the job's own codes and "ended by signal N".
+EXIT_CODE_RANGES: tuple[tuple[str, str], ...] = (
+    ("1-63", "the job's own exit code (first failing rank); `submit --json` says whose code it is (source)"),
+    ("128+N", "ended by signal N (130 Ctrl-C, 137 SIGKILL, 143 SIGTERM)"),
+)
+
+
+def exit_code_rows() -> list[tuple[str, str]]:
+    """Every code any command can return, in order: (code or range, meaning).  The one table."""
+    rows = [(str(int(c)), t) for c, t in sorted(EXIT_CODE_TEXT.items())]
+    rows.insert(2, EXIT_CODE_RANGES[0])  # after 0 and 1: the job's own codes
+    rows.append(EXIT_CODE_RANGES[1])
+    return rows
+
+
+def exit_code_markdown() -> str:
+    """The table as Markdown (docs/cli.md holds this text between its exit-code markers)."""
+    return "| code | meaning |\n|---|---|\n" + "".join(f"| {c} | {t} |\n" for c, t in exit_code_rows())
 
 
 class MpirunKitError(Exception):
@@ -71,6 +109,12 @@ class LaunchError(MpirunKitError):
     """The launcher could not start or supervise the job."""
 
     exit_code = ExitCode.LAUNCH_FAILED
+
+
+class CannotStartError(MpirunKitError):
+    """The job's program cannot start: its command is not found or not executable, or its script is missing."""
+
+    exit_code = ExitCode.CANNOT_START
 
 
 class MasterLostError(MpirunKitError):

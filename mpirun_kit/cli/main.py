@@ -20,47 +20,40 @@ A live status line on waits is drawn only when stderr is a terminal
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
+import re
 import sys
 import textwrap
 
 from .. import __version__
-from ..errors import ExitCode, MpirunKitError, translate  # noqa: F401  (translate: used here and by callers)
+from ..errors import (EXIT_CODE_RANGES, EXIT_CODE_TEXT, ExitCode, MpirunKitError, exit_code_rows,  # noqa: F401
+                      translate)  # (EXIT_CODE_TEXT, translate: used here and by callers)
 
-#: command modules, in --help order.  Each adds its own subcommand(s).
+#: command modules, in --help order: the user's commands first, then the internal ones (the simulated
+#: cluster, and what runs on each host: `entrypoint`, `launch`).
 COMMAND_MODULES: tuple[str, ...] = (
-    "sim",
-    "entrypoint",
-    "stack",
     "validate",
     "plan",
     "submit",
     "jobs",
+    "timeline",
     "doctor",
     "keys",
-    "timeline",
+    "stack",
+    "completion",
+    "sim",
+    "entrypoint",
 )
 
 #: commands whose stderr is the job's own log (CloudWatch on SageMaker, entrypoint.log on the sim), read
 #: after the fact rather than watched: their progress lines are on without -v.
 PROGRESS_BY_DEFAULT = ("entrypoint",)
 
-#: one line per code, the same wording in every command's epilog (generated from errors.ExitCode).
-EXIT_CODE_TEXT: dict[int, str] = {
-    ExitCode.OK: "success",
-    ExitCode.FAILED: "failure with no more specific code",
-    ExitCode.USAGE: "command-line usage error",
-    ExitCode.BAD_INPUT: "bad input: spec, file, flag or environment (what to fix is named)",
-    ExitCode.UNREACHABLE: "a host or AWS unreachable, or AWS refused (no credentials, access denied)",
-    ExitCode.LAUNCH_FAILED: "launcher failure (mpirun missing, MPI daemon never started; also internal errors)",
-    ExitCode.HOST_LOST: "a worker host went silent mid-job",
-    ExitCode.MASTER_LOST: "a worker lost its master",
-    ExitCode.HUNG: "the ranks stalled past timeouts.hang_abort_s (after a hang report)",
-    ExitCode.TIMEOUT: "the job ran past timeouts.job_s",
-}
-JOB_CODES = "1-63 the job's own exit code (first failing rank); 128+N ended by signal N (130 Ctrl-C, 143 SIGTERM)"
+#: the job's own codes and signals, in every epilog of a command that runs a job (errors.EXIT_CODE_RANGES).
+JOB_CODES = "; ".join(f"{c} {t}" for c, t in EXIT_CODE_RANGES)
 
 
 def exit_codes(*codes: int, extra: str | None = None, job: bool = False, notes: dict[int, str] | None = None) -> str:
@@ -71,12 +64,17 @@ def exit_codes(*codes: int, extra: str | None = None, job: bool = False, notes: 
     notes = notes or {}
     lines = ["exit codes:"]
     for code in sorted({int(ExitCode.OK), int(ExitCode.USAGE), *map(int, codes)}):
-        lines.append(f"  {code:<4} {notes.get(code, EXIT_CODE_TEXT[code])}")
+        lines.append(f"  {code:<5} {notes.get(code, EXIT_CODE_TEXT[code])}")
     if job:
-        lines.append(f"  {JOB_CODES}")
+        lines += [f"  {c:<5} {t}" for c, t in EXIT_CODE_RANGES]
     if extra:
         lines.append(f"  {extra}")
     return "\n".join(lines)
+
+
+def all_exit_codes() -> str:
+    """The top-level epilog's block: every code any command can return (errors.exit_code_rows, the one table)."""
+    return "\n".join(["exit codes:"] + [f"  {c:<5} {t}" for c, t in exit_code_rows()])
 
 
 def epilog(examples: list[str], codes: str) -> str:
@@ -116,12 +114,40 @@ def add_command(subparsers, name: str, *, help: str, description: str, examples:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with usage errors as one line in the tool's format, naming the command and its --help."""
+    """argparse with usage errors as one line in the tool's format, naming the command and its --help,
+    and a suggestion for a mistyped command or choice (``sumbit`` -> ``submit``)."""
 
     def error(self, message: str):
         name = self.prog.partition(" ")[2]
+        m = re.match(r"argument (\S+): invalid choice: '(.*)' \(choose from (.*)\)$", message)
+        if m:
+            what, given = m.group(1), m.group(2)
+            choices = re.findall(r"'([^']*)'", m.group(3))
+            if what in ("COMMAND", "ACTION"):
+                message = f"unknown command '{given}'{did_you_mean(given, choices)}"
+            else:
+                message = f"{what}: unknown value '{given}'{did_you_mean(given, choices)}; expected one of " \
+                          + ", ".join(choices)
         self.exit(ExitCode.USAGE, f"mpirun_kit: error: {name + ': ' if name else ''}{message}; see "
                                   f"`{self.prog} --help`\n")
+
+
+def did_you_mean(given: str, choices) -> str:
+    """`` (did you mean `submit`?)`` for the closest choice, or "" when none is close."""
+    close = difflib.get_close_matches(given, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def _unknown_flags(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """The usage error for arguments no parser took, naming the closest flag of the command they followed."""
+    flags = [o for a in parser._actions for o in a.option_strings]
+    parts = []
+    for arg in extras:
+        flag = arg.partition("=")[0]
+        hint = did_you_mean(flag, flags) if flag.startswith("-") else ""
+        parts.append(f"'{arg}'{hint}")
+    noun = "argument" if len(extras) == 1 else "arguments"
+    return f"unrecognized {noun}: " + ", ".join(parts)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=epilog(["mpirun_kit validate jobs/", "mpirun_kit plan jobs/maskrcnn-demo.yaml",
                        "mpirun_kit submit jobs/maskrcnn-demo.yaml", "mpirun_kit doctor",
                        "mpirun_kit COMMAND --help"],
-                      exit_codes(*EXIT_CODE_TEXT, job=True)),
+                      all_exit_codes()),
     )
     parser.add_argument("--version", action="version", version=f"mpirun_kit {__version__}")
     _output_flags(parser, default_verbose=0, default_quiet=False)
@@ -148,11 +174,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _output_flags(parser: argparse.ArgumentParser, default_verbose, default_quiet) -> None:
-    loud = parser.add_mutually_exclusive_group()
+    # Not an argparse exclusive group: -q before the command and -v after it land in two parsers, so
+    # main() refuses the pair itself, with one message wherever they were given.
+    loud = parser
     loud.add_argument("-v", "--verbose", action="count", default=default_verbose,
                       help="also print progress (-vv: debug lines too, and a traceback on internal errors)")
     loud.add_argument("-q", "--quiet", action="store_true", default=default_quiet,
                       help="print only the result and errors (no warnings, no status line)")
+
+
+def _deepest_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` was parsed for (``stack deploy``), or the top-level one."""
+    name = getattr(args, "command_name", "")
+    for p in subcommand_parsers(parser):
+        if name and p.prog == f"{parser.prog} {name}":
+            return p
+    return parser
 
 
 def subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -203,7 +240,18 @@ def main(argv: list[str] | None = None) -> int:
     from ..exec import verbosity
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if "_ARGCOMPLETE" in os.environ:
+        # Shell completion (argcomplete's protocol: the shell sets _ARGCOMPLETE and COMP_LINE); it prints
+        # the candidates and exits here.  Imported only then, so a plain command stays fast.
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    args, extras = parser.parse_known_args(argv)
+    sub = _deepest_parser(parser, args)
+    if extras:
+        sub.error(_unknown_flags(sub, extras))
+    if args.quiet and args.verbose:
+        sub.error("-q (only errors and the result) and -v (also progress) contradict each other; give one")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return ExitCode.USAGE

@@ -62,7 +62,7 @@ CASES = [
     (("sim", "up", "--name", "", "--hosts", "1"), "bare", 64, "sim cluster name '' is invalid"),
     (("sim", "up", "--name"), "bare", 2, "sim up: argument --name: expected one argument"),
     (("stack", "deploy", "x"), "bare", 2, "the following arguments are required: --template"),
-    (("nosuchcommand",), "bare", 2, "invalid choice: 'nosuchcommand'"),
+    (("nosuchcommand",), "bare", 2, "unknown command 'nosuchcommand'"),
     # --- missing, binary, unreadable files and paths in /proc
     (("plan", MISSING), "bare", 64, "cannot read the spec"),
     (("plan", BIN), "bare", 64, "cannot read the spec"),
