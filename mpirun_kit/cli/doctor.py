@@ -2,7 +2,7 @@
 
 Checks GPUs (NVML: count, model, memory, ECC, NVLink, GPU-NUMA map), EFA devices
 and libfabric, NCCL / aws-ofi-nccl / libfabric libraries and versions, stale
-NCCL/EFA variables (plan/presets.py's STALE_ENV), ~/.ssh modes and sshd, name
+NCCL/EFA variables (spec/presets.py's STALE_ENV), ~/.ssh modes and sshd, name
 resolution of every peer, clock skew, free space on data/checkpoint mounts, and
 runs a cross-host allreduce through torch.distributed reporting bus bandwidth.
 

@@ -14,14 +14,14 @@ recorded facts.  Status meanings:
   on a CPU machine, reported so nobody mistakes it for "checked"
 * ``skip``   not applicable (e.g. ssh checks on a single-host run)
 
-Stale NCCL/EFA variables come from the one table in plan/presets.py.
+Stale NCCL/EFA variables come from the one table in spec/presets.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from ..plan.presets import find_stale
+from ..spec.presets import find_stale
 from .facts import HostFacts
 
 OK, WARN, FAIL, ABSENT, SKIP = "ok", "warn", "fail", "absent", "skip"

@@ -240,7 +240,7 @@ def gather_host(host: str, *, peers: Sequence[str] = (), mounts: Sequence[str] =
         ssh_dir: the login user's ~/.ssh.
         nvml: the pynvml module (injected in tests); imported when None.
     """
-    from ..plan.presets import STALE_ENV
+    from ..spec.presets import STALE_ENV
     from ..cluster.probe import detect_efa
 
     nvml_state, gpus = _gpu_facts(sys_root, nvml)

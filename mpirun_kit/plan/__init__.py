@@ -4,8 +4,7 @@
 ``env`` decides what the ranks see, ``mpirun`` builds the launcher argv and
 ``launch_plan`` ties them into ``build_launch_plan`` and ``render``; ``jobplan``
 adds the job layer's view (rank -> GPU -> CPU map, tuning report) for
-``mpirun_kit plan``.  Other modules (presets: the tuning tables spec/, plan/ and
-doctor/ share; gpu: pinning) are imported directly by their users.
+``mpirun_kit plan``.  Other modules (gpu: pinning) are imported directly by their users.
 Nothing here imports exec/ or targets/ (tests/test_layering.py checks).
 """
 import importlib

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 from ..cluster import Host
 from ..errors import SpecError
 from .launch_spec import LaunchSpec, Timeouts
-from ..plan import presets
+from . import presets
 from . import schema as S
 from .load import MACRO_RE, STACK_RE
 

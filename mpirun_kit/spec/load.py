@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import yaml
 
 from ..errors import SpecError
-from ..plan import presets
+from . import presets
 from ..redact import is_secret
 from . import schema as S
 

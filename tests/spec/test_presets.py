@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from mpirun_kit.errors import SpecError
-from mpirun_kit.plan.presets import (STALE_ENV, Conflict, Knob, StaleFinding, TuningResult, find_stale,
+from mpirun_kit.spec.presets import (STALE_ENV, Conflict, Knob, StaleFinding, TuningResult, find_stale,
                                      gpus_for_instance, instance_family, merge, preset_for, preset_knobs)
 
 HUGE = "FI_EFA_USE_HUGE_PAGE"
