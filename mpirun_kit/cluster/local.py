@@ -8,9 +8,10 @@ the doctor's ``doctor.facts.HostFacts`` (what the doctor reads on every host).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..errors import LaunchError
 
@@ -28,7 +29,7 @@ class LocalFacts:
 
 
 def run_version(argv: Sequence[str], timeout: float = 10.0) -> str:
-    """``argv``'s combined output (for ``plan.mpi.detect_with``).
+    """``argv``'s combined output (for ``detect_with``).
 
     Raises:
         FileNotFoundError: no such launcher (detect_with names it).
@@ -46,8 +47,39 @@ def run_version(argv: Sequence[str], timeout: float = 10.0) -> str:
     return res.stdout + res.stderr
 
 
+def flavour_of_version(version_text: str) -> str:
+    """Name the MPI flavour (a key of ``plan.mpi.FLAVOURS``) from ``mpirun --version`` output.
+
+    Raises:
+        LaunchError: the output matches no known MPI.
+    """
+    m = re.search(r"\(Open MPI\)\s+(\d+)\.", version_text)
+    if m:
+        major = int(m.group(1))
+        return "openmpi5" if major >= 5 else "openmpi4"
+    if re.search(r"HYDRA|MPICH|Intel\(R\) MPI", version_text, re.IGNORECASE):
+        return "mpich"
+    first = version_text.strip().splitlines()[:1]
+    raise LaunchError(f"`mpirun --version` printed {first!r}, which is no known MPI; expected Open MPI 4/5 or "
+                      "MPICH/Hydra; set mpi_flavour explicitly (openmpi4, openmpi5, mpich)")
+
+
+def detect_with(runner: Callable[[Sequence[str]], str], launcher: str = "mpirun") -> str:
+    """Run ``launcher --version`` through ``runner`` (argv -> combined output) and detect.
+
+    Raises:
+        LaunchError: the launcher is missing or its output is unknown.
+    """
+    try:
+        text = runner([launcher, "--version"])
+    except FileNotFoundError:
+        raise LaunchError(f"{launcher!r} not found on PATH; install Open MPI (apt-get install openmpi-bin) "
+                          "or put the venv's bin directory on PATH") from None
+    return flavour_of_version(text)
+
+
 def detect_flavour(runner=run_version, fallback: str | None = "openmpi4") -> str:
-    """The local MPI flavour from ``mpirun --version`` (plan.mpi.detect_with, the one detector).
+    """The local MPI flavour from ``mpirun --version`` (``detect_with``, the one detector).
 
     ``fallback`` (this project's Open MPI 4) is answered when there is no mpirun or its output
     is unknown; None raises instead.
@@ -55,8 +87,6 @@ def detect_flavour(runner=run_version, fallback: str | None = "openmpi4") -> str
     Raises:
         LaunchError: only with ``fallback=None``.
     """
-    from ..plan.mpi import detect_with
-
     try:
         return detect_with(runner)
     except LaunchError:

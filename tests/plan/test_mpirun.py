@@ -1,8 +1,8 @@
 """Golden launcher argv for every MPI flavour, user overrides, conflicts, and flavour detection."""
 import pytest
 
-from mpirun_kit.errors import LaunchError, SpecError
-from mpirun_kit.plan.mpi import FLAVOURS, detect_flavour, detect_with, get_flavour
+from mpirun_kit.errors import SpecError
+from mpirun_kit.plan.mpi import FLAVOURS, get_flavour
 from mpirun_kit.plan.mpirun import build_mpirun_argv
 
 HOSTS = [("algo-1", 2), ("algo-2", 2)]
@@ -83,41 +83,6 @@ def test_option_errors():
         build_mpirun_argv(FLAVOURS["mpich"], [("h", 1)], [], ["p"], mca=[("pml", "ob1")])
     assert str(e.value) == ("mca parameters ['pml'] given, but MPI flavour 'mpich' has no MCA parameters; "
                             "use mpi_options with that MPI's own flags instead")
-
-
-def test_detect_flavour():
-    assert detect_flavour("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/") == "openmpi4"
-    assert detect_flavour("mpirun (Open MPI) 5.0.6\n") == "openmpi5"
-    assert detect_flavour("HYDRA build details:\n    Version:   4.1.2\n") == "mpich"
-    assert detect_flavour("Intel(R) MPI Library for Linux* OS, Version 2021.10") == "mpich"
-    with pytest.raises(LaunchError) as e:
-        detect_flavour("srun: unknown\n")
-    assert str(e.value) == ("`mpirun --version` printed ['srun: unknown'], which is no known MPI; expected Open MPI "
-                            "4/5 or MPICH/Hydra; set mpi_flavour explicitly (openmpi4, openmpi5, mpich)")
-
-
-def test_detect_with_runner():
-    seen = []
-    assert detect_with(lambda argv: seen.append(argv) or "mpirun (Open MPI) 4.1.4") == "openmpi4"
-    assert seen == [["mpirun", "--version"]]
-
-    def missing(argv):
-        raise FileNotFoundError(argv[0])
-
-    with pytest.raises(LaunchError) as e:
-        detect_with(missing)
-    assert str(e.value) == ("'mpirun' not found on PATH; install Open MPI (apt-get install openmpi-bin) or put the "
-                            "venv's bin directory on PATH")
-
-
-def test_real_mpirun_detected():
-    import shutil
-    import subprocess
-
-    if shutil.which("mpirun") is None:
-        pytest.skip("no mpirun on PATH")
-    out = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout
-    assert detect_flavour(out) in FLAVOURS
 
 
 def test_get_flavour_unknown():
