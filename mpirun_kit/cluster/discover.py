@@ -2,9 +2,10 @@
 
 It picks a source for the cluster, in this order: an explicit host list or
 hostfile (CLI), ``<opt_ml>/input/config/resourceconfig.json``, the ``SM_HOSTS`` /
-``SM_CURRENT_HOST`` environment, then "this machine alone".  The LaunchSpec comes
-from ``<opt_ml>/input/config/hyperparameters.json`` when it carries one.  Parsing
-is delegated to the pure functions in sagemaker.py and hostfile.py.
+``SM_CURRENT_HOST`` environment, then "this machine alone".  It also reads
+``<opt_ml>/input/config/hyperparameters.json``, where a LaunchSpec may travel; spec/
+parses that (``LaunchSpec.from_hyperparameters``), since cluster/ sits below spec/.
+Parsing is delegated to the pure functions in sagemaker.py and hostfile.py.
 """
 from __future__ import annotations
 
@@ -14,10 +15,9 @@ from pathlib import Path
 from typing import Collection, Mapping
 
 from ..errors import SpecError
-from ..spec.launch_spec import LaunchSpec
 from . import Cluster, Host
 from .hostfile import hostfile_cluster, parse_hostfile, parse_hosts_arg
-from .sagemaker import HYPERPARAMETERS, RESOURCE_CONFIG, parse_hyperparameters, parse_resource_config, parse_sm_env, read_json
+from .sagemaker import HYPERPARAMETERS, RESOURCE_CONFIG, parse_resource_config, parse_sm_env, read_json
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +106,13 @@ def _self_name(hosts: tuple[Host, ...], hostname: str) -> str:
     return hostname
 
 
-def discover_spec(opt_ml: Path) -> LaunchSpec | None:
-    """The LaunchSpec in ``<opt_ml>/input/config/hyperparameters.json``, or None.
+def read_hyperparameters(opt_ml: Path) -> tuple[dict, str] | None:
+    """``<opt_ml>/input/config/hyperparameters.json`` as (its JSON object, its path), or None when absent.
 
     Raises:
-        SpecError: the file is malformed or the spec in it is invalid.
+        SpecError: the file cannot be read or is not a JSON object.
     """
     path = Path(opt_ml) / HYPERPARAMETERS
     if not path.exists():
         return None
-    return parse_hyperparameters(read_json(path), str(path))
+    return read_json(path), str(path)

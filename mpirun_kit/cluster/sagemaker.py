@@ -1,10 +1,10 @@
-"""SageMaker sources of cluster facts and of the launch spec, as pure parsers.
+"""SageMaker sources of cluster facts, as pure parsers.
 
-``parse_resource_config`` reads the dict of ``/opt/ml/input/config/resourceconfig.json``,
-``parse_sm_env`` the ``SM_HOSTS``/``SM_CURRENT_HOST`` fallback, and
-``parse_hyperparameters`` finds the LaunchSpec that travels as a JSON string under
-``model.LAUNCH_SPEC_HYPERPARAMETER``.  Reading the files is ``read_json``'s job
-(the one thin reader); ``discover.py`` decides which source wins.
+``parse_resource_config`` reads the dict of ``/opt/ml/input/config/resourceconfig.json``
+and ``parse_sm_env`` the ``SM_HOSTS``/``SM_CURRENT_HOST`` fallback.  Reading the files is
+``read_json``'s job (the one thin reader); ``discover.py`` decides which source wins.  The
+LaunchSpec in hyperparameters.json is spec/'s to parse (``LaunchSpec.from_hyperparameters``):
+cluster/ sits below spec/ and never imports it.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Collection, Mapping
 
 from ..errors import SpecError
-from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
 from . import Cluster, Host
 
 RESOURCE_CONFIG = Path("input/config/resourceconfig.json")
@@ -122,30 +121,3 @@ def parse_sm_env(environ: Mapping[str, str], interfaces: Collection[str] | None 
         "current_instance_type": environ.get("SM_CURRENT_INSTANCE_TYPE"),
     }
     return parse_resource_config(raw, "environment SM_HOSTS/SM_CURRENT_HOST", interfaces)
-
-
-def parse_hyperparameters(raw: Mapping, source: str) -> LaunchSpec | None:
-    """Find the LaunchSpec in a hyperparameters.json dict; None when the key is absent.
-
-    SageMaker stores every hyperparameter as a string, and the Python SDK JSON-encodes
-    each value, so the spec may arrive as an object, a JSON string, or a JSON string
-    holding a JSON string; all three are accepted.
-
-    Raises:
-        SpecError: the value is not a valid serialized LaunchSpec.
-    """
-    if LAUNCH_SPEC_HYPERPARAMETER not in raw:
-        return None
-    where = f"{source}: key {LAUNCH_SPEC_HYPERPARAMETER!r}"
-    value = raw[LAUNCH_SPEC_HYPERPARAMETER]
-    for _ in range(2):
-        if not isinstance(value, str):
-            break
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{where}: not valid JSON ({exc.msg}); expected a LaunchSpec serialized with "
-                            "LaunchSpec.to_json()") from exc
-    if not isinstance(value, Mapping):
-        raise SpecError(f"{where}: expected a JSON object (a serialized LaunchSpec), got {type(value).__name__}")
-    return LaunchSpec.from_dict(dict(value), where)

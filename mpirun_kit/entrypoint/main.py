@@ -33,7 +33,7 @@ from typing import Mapping, TextIO
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster import Cluster, elect_master
-from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, discover_spec, gpu_count
+from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, gpu_count, read_hyperparameters
 from ..errors import LaunchError, SpecError
 from ..exec.signals import SignalLatch
 from ..spec.launch_spec import LaunchSpec
@@ -68,7 +68,7 @@ def resolve_spec(opts: EntrypointOptions) -> LaunchSpec:
     Raises:
         SpecError: no program anywhere, or a source is invalid.
     """
-    spec = discover_spec(opts.opt_ml)
+    spec = LaunchSpec.from_hyperparameters(*hp) if (hp := read_hyperparameters(opts.opt_ml)) else None
     if opts.spec_file is not None:
         try:
             text = Path(opts.spec_file).read_text()

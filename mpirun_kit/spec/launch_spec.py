@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Mapping
 
 from ..errors import SpecError
 
@@ -89,6 +90,33 @@ class LaunchSpec:
     @classmethod
     def from_json(cls, text: str, source: str = "launch spec") -> "LaunchSpec":
         return cls.from_dict(parse_json_object(text, source, "a serialized LaunchSpec"), source)
+
+    @classmethod
+    def from_hyperparameters(cls, raw: Mapping, source: str) -> "LaunchSpec | None":
+        """Find the LaunchSpec in a hyperparameters.json dict; None when the key is absent.
+
+        SageMaker stores every hyperparameter as a string, and the Python SDK JSON-encodes
+        each value, so the spec may arrive as an object, a JSON string, or a JSON string
+        holding a JSON string; all three are accepted.
+
+        Raises:
+            SpecError: the value is not a valid serialized LaunchSpec.
+        """
+        if LAUNCH_SPEC_HYPERPARAMETER not in raw:
+            return None
+        where = f"{source}: key {LAUNCH_SPEC_HYPERPARAMETER!r}"
+        value = raw[LAUNCH_SPEC_HYPERPARAMETER]
+        for _ in range(2):
+            if not isinstance(value, str):
+                break
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"{where}: not valid JSON ({exc.msg}); expected a LaunchSpec serialized with "
+                                "LaunchSpec.to_json()") from exc
+        if not isinstance(value, Mapping):
+            raise SpecError(f"{where}: expected a JSON object (a serialized LaunchSpec), got {type(value).__name__}")
+        return cls.from_dict(dict(value), where)
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "launch spec") -> "LaunchSpec":

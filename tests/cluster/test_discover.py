@@ -5,7 +5,7 @@ import os
 import pytest
 
 from mpirun_kit.cluster import Cluster, Host
-from mpirun_kit.cluster.discover import discover_cluster, discover_spec, gpu_count, local_interfaces
+from mpirun_kit.cluster.discover import discover_cluster, gpu_count, local_interfaces, read_hyperparameters
 from mpirun_kit.errors import SpecError
 from mpirun_kit.spec.launch_spec import LaunchSpec
 
@@ -52,13 +52,20 @@ def test_hosts_and_hostfile(tmp_path):
         discover_cluster(tmp_path, {}, hostfile=tmp_path / "nope")
 
 
-def test_discover_spec(tmp_path):
-    assert discover_spec(tmp_path) is None
+def test_read_hyperparameters(tmp_path):
+    # Discovery reads the file; spec/ parses the LaunchSpec in it (cluster/ never imports spec/).
+    assert read_hyperparameters(tmp_path) is None
     cfg = tmp_path / "input" / "config"
     cfg.mkdir(parents=True)
     spec = LaunchSpec(program=("python", "x.py"))
     (cfg / "hyperparameters.json").write_text(json.dumps({"mpirun_kit_launch": spec.to_json()}))
-    assert discover_spec(tmp_path) == spec
+    raw, source = read_hyperparameters(tmp_path)
+    assert source == str(cfg / "hyperparameters.json")
+    assert LaunchSpec.from_hyperparameters(raw, source) == spec
+    (cfg / "hyperparameters.json").write_text("[1]")
+    with pytest.raises(SpecError) as e:
+        read_hyperparameters(tmp_path)
+    assert str(e.value) == f"{cfg / 'hyperparameters.json'}: expected a JSON object at top level, got list"
 
 
 def test_no_gpus_without_driver():

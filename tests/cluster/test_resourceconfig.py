@@ -1,12 +1,10 @@
-"""resourceconfig.json, SM_* and hyperparameters.json parsing: whole values in, whole values (or exact errors) out."""
-import json
+"""resourceconfig.json and SM_* parsing (the LaunchSpec in hyperparameters.json: tests/spec/test_launch_spec.py): whole values in, whole values (or exact errors) out."""
 
 import pytest
 
 from mpirun_kit.cluster import Cluster, Host
-from mpirun_kit.cluster.sagemaker import parse_hyperparameters, parse_resource_config, parse_sm_env, read_json
+from mpirun_kit.cluster.sagemaker import parse_resource_config, parse_sm_env, read_json
 from mpirun_kit.errors import SpecError
-from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
 RC = {
     "current_host": "algo-2",
@@ -87,24 +85,3 @@ def test_sm_env_errors():
         parse_sm_env({"SM_HOSTS": "algo-1,algo-2"})
     with pytest.raises(SpecError, match=r"field 'current_host' is 'algo-5', which is not in field 'hosts'"):
         parse_sm_env({"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-5"})
-
-
-def test_hyperparameters_spec_in_all_encodings():
-    spec = LaunchSpec(program=("python", "train.py"), processes_per_host=2, env=(("A", "1"),),
-                      timeouts=Timeouts(grace_s=3.0))
-    once = spec.to_json()
-    for value in (json.loads(once), once, json.dumps(once)):
-        assert parse_hyperparameters({"mpirun_kit_launch": value, "lr": "0.1"}, "hp.json") == spec
-    assert parse_hyperparameters({"lr": "0.1"}, "hp.json") is None
-
-
-def test_hyperparameters_errors():
-    with pytest.raises(SpecError) as e:
-        parse_hyperparameters({"mpirun_kit_launch": "{not json"}, "hp.json")
-    assert str(e.value).startswith("hp.json: key 'mpirun_kit_launch': not valid JSON")
-    with pytest.raises(SpecError) as e:
-        parse_hyperparameters({"mpirun_kit_launch": "[1, 2]"}, "hp.json")
-    assert str(e.value) == ("hp.json: key 'mpirun_kit_launch': expected a JSON object (a serialized LaunchSpec), "
-                            "got list")
-    with pytest.raises(SpecError, match=r"hp.json: key 'mpirun_kit_launch': 'program' is required"):
-        parse_hyperparameters({"mpirun_kit_launch": "{}"}, "hp.json")

@@ -1,4 +1,6 @@
 """The shared contracts: LaunchSpec round-trips as JSON and rejects bad input with clear text."""
+import json
+
 import pytest
 
 from mpirun_kit.errors import SpecError
@@ -44,7 +46,7 @@ def test_launch_spec_unknown_timeout_key():
                                               "[NAME, string] pairs; got a mapping"),
     ({"program": ["x"], "mca": [["btl"]]}, "spec: mca: expected a mapping of name: string, or a list of "
                                            "[name, string] pairs; got a list"),
-    ({"program": ["x"], "ssh_port": 70000}, "spec: ssh_port: expected an integer >= 1 <= 65535; got number 70000"),
+    ({"program": ["x"], "ssh_port": 70000}, "spec: ssh_port: expected an integer from 1 to 65535; got number 70000"),
     ({"program": ["x"], "timeouts": {"job_s": float("inf")}},
      "spec: timeouts.job_s: expected a finite number; got NaN or Infinity"),
     ({"program": ["x"], "timeouts": []}, "spec: timeouts: expected a mapping; got a list"),
@@ -61,3 +63,25 @@ def test_launch_spec_accepts_what_to_json_writes_and_hand_written_mappings():
                                  "timeouts": {"job_s": None, "grace_s": 0}}, "spec")
     assert spec.env == (("A", "1"),) and spec.mca == (("btl", "tcp"),) and spec.timeouts.grace_s == 0
     assert LaunchSpec.from_json(spec.to_json()) == spec
+
+
+# SageMaker carries the LaunchSpec in hyperparameters.json (cluster/discover.py reads the file).
+def test_hyperparameters_spec_in_all_encodings():
+    spec = LaunchSpec(program=("python", "train.py"), processes_per_host=2, env=(("A", "1"),),
+                      timeouts=Timeouts(grace_s=3.0))
+    once = spec.to_json()
+    for value in (json.loads(once), once, json.dumps(once)):
+        assert LaunchSpec.from_hyperparameters({"mpirun_kit_launch": value, "lr": "0.1"}, "hp.json") == spec
+    assert LaunchSpec.from_hyperparameters({"lr": "0.1"}, "hp.json") is None
+
+
+def test_hyperparameters_errors():
+    with pytest.raises(SpecError) as e:
+        LaunchSpec.from_hyperparameters({"mpirun_kit_launch": "{not json"}, "hp.json")
+    assert str(e.value).startswith("hp.json: key 'mpirun_kit_launch': not valid JSON")
+    with pytest.raises(SpecError) as e:
+        LaunchSpec.from_hyperparameters({"mpirun_kit_launch": "[1, 2]"}, "hp.json")
+    assert str(e.value) == ("hp.json: key 'mpirun_kit_launch': expected a JSON object (a serialized LaunchSpec), "
+                            "got list")
+    with pytest.raises(SpecError, match=r"hp.json: key 'mpirun_kit_launch': 'program' is required"):
+        LaunchSpec.from_hyperparameters({"mpirun_kit_launch": "{}"}, "hp.json")
