@@ -71,10 +71,8 @@ class RoIHeads(nn.Module):
         if isinstance(feats, tuple):
             canvas, origins = feats
             return roi_align_packed(canvas, origins, rois.float(), (size, size), self.cfg.sampling_ratio, POOL_STRIDES)
-        # RoIAlign runs in float32 even under AMP (as AMP O1 did): bf16/fp16 RoI coordinates would
-        # be off by pixels at 800x1333, and the op wants rois in the features' dtype
-        feats = [f.float() for f in feats[:4]]
-        return multiscale_roi_align(feats, rois.float(), (size, size), self.cfg.sampling_ratio,
+        # RoIAlign runs in float32 even under AMP by the op's own autocast rule (ops/_autocast.py)
+        return multiscale_roi_align(feats[:4], rois.float(), (size, size), self.cfg.sampling_ratio,
                                     POOL_STRIDES, aligned=True)
 
     def box_head(self, feats, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,8 +108,8 @@ class RoIHeads(nn.Module):
             roi_w = valid / (valid.sum(1, keepdim=True).clamp(min=1) * b)
             batch_idx = torch.arange(b, device=gt.device, dtype=boxes.dtype)[:, None, None].expand(-1, boxes.shape[1], 1)
             rois = torch.cat([batch_idx, boxes], 2)  # [B, S, 5]
-        # P2..P5 tiled once (float32, see _pool) for both heads' RoIAlign
-        packed = pack_levels([f.float() for f in feats[:4]])
+        # P2..P5 tiled once for both heads' RoIAlign (in float32 under autocast: ops/_autocast.py)
+        packed = pack_levels(feats[:4])
         cls_logits, box_deltas = self.box_head(packed, rois.reshape(-1, 5))
         loss_cls = (F.cross_entropy(cls_logits, cls_t.reshape(-1), reduction="none") * roi_w.reshape(-1)).sum()
         k = (cls_t.reshape(-1) - 1).clamp(min=0)

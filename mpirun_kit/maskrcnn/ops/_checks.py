@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from ...errors import SpecError
+from . import _autocast
 
 
 class OpInputError(SpecError, ValueError):
@@ -48,9 +49,10 @@ SUPPORTED_DTYPES = {
 
 
 def check_dtype(name: str, t: torch.Tensor) -> None:
-    """Only the dtypes the kernels of ``t``'s device implement (references follow the same rule)."""
+    """Only the dtypes the kernels of ``t``'s device implement (references follow the same rule);
+    under autocast, the dtype the op's float32 rule gives it (_autocast.py)."""
     allowed = SUPPORTED_DTYPES.get(t.device.type)
-    if allowed is not None and t.dtype not in allowed:
+    if allowed is not None and _autocast.op_dtype(t) not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)
         raise OpInputError(f"{name} has dtype {t.dtype}, which the {t.device.type} kernels do not support; use one of {names}")
 
@@ -119,7 +121,7 @@ def check_roi_align_inputs(input: object, rois: object, sampling_ratio: int) -> 
         raise OpInputError(f"input must be [N, C, H, W], got {got}")
     check_float("input", input)
     check_boxes("rois", rois, cols=5)
-    if rois.dtype != input.dtype:  # type: ignore[union-attr]
+    if _autocast.op_dtype(rois) != _autocast.op_dtype(input):  # type: ignore[arg-type]
         raise OpInputError(f"rois must have the dtype of input ({input.dtype}), got {rois.dtype}; convert with rois.to(input.dtype)")  # type: ignore[union-attr]
     check_same_device(input=input, rois=rois)  # type: ignore[arg-type]
     if not isinstance(sampling_ratio, int) or isinstance(sampling_ratio, bool):

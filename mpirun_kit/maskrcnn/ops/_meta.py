@@ -4,13 +4,17 @@ The loader (_loader.py) calls ``register_fakes()`` right after the library that
 defines the schemas is loaded; registering against an undefined op would fail.
 Each fake kernel returns empty tensors with the shape, dtype, device and layout
 the real kernel produces; data-dependent sizes (how many boxes NMS keeps) are
-unbacked symbolic sizes from ``ctx.new_dynamic_size()``.
+unbacked symbolic sizes from ``ctx.new_dynamic_size()``.  The ops' autocast rule
+(float32, _autocast.py) is registered here too: both are Python-side registrations that
+need the library's schemas, so they share this one entry point.
 """
 from __future__ import annotations
 
 import threading
 
 import torch
+
+from . import _autocast
 
 _lock = threading.Lock()
 _registered = False
@@ -23,12 +27,13 @@ def _is_channels_last(t: torch.Tensor) -> bool:
 
 
 def register_fakes() -> None:
-    """Register every fake kernel once per process (later calls do nothing)."""
+    """Register every fake kernel and the autocast rule once per process (later calls do nothing)."""
     global _registered
     with _lock:
         if _registered:
             return
         _register()
+        _autocast.register()
         _registered = True
 
 

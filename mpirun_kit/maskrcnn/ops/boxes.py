@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _loader, reference
+from . import _autocast, _loader, reference
 from ._checks import OpInputError, check_boxes, check_float, check_same_device, check_weights
 
 DEFAULT_CLIP = reference.DEFAULT_CLIP
@@ -31,12 +31,12 @@ def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     check_boxes("a", a)
     check_boxes("b", b)
-    if a.dtype != b.dtype:
+    if _autocast.op_dtype(a) != _autocast.op_dtype(b):
         raise OpInputError(f"a and b must have one dtype, got {a.dtype} and {b.dtype}")
     check_same_device(a=a, b=b)
     if _loader.use_compiled("box_iou", a.device) and not _needs_grad(a, b):
         return torch.ops.mpirun_kit.box_iou(a, b)
-    return reference.box_iou(a, b)
+    return reference.box_iou(*_autocast.cast(a, b))
 
 
 def _needs_grad(*tensors: torch.Tensor) -> bool:
@@ -65,13 +65,13 @@ def encode_boxes(reference_boxes: torch.Tensor, proposals: torch.Tensor, weights
         raise OpInputError(
             f"reference_boxes and proposals must have one row each per pair, got {reference_boxes.shape[0]} and {proposals.shape[0]} rows"
         )
-    if reference_boxes.dtype != proposals.dtype:
+    if _autocast.op_dtype(reference_boxes) != _autocast.op_dtype(proposals):
         raise OpInputError(f"reference_boxes and proposals must have one dtype, got {reference_boxes.dtype} and {proposals.dtype}")
     check_same_device(reference_boxes=reference_boxes, proposals=proposals)
     w = check_weights(weights)
     if _loader.use_compiled("encode_boxes", proposals.device) and not _needs_grad(reference_boxes, proposals):
         return torch.ops.mpirun_kit.encode_boxes(reference_boxes, proposals, list(w))
-    return reference.encode_boxes(reference_boxes, proposals, w)
+    return reference.encode_boxes(*_autocast.cast(reference_boxes, proposals), w)
 
 
 def decode_boxes(
@@ -104,7 +104,9 @@ def decode_boxes(
     check_same_device(deltas=deltas, boxes=boxes)
     w = check_weights(weights)
     clip = float(clip_value)
-    boxes = boxes.to(deltas.dtype)
+    # the dtype the op computes deltas in (float32 under autocast): half-precision anchors would
+    # move boxes by pixels before the op's float32 rule could help
+    boxes = boxes.to(_autocast.op_dtype(deltas))
     if _loader.use_compiled("decode_boxes", deltas.device) and not _needs_grad(deltas, boxes):
         return torch.ops.mpirun_kit.decode_boxes(deltas, boxes, list(w), clip)
-    return reference.decode_boxes(deltas, boxes, w, clip)
+    return reference.decode_boxes(*_autocast.cast(deltas, boxes), w, clip)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import torch
 
-from . import _loader, reference
+from . import _autocast, _loader, reference
 from ._checks import OpInputError, check_boxes, check_same_device, check_threshold, check_vector
 
 
 def _check(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> float:
     check_boxes("boxes", boxes)
     check_vector("scores", scores, boxes.shape[0], "boxes")
-    if scores.dtype != boxes.dtype:
+    if _autocast.op_dtype(scores) != _autocast.op_dtype(boxes):
         raise OpInputError(f"scores must have the dtype of boxes ({boxes.dtype}), got {scores.dtype}; convert with scores.to(boxes.dtype)")
     check_same_device(boxes=boxes, scores=scores)
     return check_threshold("iou_threshold", iou_threshold)
@@ -39,7 +39,7 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
     thr = _check(boxes, scores, iou_threshold)
     if _loader.use_compiled("nms", boxes.device):
         return torch.ops.mpirun_kit.nms(boxes, scores, thr)
-    return reference.nms(boxes, scores, thr)
+    return reference.nms(*_autocast.cast(boxes, scores), thr)
 
 
 def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
@@ -63,4 +63,4 @@ def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, i
     idxs = idxs.to(torch.int64)
     if _loader.use_compiled("batched_nms", boxes.device):
         return torch.ops.mpirun_kit.batched_nms(boxes, scores, idxs, thr)
-    return reference.batched_nms(boxes, scores, idxs, thr)
+    return reference.batched_nms(*_autocast.cast(boxes, scores), idxs, thr)

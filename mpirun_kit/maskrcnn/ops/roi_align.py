@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _loader, reference
+from . import _autocast, _loader, reference
 from ._checks import OpInputError, check_boxes, check_output_size, check_roi_align_inputs
 
 
@@ -69,6 +69,8 @@ def roi_align(
             if "must be batch indices" in str(exc):
                 raise OpInputError(str(exc).splitlines()[0]) from None
             raise
+    # the library's ops cast under autocast themselves (_autocast.py); the reference needs it by hand
+    input, rois = _autocast.cast(input, rois)
     if rois.device.type == "cpu" and rois.shape[0] > 0 and not torch.compiler.is_compiling():
         # A bad batch index would read out of bounds; on CPU checking costs no sync.
         lo, hi = float(rois[:, 0].min()), float(rois[:, 0].max())
@@ -144,7 +146,9 @@ class _PackLevels(torch.autograd.Function):
         (hc, wc), _ = _tile_layout(ctx.sizes)
         n, c = features[0].shape[:2]
         fmt = torch.channels_last if features[0].is_contiguous(memory_format=torch.channels_last) and c > 1 else torch.contiguous_format
-        canvas = features[0].new_zeros((n, c, hc, wc)).contiguous(memory_format=fmt)
+        # in the dtype RoIAlign computes in (float32 under autocast, _autocast.py), so the canvas is
+        # cast once here, not by each roi_align call that reads it (box head, mask head)
+        canvas = features[0].new_zeros((n, c, hc, wc), dtype=_autocast.op_dtype(features[0])).contiguous(memory_format=fmt)
         for f, (y, x) in zip(features, origins):
             h, w = f.shape[-2:]
             t = canvas[:, :, y - 1:y + h + 1, x - 1:x + w + 1]
@@ -200,10 +204,13 @@ def roi_align_packed(
     levels = reference.fpn_levels(rois, len(strides), canonical_scale, canonical_level, min_level)
     scale = torch.tensor([1.0 / s for s in strides], dtype=rois.dtype)
     origin = torch.tensor([[x, y] for y, x in origins], dtype=rois.dtype)
-    if rois.device.type != "cpu":
+    if rois.device.type == "cuda":
         # two tiny host constants: pinned + non_blocking, so the host does not wait for the copy
         scale = scale.pin_memory().to(rois.device, non_blocking=True)
         origin = origin.pin_memory().to(rois.device, non_blocking=True)
+    elif rois.device.type != "cpu":
+        # meta and other devices: no pinned memory there (pin_memory needs a CUDA host allocator)
+        scale, origin = scale.to(rois.device), origin.to(rois.device)
     moved = torch.cat([rois[:, :1], rois[:, 1:] * scale[levels][:, None] + origin[levels].repeat(1, 2)], dim=1)
     return roi_align(canvas, moved, size, 1.0, sampling_ratio, True)
 
