@@ -13,8 +13,10 @@ import sys
 
 #: what 64 and 69 mean for the commands that compile a job spec (plan, submit).
 SPEC_CODE_NOTES = {
-    64: "invalid spec or flag (every problem listed as file:line: key.path), or no AWS region for ${stack:...}",
-    69: "no AWS credentials or AWS unreachable while reading ${stack:...} outputs (--stack-output avoids AWS)",
+    64: "invalid spec or flag (every problem listed as file:line: key.path), a ${stack:...} stack that does not "
+        "exist, or one in another region than the job's",
+    69: "no AWS credentials or AWS unreachable while reading ${stack:...} outputs (submit only: plan and "
+        "--dry-run show them unresolved; --stack-output avoids AWS)",
 }
 
 
@@ -30,11 +32,20 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def say(line: str) -> None:
+    """One line of ours on stderr (the region the spec's stacks are read in), unless -q."""
+    from ..exec import verbosity
+
+    if verbosity.LEVEL >= verbosity.DEFAULT:
+        print(f"mpirun_kit: {line}", file=sys.stderr, flush=True)
+
+
 def _plan(args) -> int:
     from ..plan import jobplan
     from ..spec.resolve import compile_with_stack_values
 
-    compiled, facts, stack_values = compile_with_stack_values(args)
+    # A plan runs nothing: stacks it cannot read without AWS stay ${stack:...}, each with what resolves it.
+    compiled, facts, stack_values = compile_with_stack_values(args, offline=True, report=say)
     local = compiled.job.target.type in ("local", "sim")
     plan = jobplan.make_job_plan(
         # Remote masters build the plan from their own environment; only local runs forward ours.

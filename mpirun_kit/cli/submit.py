@@ -25,7 +25,10 @@ def _submit(args) -> int:
     started = time.time()
     compiled = target = None
     try:
-        compiled, _ = compile_from_args(args)
+        from .plan import say
+
+        # A dry run needs no AWS: stacks it cannot read stay ${stack:...}, each with what resolves it.
+        compiled, _ = compile_from_args(args, offline=args.dry_run, report=say)
         for w in compiled.warnings:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         target = get_target(compiled.job.target.type)

@@ -46,27 +46,106 @@ def stack_refs(job) -> tuple[tuple[str, str], ...]:
     return tuple(refs)
 
 
-def _cloudformation_outputs(region: str | None):
-    """Stack name -> outputs from CloudFormation (boto3 client created on first use)."""
+#: what an output stands for while it is unresolved (a dry run shows the reference as written).
+def unresolved_value(stack: str, key: str) -> str:
+    return f"${{stack:{stack}.{key}}}"
+
+
+class Unresolved(dict):
+    """The outputs of a stack that could not be read in a dry run: known ones (``--stack-output``) plus
+    every other key as its own ``${stack:STACK.Key}`` text, so the plan shows the reference as written."""
+
+    def __init__(self, stack: str, known: Mapping[str, str], reason: str) -> None:
+        super().__init__(known)
+        self.stack = stack
+        self.reason = reason
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __missing__(self, key: str) -> str:
+        return unresolved_value(self.stack, key)
+
+
+class StackInOtherRegionError(SpecError):
+    """The stack a spec names exists, but in another region than the one the job resolves in."""
+
+
+def resolve_region(flag: str | None, spec_region: str | None, default: str | None) -> tuple[str | None, str]:
+    """(region, where it came from): ``--region``, then the spec's target.sagemaker.region, then the AWS default.
+
+    Every ``stack``, ``plan`` and ``submit`` call takes its region through here, so one spec and one
+    shell resolve the same region everywhere.  Pure: ``default`` is the AWS configuration's region.
+    """
+    for value, source in ((flag, "--region"), (spec_region, "target.sagemaker.region"),
+                          (default, "the AWS configuration")):
+        if value:
+            return value, source
+    return None, "nowhere"
+
+
+def aws_default_region() -> str | None:
+    """The region boto3 would use without one (AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config); the CLI calls it."""
+    import boto3
+
+    return boto3.session.Session().region_name or None
+
+
+def _cloudformation_outputs(region: str | None, other_region: str | None = None):
+    """Stack name -> outputs from CloudFormation (boto3 clients created on first use).
+
+    A stack missing from ``region`` but present in ``other_region`` (the AWS default, when it
+    differs) is refused with one line naming both: the usual cause is a stack deployed with the
+    default region and a spec that names another.
+    """
     clients: dict = {}
 
-    def fetch(stack: str) -> Mapping[str, str]:
+    def client(name: str | None):
         import boto3
 
+        if name not in clients:
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
+            clients[name] = boto3.client("cloudformation", region_name=name, endpoint_url=endpoint)
+        return clients[name]
+
+    def fetch(stack: str) -> Mapping[str, str]:
+        from ..stack.aws import StackNotFoundError
         from ..stack.outputs import get_outputs
 
-        if "cf" not in clients:
-            endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
-            clients["cf"] = boto3.client("cloudformation", region_name=region, endpoint_url=endpoint)
-        return get_outputs(stack, clients["cf"])
+        try:
+            return get_outputs(stack, client(region))
+        except StackNotFoundError:
+            if not other_region or other_region == region:
+                raise
+            try:
+                get_outputs(stack, client(other_region))
+            except Exception:  # noqa: BLE001 - the probe is best effort; the first error is the answer
+                pass
+            else:
+                raise StackInOtherRegionError(
+                    f"stack {stack!r} is in region {other_region}, not in {region}, where this job resolves its "
+                    f"stacks; pass --region {other_region} (or set target.sagemaker.region: {other_region}), or "
+                    f"deploy the stack in {region}") from None
+            raise
     return fetch
 
 
+def _is_offline(exc: BaseException) -> bool:
+    """A failure that says nothing about the stack itself: no credentials, no region, AWS unreachable."""
+    from ..errors import ClusterError
+
+    return isinstance(exc, ClusterError) or "no AWS region configured" in str(exc)
+
+
 def resolve_stacks(refs: tuple[tuple[str, str], ...], overrides: Mapping[str, Mapping[str, str]],
-                   region: str | None, fetch=None) -> dict[str, Mapping[str, str]]:
+                   region: str | None, fetch=None, *, offline: bool = False) -> dict[str, Mapping[str, str]]:
     """The outputs of every stack ``refs`` name: ``--stack-output`` values first, then CloudFormation.
 
-    Every stack is tried before failing, so one run reports all that could not be read.
+    A stack whose every referenced output is given by ``--stack-output`` is not read at all.
+    Every stack is tried before failing, so one run reports all that could not be read.  With
+    ``offline`` (plan, ``submit --dry-run``), a stack that cannot be read for want of AWS
+    (credentials, region, network) becomes an ``Unresolved`` mapping instead of an error; a stack
+    AWS says does not exist is still an error.
 
     Raises:
         ClusterError (69: no credentials, AWS unreachable) or SpecError (64: no region, unknown
@@ -78,11 +157,12 @@ def resolve_stacks(refs: tuple[tuple[str, str], ...], overrides: Mapping[str, Ma
     out: dict[str, Mapping[str, str]] = {}
     failed: dict[str, MpirunKitError] = {}
     for stack in dict.fromkeys(s for s, _ in refs):
-        if stack in overrides:
-            out[stack] = overrides[stack]
+        given = dict(overrides.get(stack, {}))
+        if all(k in given for s, k in refs if s == stack):
+            out[stack] = given
             continue
         try:
-            out[stack] = fetch(stack)
+            out[stack] = {**fetch(stack), **given}
         except MpirunKitError as exc:
             failed[stack] = exc
         except Exception as exc:  # noqa: BLE001 - botocore's no-region/credentials errors, named below
@@ -90,14 +170,54 @@ def resolve_stacks(refs: tuple[tuple[str, str], ...], overrides: Mapping[str, Ma
             if known is None:
                 raise
             failed[stack] = known
+        if offline and stack in failed and _is_offline(failed[stack]):
+            out[stack] = Unresolved(stack, given, str(failed.pop(stack)).replace(f" for stack {stack!r}", ""))
     if not failed:
         return out
     # The same cause for every stack (no credentials, no region) is said once.
     reasons = list(dict.fromkeys(str(e).replace(f" for stack {s!r}", "") for s, e in failed.items()))
     flags = " ".join(f"--stack-output {s}.{k}=VALUE" for s, k in refs if s in failed)
+    elsewhere = [e for e in failed.values() if isinstance(e, StackInOtherRegionError)]
+    if elsewhere:  # the stacks were deployed in another region: that one line is the whole story
+        raise elsewhere[0]
     cls = ClusterError if any(isinstance(e, ClusterError) for e in failed.values()) else SpecError
     raise cls(f"could not read the outputs of stack(s) {', '.join(failed)}: {'; '.join(reasons)}; or give the "
               f"values on the command line: {flags}")
+
+
+def _template_for(keys: list[str]) -> str:
+    """The cfn/ template whose outputs include every key (for the deploy command a dry run suggests)."""
+    from pathlib import Path
+
+    from ..stack.template import load_template
+
+    cfn = Path(__file__).resolve().parents[2] / "cfn"
+    for path in sorted(cfn.glob("*.yaml")) if cfn.is_dir() else ():
+        try:
+            outputs = load_template(str(path)).parsed.get("Outputs") or {}
+        except SpecError:
+            continue
+        if all(k in outputs for k in keys):
+            return f"cfn/{path.name}"
+    return "cfn/TEMPLATE.yaml"
+
+
+def unresolved_warnings(refs: tuple[tuple[str, str], ...], outputs: Mapping[str, Mapping[str, str]],
+                        region: str | None) -> tuple[str, ...]:
+    """One line per stack a dry run could not read: its references, why, and the two ways to resolve them."""
+    out = []
+    for stack, found in outputs.items():
+        if not isinstance(found, Unresolved):
+            continue
+        keys = [k for s, k in refs if s == stack and k not in dict.keys(found)]
+        if not keys:
+            continue
+        where = f" --region {region}" if region else ""
+        out.append(f"{', '.join(unresolved_value(stack, k) for k in keys)}: unresolved ({found.reason}), shown as "
+                   f"written; they resolve once AWS is reachable and the stack exists (`mpirun_kit stack deploy "
+                   f"{stack} --template {_template_for(keys)}{where}`), or pass "
+                   + " ".join(f"--stack-output {stack}.{k}=VALUE" for k in keys))
+    return tuple(out)
 
 
 def load_spec(path, target: str | None = None):
@@ -108,23 +228,41 @@ def load_spec(path, target: str | None = None):
     return resolve_relative_paths(load_job(path, target=target), os.path.dirname(os.path.abspath(path)))
 
 
-def compile_from_args(args, facts: LocalFacts | None = None, *, python: str | None = None):
+def compile_from_args(args, facts: LocalFacts | None = None, *, python: str | None = None, **kw):
     """Load, validate and compile the spec named on the command line -> (compiled, facts)."""
-    compiled, facts, _ = compile_with_stack_values(args, facts, python=python)
+    compiled, facts, _ = compile_with_stack_values(args, facts, python=python, **kw)
     return compiled, facts
 
 
-def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: str | None = None):
-    """compile_from_args, plus the ``("STACK.Key", value)`` pairs the spec was compiled with."""
+def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: str | None = None,
+                              offline: bool = False, report=None, default_region=None):
+    """compile_from_args, plus the ``("STACK.Key", value)`` pairs the spec was compiled with.
+
+    ``offline`` (plan, ``submit --dry-run``): stacks that cannot be read for want of AWS stay
+    unresolved (``${stack:...}`` as written) with a warning naming what resolves each.  ``report``
+    receives the region line (``region R (from SOURCE)``); ``default_region`` is a callable giving
+    the AWS configuration's region (the CLI passes ``aws_default_region``).
+    """
     from .compile import compile_job
 
     if not args.spec.strip():
         raise SpecError("JOB.yaml is an empty string; name a job spec file, e.g. jobs/maskrcnn-demo.yaml")
     job = load_spec(args.spec, args.target)
     facts = facts or read_local_facts()
-    region = args.region or job.target.sagemaker.region
     refs = stack_refs(job)
-    outputs = resolve_stacks(refs, parse_stack_overrides(args.stack_output), region) if refs else {}
+    aws = bool(refs) or job.target.type == "sagemaker"
+    default = (default_region or aws_default_region)() if aws else None
+    region, source = resolve_region(args.region, job.target.sagemaker.region, default)
+    if aws and report is not None:
+        report(f"region {region} (from {source})" if region else "no AWS region (pass --region, set "
+               "target.sagemaker.region, or AWS_DEFAULT_REGION)")
+    if job.target.type == "sagemaker" and region != job.target.sagemaker.region:
+        # The job runs where its stacks were read: one region for both.
+        job = dataclasses.replace(job, target=dataclasses.replace(
+            job.target, sagemaker=dataclasses.replace(job.target.sagemaker, region=region)))
+    fetch = _cloudformation_outputs(region, default) if refs else None
+    outputs = resolve_stacks(refs, parse_stack_overrides(args.stack_output), region, fetch,
+                             offline=offline) if refs else {}
     if python is None:
         # Local and simulated hosts share this interpreter (and its venv); remote hosts have their own.
         python = {"local": sys.executable, "sim": sys.executable, "ssh": job.target.ssh.python}.get(
@@ -133,15 +271,17 @@ def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: 
     compiled = compile_job(job, python=python, resolver=outputs.__getitem__, efa=facts.efa if local else None,
                            local_gpus=facts.gpus)
     values = tuple((f"{s}.{k}", str(outputs[s][k])) for s, k in refs if k in outputs.get(s, {}))
+    unresolved = unresolved_warnings(refs, outputs, region)
+    known = {s: o for s, o in outputs.items() if not isinstance(o, Unresolved)}
     # The job against the stacks it names (role reach, key channel, FSx subnet): before anything is sent.
     from ..stack.infra import bucket_kms_keys, check_job_infrastructure, job_buckets
 
     kms_keys: tuple[str, ...] = ()
-    if compiled.job.target.type == "sagemaker" and any("RoleBucket" in o for o in outputs.values()):
+    if compiled.job.target.type == "sagemaker" and any("RoleBucket" in o for o in known.values()):
         import boto3  # the buckets' default KMS keys: one GetBucketEncryption each, best effort
 
         kms_keys = bucket_kms_keys(boto3.client("s3", region_name=region), job_buckets(compiled.job))
-    infra = check_job_infrastructure(job, compiled.job, outputs, kms_keys=kms_keys)
-    if infra:
-        compiled = dataclasses.replace(compiled, warnings=compiled.warnings + infra)
+    infra = check_job_infrastructure(job, compiled.job, known, kms_keys=kms_keys)
+    if infra or unresolved:
+        compiled = dataclasses.replace(compiled, warnings=compiled.warnings + unresolved + infra)
     return compiled, facts, values

@@ -73,6 +73,8 @@ def role_outputs_from_template(template: Template, given: Mapping[str, str] | No
     out = {k: v for k, v in (("RoleBucket", values.get("BucketName")), ("RolePrefix", values.get("Prefix")),
                              ("RoleImageRepository", values.get("ImageRepositoryName")),
                              ("RoleKmsKeyArn", values.get("KmsKeyArn"))) if v}
+    if "RoleBucket" in out:
+        out["RoleS3Uri"] = f"s3://{out['RoleBucket']}" + (f"/{out['RolePrefix']}" if "RolePrefix" in out else "")
     return out
 
 
@@ -81,6 +83,14 @@ def _image_repository(image: str) -> str:
     base = image.split("@", 1)[0]
     head, _, last = base.rpartition("/")
     return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
+
+
+def _image_tag(image: str) -> str:
+    """``:TAG`` or ``@sha256:...`` of an image reference ("" when it has neither)."""
+    if "@" in image:
+        return "@" + image.split("@", 1)[1]
+    last = image.rpartition("/")[2]
+    return ":" + last.split(":", 1)[1] if ":" in last else ""
 
 
 def _split_registry(repo: str) -> tuple[str, str]:
@@ -159,9 +169,12 @@ def check_job_infrastructure(written: S.JobSpec, resolved: S.JobSpec,
     where = f"role stack {role_stack}" if role_stack else "the role"
     allowed_repo = role.get("RoleImageRepository")
     if allowed_repo and resolved.image and not _repo_matches(_image_repository(resolved.image), allowed_repo):
+        tag = _image_tag(resolved.image)
+        fix = (f"set image: ${{stack:{role_stack}.RoleImageRepository}}{tag} in the spec (the repository of this "
+               "account and region, which docker/build.sh pushes to)" if role_stack else
+               f"set image: {allowed_repo}{tag}")
         out.append(f"image: {resolved.image} is not in the ECR repository {where} may pull from ({allowed_repo}); "
-                   "push it there (docker/build.sh --repository) or deploy the role with "
-                   "--param ImageRepositoryName=<its repository>")
+                   f"{fix}, or deploy the role with --param ImageRepositoryName=<its repository>")
     bucket, prefix = role.get("RoleBucket"), role.get("RolePrefix")
     if bucket:
         scope = f"s3://{bucket}/{prefix}/" if prefix else f"s3://{bucket}/"
@@ -171,8 +184,12 @@ def check_job_infrastructure(written: S.JobSpec, resolved: S.JobSpec,
             inside = m is not None and m.group(1) == bucket and (
                 not prefix or key == prefix or key.startswith(prefix.rstrip("/") + "/"))
             if not inside:
-                out.append(f"{path}: {uri} is outside what {where} may read and write ({scope}...); move it under "
-                           "that prefix or deploy the role with --param BucketName=/Prefix= to match")
+                rest = uri.split("/", 3)[3] if uri.count("/") >= 3 else ""
+                if prefix and rest.startswith(prefix.rstrip("/") + "/"):  # right prefix, wrong bucket
+                    rest = rest[len(prefix.rstrip("/")) + 1:]
+                target = (f"${{stack:{role_stack}.RoleS3Uri}}/{rest}" if role_stack else f"{scope}{rest}").rstrip("/")
+                out.append(f"{path}: {uri} is outside what {where} may read and write ({scope}...); set it to "
+                           f"{target} in the spec, or deploy the role with --param BucketName=/Prefix= to match")
     if role_stack is not None and role:
         allowed_key = role.get("RoleKmsKeyArn", "")
         for key in dict.fromkeys(kms_keys):

@@ -334,7 +334,7 @@ def check_repository(root: str) -> tuple[Finding, ...]:
     role_t = templates.get("sagemaker-role")
     if role_t is None:
         return tuple(found)
-    role = role_outputs_from_template(role_t)
+    role = role_outputs_from_template(role_t, {"BucketName": "example-bucket"})
     build = base / "docker" / "build.sh"
     pushed = re.findall(r'^repository="([^"]+)"$', build.read_text(), re.M) if build.is_file() else []
     if pushed and pushed[0] != role.get("RoleImageRepository"):
@@ -346,8 +346,11 @@ def check_repository(root: str) -> tuple[Finding, ...]:
         m = re.match(r"^\$\{stack:([A-Za-z][A-Za-z0-9-]*)\.RoleArn\}$", job.target.sagemaker.role or "")
         if job.target.type != "sagemaker" or m is None:
             continue
-        bucket = next((u.split("/")[2] for u in (job.target.sagemaker.output_s3,) if u.startswith("s3://")), "")
-        outputs = {m.group(1): {"RoleArn": "arn:aws:iam::123456789012:role/r", "RoleBucket": bucket, **role}}
+        # A spec that names its bucket literally is checked with that bucket; one that takes it from the
+        # role stack (${stack:ROLE.RoleS3Uri}, as jobs/maskrcnn.yaml does) with an example bucket.
+        bucket = next((u.split("/")[2] for u in (job.target.sagemaker.output_s3 or "",) if u.startswith("s3://")), "")
+        given = role_outputs_from_template(role_t, {"BucketName": bucket}) if bucket else role
+        outputs = {m.group(1): {"RoleArn": "arn:aws:iam::123456789012:role/r", **given}}
 
         def placeholder(stack: str, known: dict = outputs) -> dict:
             return known.get(stack) or _AnyOutput(stack)

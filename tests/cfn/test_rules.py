@@ -148,7 +148,7 @@ def test_repository_rules_catch_what_issue_15_found(tmp_path):
     role.write_text(role.read_text().replace("Default: mpirun-kit", "Default: mpirun_kit"))
     efs = tmp_path / "cfn" / "efs.yaml"
     efs.write_text(efs.read_text().replace("(vpc stack output PrivateSubnet2Id)", "(vpc stack output Subnet2)"))
-    job = (REPO / "jobs" / "maskrcnn.yaml").read_text().replace("s3://mrk-artifacts/mpirun-kit/maskrcnn/",
+    job = (REPO / "jobs" / "maskrcnn.yaml").read_text().replace("${stack:mrk-role.RoleS3Uri}/maskrcnn/",
                                                                 "s3://mrk-artifacts/maskrcnn/")
     (tmp_path / "jobs" / "maskrcnn.yaml").write_text(job)
     found = [(f.rule, f.resource.replace(str(tmp_path), "<tmp>"), f.message.split(";")[0].split(" is ")[0])
@@ -157,8 +157,15 @@ def test_repository_rules_catch_what_issue_15_found(tmp_path):
         ("OUTPUT_REFS", "<tmp>/cfn/efs.yaml SubnetId2", "names vpc stack output Subnet2, which cfn/vpc.yaml does not have"),
         ("DEFAULTS_AGREE", "<tmp>/cfn/sagemaker-role.yaml ImageRepositoryName",
          "default 'mpirun_kit', but docker/build.sh pushes to 'mpirun-kit'"),
-        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "image: 123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit:0.1.0"),
+        # the image and the key channel come from the role stack (RoleImageRepository, RoleS3Uri): they follow it
         ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "target.sagemaker.output_s3: s3://mrk-artifacts/maskrcnn/output"),
         ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "checkpoint.s3: s3://mrk-artifacts/maskrcnn/checkpoints"),
-        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "data.mpirun-keys.s3: s3://mrk-artifacts/mpirun-kit/keys/${job_name}/"),
     ]
+
+
+def test_jobs_name_no_account_and_no_global_bucket():
+    """Issue 21: `grep -rE '[0-9]{12}|mrk-artifacts' jobs/` finds nothing (any account can run them)."""
+    import re
+    hits = [f"{p.name}:{i}" for p in sorted((REPO / "jobs").glob("*.yaml"))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"[0-9]{12}|mrk-artifacts", line)]
+    assert hits == []

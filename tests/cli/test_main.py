@@ -42,7 +42,7 @@ CASES = [
     (("logs", "job-1"), "region", 69, NO_CREDS),
     (("logs", "job-1", "--follow"), "region", 69, NO_CREDS),
     (("stop", "job-1"), "region", 69, NO_CREDS),
-    (("plan", *SAGEMAKER_JOB), "bare", 69, "--stack-output mrk-role.RoleArn=VALUE --stack-output mrk-fsx"),
+    # (plan without AWS shows the ${stack:...} it cannot read: tests/spec/test_resolve.py)
     (("submit", *SAGEMAKER_JOB), "bare", 69, "--stack-output mrk-vpc.SecurityGroupId=VALUE"),
     # --- names starting with '-', empty strings
     (("stack", "outputs", "--", "-x"), "bare", 64, "stack name '-x' is not valid"),
@@ -125,10 +125,13 @@ def test_bad_environment_ends_in_one_error_line(argv, env, code, text, bare_env,
 def test_submit_without_credentials_blames_credentials_not_the_role(bare_env, cli, monkeypatch):
     """All stack outputs given on the command line: only CreateTrainingJob needs AWS, and it has no credentials."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
-    outs = ["mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk", "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
+    outs = ["mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk", "mrk-role.RoleS3Uri=s3://my-bucket/mpirun-kit",
+            "mrk-role.RoleImageRepository=123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit",
+            "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
             "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]
     r = cli("submit", "jobs/maskrcnn.yaml", "--job-name", "mrk-1", *[a for o in outs for a in ("--stack-output", o)])
-    assert (r.rc, r.err) == (69, "mpirun_kit: error: CreateTrainingJob mrk-1: no AWS credentials found; set "
+    assert (r.rc, r.err) == (69, "mpirun_kit: region us-west-2 (from target.sagemaker.region)\n"
+                                 "mpirun_kit: error: CreateTrainingJob mrk-1: no AWS credentials found; set "
                                  "AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run "
                                  "`aws configure`\n")
 

@@ -51,8 +51,9 @@ def test_a_fitting_job_has_no_warning():
 def test_image_in_another_repository():
     (w,) = check(SPEC.replace("/mpirun-kit:0.1.0", "/mpirun_kit:0.1.0"))
     assert w == ("image: 123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun_kit:0.1.0 is not in the ECR repository "
-                 "role stack mrk-role may pull from (123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit); push it "
-                 "there (docker/build.sh --repository) or deploy the role with --param ImageRepositoryName=<its "
+                 "role stack mrk-role may pull from (123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit); set "
+                 "image: ${stack:mrk-role.RoleImageRepository}:0.1.0 in the spec (the repository of this account and "
+                 "region, which docker/build.sh pushes to), or deploy the role with --param ImageRepositoryName=<its "
                  "repository>")
 
 
@@ -61,11 +62,11 @@ def test_s3_outside_the_role_prefix():
                      .replace("s3://mrk-artifacts/mpirun-kit/j/checkpoints", "s3://other/mpirun-kit/c"))
     assert warnings == (
         "target.sagemaker.output_s3: s3://mrk-artifacts/maskrcnn/output is outside what role stack mrk-role may read "
-        "and write (s3://mrk-artifacts/mpirun-kit/...); move it under that prefix or deploy the role with "
-        "--param BucketName=/Prefix= to match",
+        "and write (s3://mrk-artifacts/mpirun-kit/...); set it to ${stack:mrk-role.RoleS3Uri}/maskrcnn/output in "
+        "the spec, or deploy the role with --param BucketName=/Prefix= to match",
         "checkpoint.s3: s3://other/mpirun-kit/c is outside what role stack mrk-role may read and write "
-        "(s3://mrk-artifacts/mpirun-kit/...); move it under that prefix or deploy the role with --param "
-        "BucketName=/Prefix= to match")
+        "(s3://mrk-artifacts/mpirun-kit/...); set it to ${stack:mrk-role.RoleS3Uri}/c in the spec, or deploy the "
+        "role with --param BucketName=/Prefix= to match")
 
 
 def test_prefix_is_a_path_segment_not_a_string_prefix():
@@ -117,7 +118,8 @@ def test_unknown_outputs_skip_their_checks():
 def test_role_outputs_from_template_defaults():
     role = role_outputs_from_template(load_template(str(REPO / "cfn" / "sagemaker-role.yaml")),
                                       {"BucketName": "mrk-artifacts"})
-    assert role == {"RoleBucket": "mrk-artifacts", "RolePrefix": "mpirun-kit", "RoleImageRepository": "mpirun-kit"}
+    assert role == {"RoleBucket": "mrk-artifacts", "RolePrefix": "mpirun-kit", "RoleImageRepository": "mpirun-kit",
+                    "RoleS3Uri": "s3://mrk-artifacts/mpirun-kit"}
 
 
 def test_validate_notices_the_missing_key_channel(tmp_path, capsys):
