@@ -27,10 +27,11 @@ class _PlaceholderOutputs(dict):
 
 
 def spec_files(paths: list[str]) -> list[Path]:
-    """Files named, plus *.yaml/*.yml under named directories, sorted.
+    """Files named, plus *.yaml/*.yml under named directories, sorted.  A path that is neither is kept
+    as a file: reading it fails with the same words as `submit` (spec/load.unreadable_spec).
 
     Raises:
-        SpecError: a path that does not exist, or a directory with no specs.
+        SpecError: an empty path, or a directory with no specs.
     """
     out: list[Path] = []
     for raw in paths:
@@ -42,40 +43,50 @@ def spec_files(paths: list[str]) -> list[Path]:
             if not found:
                 raise SpecError(f"{p}: no *.yaml or *.yml job specs in this directory")
             out.extend(found)
-        elif p.is_file():
-            out.append(p)
         else:
-            raise SpecError(f"{p}: no such file or directory; expected a job spec or a directory of them")
+            out.append(p)
     return out
 
 
-def validate_file(path: Path, target: str | None = None) -> tuple[bool, str]:
-    """(ok, message) for one spec; the message lists every problem."""
+def validate_file(path: Path, target: str | None = None) -> dict:
+    """One spec checked: {file, ok, job, target, hosts, problems: [{line, key, message}], warnings}.
+
+    ``job``, ``target`` and ``hosts`` are null when the spec did not load; every problem is listed.
+    """
     from ..spec.compile import compile_job
+    from ..spec.load import JobSpecError
     from ..spec.resolve import load_spec
 
+    result: dict = {"file": str(path), "ok": False, "job": None, "target": None, "hosts": None,
+                    "problems": [], "warnings": []}
     try:
         job = load_spec(path, target)
+        result.update(job=job.name, target=job.target.type)
         compiled = compile_job(job, resolver=_PlaceholderOutputs)
+    except JobSpecError as exc:
+        result["problems"] = [{"line": f.line, "key": f.path or None, "message": f.message} for f in exc.findings]
+        result["text"] = str(exc)
+        return result
     except SpecError as exc:
-        return False, str(exc)
-    summary = f"{path}: ok ({job.name}, target {job.target.type}, {len(compiled.hosts)} host(s))"
+        result["problems"] = [{"line": None, "key": None, "message": str(exc)}]
+        result["text"] = f"{path}: {exc}"
+        return result
     from ..stack.infra import key_channel_warnings
 
-    warnings = compiled.warnings + key_channel_warnings(job)
-    if warnings:
-        summary += "".join(f"\n  warning: {w}" for w in warnings)
-    return True, summary
+    result.update(ok=True, hosts=len(compiled.hosts), warnings=list(compiled.warnings + key_channel_warnings(job)))
+    result["text"] = f"{path}: ok ({job.name}, target {job.target.type}, {len(compiled.hosts)} host(s))" + "".join(
+        f"\n  warning: {w}" for w in result["warnings"])
+    return result
 
 
 def _validate(args) -> int:
-    results = [(str(f), *validate_file(f, args.target)) for f in spec_files(args.paths)]
+    results = [validate_file(f, args.target) for f in spec_files(args.paths)]
     if args.json:
-        print(json.dumps([{"file": f, "ok": ok, "message": m} for f, ok, m in results], indent=2))
+        print(json.dumps([{k: v for k, v in r.items() if k != "text"} for r in results], indent=2))
     else:
-        for _, _, message in results:
-            print(message)
-    bad = sum(1 for _, ok, _ in results if not ok)
+        for r in results:
+            print(r["text"])
+    bad = sum(1 for r in results if not r["ok"])
     if bad and not args.json:
         print(f"{bad} of {len(results)} spec(s) invalid")
     return SpecError.exit_code if bad else 0
@@ -99,5 +110,5 @@ def register(subparsers) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="job spec files or directories (searched for *.yaml)")
     p.add_argument("--target", choices=("local", "sim", "ssh", "sagemaker"),
                    help="validate as if submitted with --target")
-    p.add_argument("--json", action="store_true", help="one JSON list of {file, ok, message}")
+    p.add_argument("--json", action="store_true", help="one JSON list of {file, ok, job, target, hosts, problems: [{line, key, message}], warnings}")
     p.set_defaults(func=_validate)

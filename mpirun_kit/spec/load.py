@@ -211,12 +211,14 @@ def _expected(schema: dict) -> str:
         return " or ".join(_expected(s) for s in schema["anyOf"])
     t = schema.get("type")
     words = " or ".join(_TYPE_WORDS[x] for x in t) if isinstance(t, list) else _TYPE_WORDS.get(t, "a value")
-    if "minimum" in schema:
+    if "minimum" in schema and "maximum" in schema:
+        words += f" from {schema['minimum']} to {schema['maximum']}"
+    elif "minimum" in schema:
         words += f" >= {schema['minimum']}"
+    elif "maximum" in schema:
+        words += f" <= {schema['maximum']}"
     if "exclusiveMinimum" in schema:
         words += f" > {schema['exclusiveMinimum']}"
-    if "maximum" in schema:
-        words += f" <= {schema['maximum']}"
     if "pattern" in schema:
         words += f" matching {schema['pattern']}"
     return words
@@ -508,7 +510,28 @@ def _check_macros(job: S.JobSpec, pos: dict) -> list[Finding]:
     return out
 
 
-def load_job_text(text: str, source: str = "<spec>", *, target: str | None = None) -> S.JobSpec:
+def local_channel_findings(job: S.JobSpec, base_dir: Path, pos: dict | None = None) -> list[Finding]:
+    """Local data channels of a job that runs on this machine (targets local and sim) must be directories
+    here: a missing one would otherwise surface only as the program's own "file not found", mid-job.
+    Relative paths are the spec's own directory's, as spec/resolve.py resolves them.  A ``mode: rw``
+    channel may be missing (the program writes it, e.g. the demo's synthetic data), not be a file."""
+    if job.target.type not in ("local", "sim"):
+        return []
+    out = []
+    for ch in job.data:
+        if ch.kind != "local" or not ch.local or "${" in ch.local:
+            continue
+        where = base_dir / ch.local
+        if not where.is_dir() and (ch.mode != "rw" or where.exists()):
+            what = "is not a directory" if where.exists() else "does not exist"
+            out.append(Finding(_line(pos or {}, ("data", ch.name, "local")), render_path(("data", ch.name, "local")),
+                               f"{ch.local!r} {what} (resolved against the spec's directory: {where}); create it "
+                               "or point the channel at the data's directory"))
+    return out
+
+
+def load_job_text(text: str, source: str = "<spec>", *, target: str | None = None,
+                  base_dir: Path | None = None) -> S.JobSpec:
     """Parse and validate spec text.
 
     Args:
@@ -516,6 +539,8 @@ def load_job_text(text: str, source: str = "<spec>", *, target: str | None = Non
         source: file name for messages.
         target: overrides ``target.type`` (``submit --target``); contradictions are
             checked against the overriding target.
+        base_dir: the spec's directory, given when the spec is a file on this machine: local data
+            channels of jobs that run here are then checked to exist (local_channel_findings).
 
     Raises:
         JobSpecError: every problem found, each with line and key path.
@@ -538,6 +563,8 @@ def load_job_text(text: str, source: str = "<spec>", *, target: str | None = Non
         raise JobSpecError(source, findings)
     job = _build(value, source, target)
     findings = check_spec(job, pos)
+    if base_dir is not None:
+        findings += local_channel_findings(job, base_dir, pos)
     if findings:
         raise JobSpecError(source, findings)
     return job
@@ -552,5 +579,22 @@ def load_job(path: str | Path, *, target: str | None = None) -> S.JobSpec:
                                                           f"{MAX_SPEC_BYTES} bytes: is this the right file?")])
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise JobSpecError(str(p), [Finding(None, "", f"cannot read the spec ({exc}); expected a UTF-8 YAML file")]) from exc
-    return load_job_text(text, str(p), target=target)
+        raise JobSpecError(str(p), [Finding(None, "", unreadable_spec(p, exc))]) from exc
+    return load_job_text(text, str(p), target=target, base_dir=p.parent)
+
+
+def unreadable_spec(path: Path, exc: BaseException) -> str:
+    """The one wording for a spec file that cannot be read (validate and submit alike), without errno."""
+    if isinstance(exc, UnicodeDecodeError):
+        why = f"not UTF-8 text (byte {exc.start})"
+    elif isinstance(exc, FileNotFoundError) or (isinstance(exc, OSError) and not path.exists()):
+        why = "no such file or directory"
+        if not path.is_absolute():
+            why += f" (relative to the current directory {Path.cwd()})"
+    elif isinstance(exc, IsADirectoryError) or path.is_dir():
+        why = "a directory (`validate` takes directories; `plan` and `submit` take one spec file)"
+    elif isinstance(exc, PermissionError):
+        why = "permission denied"
+    else:
+        why = (exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__).lower()
+    return f"cannot read the job spec: {why}; expected a UTF-8 YAML job spec file"

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import boto3
+import pytest
 
 from mpirun_kit.cli.main import main
 
@@ -27,11 +28,50 @@ def test_validate_reports_bad_files_and_exit_64(tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text("apiVersion: mpirun_kit/v1\nkind: Job\nname: b\nprogram: {modul: x}\n")
     assert main(["validate", str(tmp_path), "--json"]) == 64
     [row] = json.loads(capsys.readouterr().out)
-    assert row["ok"] is False
-    assert row["message"].endswith("bad.yaml:4: program.modul: unknown key; did you mean 'module'? valid keys here: "
-                                   "args, command, module, working_dir")
+    assert row == {"file": str(tmp_path / "bad.yaml"), "ok": False, "job": None, "target": None, "hosts": None,
+                   "problems": [{"line": 4, "key": "program.modul", "message": "unknown key; did you mean 'module'? "
+                                 "valid keys here: args, command, module, working_dir"}], "warnings": []}
     assert main(["validate", str(tmp_path / "nope")]) == 64
-    assert "nope: no such file or directory; expected a job spec or a directory of them" in capsys.readouterr().err
+    assert capsys.readouterr().out == (f"{tmp_path / 'nope'}: cannot read the job spec: no such file or directory; "
+                                       "expected a UTF-8 YAML job spec file\n1 of 1 spec(s) invalid\n")
+
+
+def test_validate_json_has_the_jobs_name_target_and_host_count(capsys):
+    """Issue 22 defect 7: the JSON carried only a copy of the text line as `message`."""
+    assert main(["validate", str(REPO / "jobs" / "allreduce-bench.yaml"), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert {k: row[k] for k in ("ok", "job", "target", "hosts", "problems")} == {
+        "ok": True, "job": "allreduce-bench", "target": "sim", "hosts": 3, "problems": []}
+    assert "message" not in row
+
+
+@pytest.mark.parametrize("command", ["validate", "submit", "plan"])
+@pytest.mark.parametrize("name, why", [
+    ("nofile.yaml", "no such file or directory (relative to the current directory {cwd})"),
+    (".", "a directory (`validate` takes directories; `plan` and `submit` take one spec file)"),
+])
+def test_missing_or_unreadable_spec_has_one_wording(command, name, why, tmp_path, monkeypatch, capsys):
+    """Issue 22 defect 6: `validate nofile.yaml` said "no such file or directory", `submit nofile.yaml`
+    "([Errno 2] ...); expected a UTF-8 YAML file" and `submit .` "([Errno 21] Is a directory: '.')"."""
+    monkeypatch.chdir(tmp_path)
+    if command == "validate" and name == ".":
+        name = "sub/x.yaml"  # validate takes "." as a directory of specs; a missing one below it is the case
+        why = why.replace("a directory (`validate` takes directories; `plan` and `submit` take one spec file)",
+                          "no such file or directory (relative to the current directory {cwd})")
+    code = main([command, name])
+    out, err = capsys.readouterr()
+    line = f"{name}: cannot read the job spec: {why.format(cwd=tmp_path)}; expected a UTF-8 YAML job spec file"
+    assert code == 64
+    assert line in (out if command == "validate" else err)
+    assert "Errno" not in out + err
+
+
+def test_examples_from_another_directory_say_where_the_path_was_looked_for(tmp_path, monkeypatch, capsys):
+    """Issue 22: `cd /tmp; mpirun_kit validate jobs/` exited 64 with no hint that jobs/ is the repository's."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "jobs/"]) == 64
+    assert f"jobs: cannot read the job spec: no such file or directory (relative to the current directory " \
+           f"{tmp_path})" in capsys.readouterr().out
 
 
 def test_plan_json_of_the_demo(capsys):
@@ -111,8 +151,8 @@ def test_readme_example_spec_is_valid(tmp_path):
     (tmp_path / "example.yaml").write_text(block)
     from mpirun_kit.cli.validate import validate_file
 
-    ok, message = validate_file(tmp_path / "example.yaml")
-    assert ok, message
+    result = validate_file(tmp_path / "example.yaml")
+    assert result["ok"], result["text"]
 
 
 def test_validate_empty_directory(tmp_path, capsys):

@@ -101,9 +101,56 @@ def test_date_value_hint():
 
 
 def test_unreadable_file(tmp_path):
-    with pytest.raises(SpecError, match=r"nope.yaml: cannot read the spec \(.*No such file.*\); expected a UTF-8 "
-                                        r"YAML file"):
-        load_job(tmp_path / "nope.yaml")
+    """One wording for every file that cannot be read, without errno (issue 22 defect 6)."""
+    cases = {tmp_path / "nope.yaml": "no such file or directory",
+             tmp_path: "a directory (`validate` takes directories; `plan` and `submit` take one spec file)"}
+    (tmp_path / "bin.yaml").write_bytes(b"name: \xff\xfe\n")
+    cases[tmp_path / "bin.yaml"] = "not UTF-8 text (byte 6)"
+    for path, why in cases.items():
+        with pytest.raises(SpecError) as info:
+            load_job(path)
+        assert str(info.value) == f"{path}: cannot read the job spec: {why}; expected a UTF-8 YAML job spec file"
+
+
+def test_range_message_reads_as_words():
+    """Issue 22 defect 6: `expected an integer >= 0 <= 30`."""
+    assert errors(HEAD + PROG + "retries: 99\n") == [
+        "job.yaml:6: retries: expected an integer from 0 to 30; got number 99"]
+
+
+LOCAL_DATA = HEAD + PROG + "data:\n  train: {local: ./nope}\n"
+
+
+@pytest.mark.parametrize("target", ["local", "sim"])
+def test_missing_local_data_channel_is_an_error_where_the_job_runs_here(tmp_path, target):
+    """Issue 22 defect 6: `local: ./nope` passed validate and submit silently."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(LOCAL_DATA + f"target: {{type: {target}}}\n")
+    with pytest.raises(JobSpecError) as info:
+        load_job(spec)
+    assert [f.render("job.yaml") for f in info.value.findings] == [
+        f"job.yaml:7: data.train.local: './nope' does not exist (resolved against the spec's directory: "
+        f"{tmp_path / 'nope'}); create it or point the channel at the data's directory"]
+    (tmp_path / "nope").write_text("a file")
+    with pytest.raises(JobSpecError, match="'./nope' is not a directory"):
+        load_job(spec)
+    (tmp_path / "nope").unlink()
+    (tmp_path / "nope").mkdir()
+    assert load_job(spec).data[0].local == "./nope"
+    # a channel the program writes may not exist yet (the demo's generated data), but must not be a file
+    spec.write_text(LOCAL_DATA.replace("./nope}", "./new, mode: rw}") + f"target: {{type: {target}}}\n")
+    assert load_job(spec).data[0].mode == "rw"
+    (tmp_path / "new").write_text("a file")
+    with pytest.raises(JobSpecError, match="'./new' is not a directory"):
+        load_job(spec)
+
+
+def test_local_data_channel_of_an_ssh_job_is_not_checked_here(tmp_path):
+    """On target ssh the directory is on the remote hosts; the spec text alone is never checked (pure)."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(LOCAL_DATA + "target: {type: ssh, ssh: {hosts: [h1]}}\n")
+    assert load_job(spec).data[0].local == "./nope"
+    assert load_job_text(LOCAL_DATA, "job.yaml").data[0].local == "./nope"
 
 
 # --- contradictions ---------------------------------------------------------------------
@@ -206,7 +253,7 @@ def test_message_header_lists_count():
 
 def test_published_schema_file_is_current():
     assert S.SCHEMA_PATH.read_text() == S.schema_text(), \
-        "run `python -m mpirun_kit.spec.schema` to republish job.schema.json"
+        "run `python -m mpirun_kit.cli.schema` to republish job.schema.json"
 
 
 def test_more_contradictions():
