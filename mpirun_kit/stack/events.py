@@ -60,19 +60,29 @@ class StackEvent:
 
 
 def first_failure(events: Iterable[StackEvent]) -> StackEvent | None:
-    """The root cause: the earliest failed resource event that is not a cancellation.
+    """The root cause: the earliest failed resource event that is not a cancellation, before the rollback.
 
-    ``events`` in any order; ties keep the API's order.  When no resource failed, the
-    stack's own first ROLLBACK_IN_PROGRESS event with a reason: a stack-level failure
-    (an empty export, a template error found after creating resources) is carried only
-    there.  Then the earliest failure of any kind, then None.
+    ``events`` in any order; ties keep the API's order.  A resource that fails *during* the
+    rollback (a DELETE_FAILED: an ENI still attached, a non-empty bucket) is a consequence, and
+    when the cause was stack-level (an empty export, a template error found after creating
+    resources) it came first and is carried only by the stack's ROLLBACK_IN_PROGRESS event.
+    So: a resource failure before the first rollback start; else that rollback start's reason;
+    then any resource failure, then the earliest failure of any kind, then None.
     """
     ordered = sorted(events, key=lambda e: e.timestamp)
     failed = [e for e in ordered if e.failed]
+    rollback = next((e for e in ordered if e.resource_type == "AWS::CloudFormation::Stack"
+                     and e.status in _ROLLBACK_STARTS and e.reason), None)
+
+    def cause(e: StackEvent) -> bool:
+        return not e.reason.startswith(_CONSEQUENTIAL) and e.resource_type != "AWS::CloudFormation::Stack"
+
     for e in failed:
-        if not e.reason.startswith(_CONSEQUENTIAL) and e.resource_type != "AWS::CloudFormation::Stack":
+        if cause(e) and (rollback is None or e.timestamp <= rollback.timestamp):
             return e
-    for e in ordered:
-        if e.resource_type == "AWS::CloudFormation::Stack" and e.status in _ROLLBACK_STARTS and e.reason:
+    if rollback is not None:
+        return rollback
+    for e in failed:
+        if cause(e):
             return e
     return failed[0] if failed else None

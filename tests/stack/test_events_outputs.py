@@ -86,3 +86,26 @@ def test_update_rollback_reason_is_the_failure():
     events = [ev(1, 1, "s", "AWS::CloudFormation::Stack", "UPDATE_ROLLBACK_IN_PROGRESS", "Export s-X cannot be updated"),
               ev(2, 2, "s", "AWS::CloudFormation::Stack", "UPDATE_ROLLBACK_COMPLETE")]
     assert first_failure(events) == events[0]
+
+
+def test_a_resource_that_fails_to_delete_in_the_rollback_does_not_hide_the_cause():
+    """Issue 21 item 6: the stack-level cause came first; the ENI that would not delete came after, in the
+    rollback. The old first_failure returned the DELETE_FAILED (the first failed resource event)."""
+    events = [
+        ev(1, 1, "mrk-vpc", "AWS::CloudFormation::Stack", "CREATE_IN_PROGRESS", "User Initiated"),
+        ev(2, 5, "Vpc", "AWS::EC2::VPC", "CREATE_COMPLETE"),
+        ev(3, 9, "mrk-vpc", "AWS::CloudFormation::Stack", "ROLLBACK_IN_PROGRESS",
+           "Template error: Exported values must not be empty or whitespace-only"),
+        ev(4, 12, "Vpc", "AWS::EC2::VPC", "DELETE_FAILED", "The vpc has dependencies and cannot be deleted"),
+        ev(5, 13, "mrk-vpc", "AWS::CloudFormation::Stack", "ROLLBACK_FAILED"),
+    ]
+    assert first_failure(events) == events[2]
+
+
+def test_a_resource_failure_before_the_rollback_is_still_the_cause():
+    events = [
+        ev(1, 2, "Fsx", "AWS::FSx::FileSystem", "CREATE_FAILED", "Insufficient capacity in us-west-2a"),
+        ev(2, 3, "mrk-fsx", "AWS::CloudFormation::Stack", "ROLLBACK_IN_PROGRESS", "The following resource(s) failed"),
+        ev(3, 6, "Sg", "AWS::EC2::SecurityGroup", "DELETE_FAILED", "resource sg-1 has a dependent object"),
+    ]
+    assert first_failure(events) == events[0]
