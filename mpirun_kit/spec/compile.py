@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from ..cluster import Host
 from ..errors import SpecError
+from ..redact import is_secret
 from .launch_spec import LaunchSpec, Timeouts
 from . import presets
 from . import schema as S
@@ -232,8 +233,6 @@ def compile_job(job: S.JobSpec, *, python: str = "python3", resolver: StackResol
     env = {k: expand_macros(v, job) for k, v in job.env}
     tuning = presets.merge(knobs, env, preset=preset.name if preset else None, why=why)
     if job.target.type == "sagemaker":
-        from ..plan.env import is_secret
-
         # Only names the spec allowed get here (load.check_spec refuses the others); still worth saying.
         for name in sorted(n for n in env if is_secret(n)):
             warnings.append(f"env {name}: SageMaker shows hyperparameters and environment in its console and API; "
