@@ -6,7 +6,7 @@ a JobSpec plus a target into a ``model.LaunchSpec`` and target settings.
 
 Defaults live here only: in the dataclasses, and mirrored in the schema's
 ``default`` annotations for editors.  ``JOB_SCHEMA`` is published as
-``job.schema.json`` next to this file (``python -m mpirun_kit.spec.schema``
+``job.schema.json`` next to this file (``python -m mpirun_kit.cli.schema``
 rewrites it; a test keeps the two identical) so editors can validate specs::
 
     # yaml-language-server: $schema=../mpirun_kit/spec/job.schema.json
@@ -18,7 +18,6 @@ the schema only checks them as strings.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -307,10 +306,3 @@ JOB_SCHEMA: dict = {
 
 def schema_text() -> str:
     return json.dumps(JOB_SCHEMA, indent=2, sort_keys=False) + "\n"
-
-
-if __name__ == "__main__":
-    # Publish atomically: a half-written schema would break every editor.
-    from ..exec.files import write_atomic
-
-    write_atomic(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_PATH, schema_text())
