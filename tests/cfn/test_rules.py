@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit.stack import Finding, check_template, load_template
+from mpirun_kit.stack import Finding, check_parameters, check_template, load_template
 from mpirun_kit.stack.rules import parameter_choices, scenarios
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +36,9 @@ def test_fsx_rules_try_both_deployment_types_and_both_link_styles():
     choices = parameter_choices(t)
     assert choices["DeploymentType"] == ("SCRATCH_2", "PERSISTENT_2")
     assert choices["S3DataPath"] == ("", "<S3DataPath>")
-    assert len(list(scenarios(t))) == 800
+    # StorageCapacity has no AllowedValues (any multiple of 2400 is valid): its default is tried here, and
+    # the concrete value at deploy (test_fsx_takes_every_valid_capacity / ..._refuses_an_invalid_capacity_...)
+    assert "StorageCapacity" not in choices and len(list(scenarios(t))) == 80
 
 
 def test_persistent2_with_import_path():
@@ -169,3 +171,30 @@ def test_jobs_name_no_account_and_no_global_bucket():
     hits = [f"{p.name}:{i}" for p in sorted((REPO / "jobs").glob("*.yaml"))
             for i, line in enumerate(p.read_text().splitlines(), 1) if re.search(r"[0-9]{12}|mrk-artifacts", line)]
     assert hits == []
+
+
+@pytest.mark.parametrize("gib", [1200, 2400, 14400, 16800, 21600, 72000])
+def test_fsx_takes_every_valid_capacity(gib):
+    """Issue 21 item 6: AllowedValues left out valid sizes (14400, 16800, 21600, ...)."""
+    t = load_template("cfn/fsx.yaml")
+    values = {"SubnetId": "subnet-0123456789abcdef0", "SecurityGroupId": "sg-0123456789abcdef0",
+              "StorageCapacity": str(gib)}
+    check_parameters(t, values)
+    assert check_template(t, values) == ()
+
+
+@pytest.mark.parametrize("gib", [3000, 4000, 600])
+def test_fsx_refuses_an_invalid_capacity_before_deploying(gib):
+    from mpirun_kit.errors import SpecError
+
+    t = load_template("cfn/fsx.yaml")
+    values = {"SubnetId": "subnet-0123456789abcdef0", "SecurityGroupId": "sg-0123456789abcdef0",
+              "StorageCapacity": str(gib)}
+    try:
+        check_parameters(t, values)
+    except SpecError as exc:  # below MinValue: CloudFormation's own check
+        assert "StorageCapacity" in str(exc) and gib < 1200
+        return
+    (f,) = check_template(t, values)
+    assert (f.rule, f.message.split(";")[0]) == (
+        "FSX_THROUGHPUT", f"StorageCapacity={gib} GiB is not valid for SCRATCH_2 SSD")
