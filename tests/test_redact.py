@@ -10,7 +10,8 @@ from mpirun_kit.exec.result import RankFailure, job_result
 from mpirun_kit.spec.launch_spec import LaunchSpec
 from mpirun_kit.plan import build_launch_plan, render, to_json
 from mpirun_kit.plan.env import launcher_env, resolve_env
-from mpirun_kit.redact import RedactingFilter, redact_argv, redact_text, redact_value
+from mpirun_kit.redact import (REDACTED, RedactingFilter, is_secret, redact_arg, redact_argv, redact_pairs, redact_text,
+                               redact_value)
 from mpirun_kit.targets.base import DryRun
 
 SECRETS = ("s3cr3t-api", "hunter2-pw", "tok-abc123")
@@ -82,3 +83,12 @@ def test_mpirun_environment_is_the_allow_list_not_the_masters_whole_environment(
     env, _ = resolve_env(environ, explicit=(("MY_FLAG", "1"),))
     assert launcher_env(environ, env) == {"PATH": "/bin", "HOME": "/root", "OMPI_MCA_btl": "tcp,self",
                                           "NCCL_DEBUG": "INFO", "MY_FLAG": "1"}
+
+
+def test_redaction():
+    assert [is_secret(n) for n in ("HF_TOKEN", "DB_PASSWORD", "api_key", "MY_CREDENTIALS", "PATH", "AWS_SESSION_TOKEN")] \
+        == [True, True, True, True, False, True]
+    assert redact_pairs([("PATH", "/bin"), ("HF_TOKEN", "x")]) == (("PATH", "/bin"), ("HF_TOKEN", REDACTED))
+    assert redact_arg("HF_TOKEN=abc") == "HF_TOKEN=***"
+    assert redact_arg("NCCL_DEBUG=INFO") == "NCCL_DEBUG=INFO"
+    assert redact_arg("-x") == "-x"

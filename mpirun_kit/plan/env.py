@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-# What a secret is and how it is hidden is decided in one place, mpirun_kit/redact.py.
-from ..redact import AWS_CREDENTIALS, REDACTED, is_secret, redact_arg  # noqa: F401  (re-exported)
-from ..redact import redact_pairs as redact  # noqa: F401
+# What a secret is is decided in one place, mpirun_kit/redact.py.
+from ..redact import AWS_CREDENTIALS, is_secret
 
 FORWARD_NAMES: tuple[str, ...] = (
     "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "LANG", "LC_ALL", "TZ",

@@ -19,9 +19,8 @@ from typing import Mapping
 from ..cluster import Cluster
 from ..cluster.topology import Topology
 from ..spec.compile import CompiledJob
-from .env import redact
 from .gpu import pin_local_ranks
-from ..redact import redact_value
+from ..redact import redact_pairs, redact_value
 from .launch_plan import LaunchPlan, build_launch_plan, render as render_launch_plan, to_dict
 
 #: the interface name the hosts share, by target (SageMaker's resourceconfig says eth0; the sim's veth too).
@@ -100,7 +99,7 @@ def make_job_plan(compiled: CompiledJob, environ: Mapping[str, str], *, topology
     preset_names = {k.name: k.reason for k in compiled.tuning.applied}
     spec_names = {k for k, _ in job.env}
     rows = []
-    for name, value in redact(launch.env):
+    for name, value in redact_pairs(launch.env):
         if name in preset_names:
             origin = f"preset {compiled.tuning.preset}"  # its reason is under tuning, once
         elif name in spec_names:
@@ -157,7 +156,7 @@ def render(plan: JobPlan) -> str:
         f"job {job.name} ({job.source})",
         f"  target     {job.target.type}" + (f", {job.resources.instance_type}" if job.resources.instance_type else ""),
     ]
-    lines += [f"  stack      {ref} = {value}" for ref, value in redact(plan.stack_values)]
+    lines += [f"  stack      {ref} = {value}" for ref, value in redact_pairs(plan.stack_values)]
     slots = sorted({h.slots for h in lp.hosts})
     lines.append(f"  hosts      {len(lp.hosts)} x {slots[0] if len(slots) == 1 else '/'.join(map(str, slots))} "
                  f"slots, {len(lp.ranks)} ranks: {', '.join(h.name for h in lp.hosts[:8])}"
@@ -204,7 +203,7 @@ def to_json(plan: JobPlan) -> str:
                    "overridden": [x.__dict__ for x in c.tuning.conflicts],
                    "stale": [s.__dict__ for s in c.tuning.stale]},
         "channels": dict(c.channels),
-        "stack_outputs": dict(redact(plan.stack_values)),
+        "stack_outputs": dict(redact_pairs(plan.stack_values)),
         "warnings": list(plan.warnings),
         "launch_spec": redact_value(json.loads(c.launch.to_json())),  # env values and program flags
         "launch_plan": to_dict(plan.launch),

@@ -16,8 +16,8 @@ from typing import Mapping
 from ..cluster import Cluster, Host, elect_master
 from ..errors import SpecError
 from ..spec.launch_spec import LaunchSpec, Timeouts
-from .env import redact, resolve_env
-from ..redact import redact_argv
+from .env import resolve_env
+from ..redact import redact_argv, redact_pairs
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
 from ..rank.contract import CHANNEL_KEY_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
@@ -130,7 +130,7 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
 def to_dict(plan: LaunchPlan) -> dict:
     """A JSON-ready dict of the plan with secret values redacted."""
     d = asdict(plan)
-    d["env"] = dict(redact(plan.env))
+    d["env"] = dict(redact_pairs(plan.env))
     d["env_dropped"] = dict(plan.env_dropped)
     d["argv"] = redact_argv(plan.argv)
     d["program"] = redact_argv(plan.program)
@@ -162,7 +162,7 @@ def render(plan: LaunchPlan) -> str:
         rr = by_host.get(h.name, [])
         lines.append(f"    {h.name:<20} slots={h.slots}  ranks {rr[0]}-{rr[-1]}" if rr else f"    {h.name}")
     lines.append("  env (every rank)")
-    lines += [f"    {n}={v}" for n, v in redact(plan.env)]
+    lines += [f"    {n}={v}" for n, v in redact_pairs(plan.env)]
     lines.append(f"    {CHANNEL_KEY_VAR}=*** (result channel key, made by the master for each run)")
     for n, why in plan.env_dropped:
         lines.append(f"    dropped {n}: {why}")
