@@ -40,12 +40,49 @@ def say(line: str) -> None:
         print(f"mpirun_kit: {line}", file=sys.stderr, flush=True)
 
 
+def quota_preflight(compiled) -> tuple[str | None, str | None]:
+    """(shortfall line, note) for a SageMaker job's training-instance quota (stack/quotas.py); (None, None)
+    for other targets.  The note says why the quota was not read (no credentials, no Service Quotas)."""
+    job = compiled.job
+    if job.target.type != "sagemaker":
+        return None, None
+    import boto3
+
+    from ..stack.quotas import training_preflight
+
+    region = job.target.sagemaker.region
+    try:
+        sq = boto3.client("service-quotas", region_name=region)
+    except Exception as exc:  # noqa: BLE001 - botocore's no-region error: the note says it
+        return None, f"quota not checked ({exc})"
+    return training_preflight(sq, job.resources.instance_type, len(compiled.hosts), spot=job.spot.enabled,
+                              region=region)
+
+
+def cost_line(compiled) -> str | None:
+    """``cost`` line of a SageMaker plan: instance-hours and the on-demand estimate (stack/cost.py)."""
+    job = compiled.job
+    if job.target.type != "sagemaker":
+        return None
+    from ..stack.cost import training_estimate
+
+    return training_estimate(job.resources.instance_type, len(compiled.hosts), job.target.sagemaker.max_run_s,
+                             job.target.sagemaker.region, spot=job.spot.enabled)
+
+
 def _plan(args) -> int:
     from ..plan import jobplan
     from ..spec.resolve import compile_with_stack_values
 
     # A plan runs nothing: stacks it cannot read without AWS stay ${stack:...}, each with what resolves it.
     compiled, facts, stack_values = compile_with_stack_values(args, offline=True, report=say)
+    short, note = quota_preflight(compiled)
+    if short:
+        import dataclasses
+
+        compiled = dataclasses.replace(compiled, warnings=compiled.warnings + (short,))
+    if note:
+        say(f"note: {note}")
     local = compiled.job.target.type in ("local", "sim")
     plan = jobplan.make_job_plan(
         # Remote masters build the plan from their own environment; only local runs forward ours.
@@ -59,6 +96,9 @@ def _plan(args) -> int:
         from ..maskrcnn.config import schedule_for_program  # the Mask R-CNN schedule at this world size
 
         print("  " + (schedule_for_program(plan.launch.program, len(plan.launch.ranks)) or ""))
+    cost = cost_line(compiled)
+    if cost and not args.json:
+        print(f"  cost       {cost}")
     return 0
 
 

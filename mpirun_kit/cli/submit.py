@@ -7,6 +7,7 @@ with a timestamp) in ``prepare``, whose request value ``--dry-run`` prints, and
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
@@ -29,6 +30,17 @@ def _submit(args) -> int:
 
         # A dry run needs no AWS: stacks it cannot read stay ${stack:...}, each with what resolves it.
         compiled, _ = compile_from_args(args, offline=args.dry_run, report=say)
+        from .plan import quota_preflight
+
+        short, note = quota_preflight(compiled)  # before anything is created
+        if short and not args.dry_run:
+            from ..errors import ClusterError
+
+            raise ClusterError(short)
+        if short:
+            compiled = dataclasses.replace(compiled, warnings=compiled.warnings + (short,))
+        if note:
+            say(f"note: {note}")
         for w in compiled.warnings:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         target = get_target(compiled.job.target.type)

@@ -1,0 +1,38 @@
+"""stack/cost.py and its price table (issue 21 item 5): estimates as values, the table's date and source named."""
+from __future__ import annotations
+
+from mpirun_kit.stack.cost import prices, stack_monthly, training_estimate
+
+
+def test_the_table_says_when_and_where_its_prices_come_from():
+    p = prices()
+    assert p["as_of"] and p["source"]["sagemaker_training"].startswith("https://aws.amazon.com/sagemaker/pricing")
+    assert p["sagemaker_training_usd_per_hour"]["ml.p5.48xlarge"] > 0
+
+
+def test_training_estimate_of_the_main_job():
+    p = prices()["sagemaker_training_usd_per_hour"]["ml.p5.48xlarge"]
+    line = training_estimate("ml.p5.48xlarge", 4, 172800, "us-west-2")
+    assert line.startswith("4 x ml.p5.48xlarge for up to 48 h = 192 instance-hours, up to $"
+                           f"{192 * p:,.0f} on demand at ${p:g}/h (price table of ")
+    assert "not us-west-2" not in line
+
+
+def test_a_price_the_table_lacks_is_said_not_guessed():
+    assert training_estimate("ml.trn1.32xlarge", 2, 3600, "us-west-2") == (
+        "2 x ml.trn1.32xlarge for up to 1 h = 2 instance-hours; no price for ml.trn1.32xlarge in the price table of "
+        f"{prices()['as_of']} (mpirun_kit/stack/prices.json)")
+    assert "the table holds us-east-1, us-west-2 prices, not eu-west-1's" in training_estimate(
+        "ml.p4d.24xlarge", 1, 3600, "eu-west-1")
+
+
+def test_monthly_cost_of_the_nat_gateways_and_fsx():
+    nat = prices()["nat_gateway_usd_per_hour"] * 730
+    assert stack_monthly("cfn/vpc.yaml", {}, {"CreateNatGateway": "true"}, "us-west-2").startswith(
+        f"cost: 1 NAT gateway(s) cost ${nat:,.2f}/month while the stack exists")
+    assert stack_monthly("cfn/vpc.yaml", {"NatGatewayPerZone": "true", "AvailabilityZone3": "us-west-2c"},
+                         {"CreateNatGateway": "true"}, "us-west-2").startswith("cost: 3 NAT gateway(s)")
+    assert stack_monthly("cfn/vpc.yaml", {"CreateNatGateway": "false"}, {}, "us-west-2") is None
+    fsx = stack_monthly("cfn/fsx.yaml", {"StorageCapacity": "2400"}, {"DeploymentType": "SCRATCH_2"}, "us-west-2")
+    assert fsx.startswith(f"cost: 2400 GiB of FSx for Lustre SCRATCH_2 costs ${2400 * 0.14:,.0f}/month")
+    assert stack_monthly("cfn/efs.yaml", {}, {}, "us-west-2") is None
