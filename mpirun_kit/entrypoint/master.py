@@ -146,7 +146,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             parent_death_signal=signal.SIGTERM,
             # A stop reaches the ranks over the channel first: mpirun would SIGKILL them 1 s after its SIGTERM.
             rank_stop=RankStop(server, rank_hosts, t.grace_s + HOLD_MARGIN_S))
-        log.info("mpirun exited: code %s, signal %s", lex.returncode, lex.signal)
+        log.info("mpirun exited: %s", f"killed by {lex.signal}" if lex.signal else f"code {lex.returncode}")
         rec.mark("mpirun_exited")
         monitor.stop()
         result = _result_of(lex, server, plan, latch.received, monitor)
@@ -175,7 +175,7 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
         why = ("its host died or its network was cut" if not closed else
                f"{', '.join(closed)} closed its connection first (its entrypoint exited or was killed: see its "
                "log); any other stopped answering: its host died or its network was cut")
-        tail = ("\nmpirun output (last lines):\n" + "\n".join(lex.tail)) if lex.tail else ""
+        tail = (TAIL_HEADER + "\n".join(lex.tail)) if lex.tail else ""
         return JobResult(ExitCode.HOST_LOST, summary=(
             f"host lost: worker {hosts} stopped answering on the result channel (silent {silent}; limit "
             f"timeouts.worker_silence_s = {plan.timeouts.worker_silence_s:g} s): {why}; mpirun was stopped.  "
@@ -197,6 +197,16 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
     return result
 
 
+#: where the summary quotes mpirun's last lines (exec/result.py, and the host-lost summary above).
+TAIL_HEADER = "\nmpirun output (last lines):\n"
+
+
+def terminal_summary(summary: str) -> str:
+    """The failure summary as printed here: without its quote of mpirun's last lines, which were just
+    printed on this same stream (the failure file and SageMaker's FailureReason keep them)."""
+    return summary.partition(TAIL_HEADER)[0]
+
+
 def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: Path, out: TextIO,
             rec: timeline.Recorder | None = None, everyone: bool = False) -> None:
     """Failure file, result to the workers, their acks.  ``everyone``: wait for every worker of the plan, not
@@ -205,7 +215,8 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
         if result.exit_code != 0:
             path = write_failure(opt_ml, result.exit_code, result.summary)
             print(f"mpirun_kit: job failed with exit code {result.exit_code}"
-                  + (f"; failure written to {path}" if path else "") + "\n" + result.summary, file=out, flush=True)
+                  + (f"; failure written to {path}" if path else "") + "\n" + terminal_summary(result.summary),
+                  file=out, flush=True)
         sent = server.publish(result)
         if rec is not None:
             rec.mark("result_published")

@@ -69,22 +69,61 @@ class Retagger:
         return out
 
 
+#: Open MPI's messages that only restate a rank's exit (the job's failure summary names it as the root
+#: cause): left out of the copy under -q, kept in the tail for the failure file.
+RANK_EXIT_BANNERS = ("Primary job  terminated normally, but", "Primary job terminated normally, but",
+                     "mpirun detected that one or more processes exited with non-zero status",
+                     "mpirun noticed that process rank")
+
+
+def _is_ruler(line: str) -> bool:
+    return len(line) >= 20 and not line.strip("-")
+
+
 def pump_tagged(src: BinaryIO, dst: BinaryIO, tag_re: re.Pattern, rank_hosts: Mapping[int, str],
-          tail: collections.deque, lock: threading.Lock) -> None:
+          tail: collections.deque, lock: threading.Lock, *, drop_rank_exit_banners: bool = False) -> None:
     r"""Copy the launcher's output to ``dst``, each rank's bytes exactly as it wrote them behind ``[rank host]``.
 
     Bytes that are not UTF-8 survive the round trip (surrogateescape), and only the one newline that
     ends a physical line is taken off: a ``\r`` before it, tabs and trailing spaces are the program's.
     A last line without a newline comes out with one, so the next prefix starts a line.
+    ``drop_rank_exit_banners`` (-q): Open MPI's ruler-framed messages that only say a rank exited
+    non-zero (RANK_EXIT_BANNERS) are not copied; every other message is, once its frame closes.
     """
     retagger = Retagger(tag_re, rank_hosts)
+    held: list[str] | None = None   # an open ruler-framed message of mpirun's, under drop_rank_exit_banners
     for raw in iter(src.readline, b""):
         text = raw.decode(errors="surrogateescape")
-        _emit(retagger.feed(text[:-1] if text.endswith("\n") else text), dst, tail, lock)
-    _emit(retagger.flush(), dst, tail, lock)
+        lines = retagger.feed(text[:-1] if text.endswith("\n") else text)
+        if drop_rank_exit_banners:
+            lines, held = _frame(lines, held, tail, lock)
+        _emit(lines, dst, tail, lock)
+    _emit((held or []) + retagger.flush(), dst, tail, lock)
 
 
-def _emit(lines: list[str], dst: BinaryIO, tail: collections.deque, lock: threading.Lock) -> None:
+def _frame(lines: list[str], held: list[str] | None, tail: collections.deque, lock: threading.Lock
+           ) -> tuple[list[str], list[str] | None]:
+    """Hold mpirun's ruler-framed message until its closing ruler; then pass it on, or drop a rank-exit one
+    (its text still goes to the tail).  Ranks' lines (``[rank host] ...``) are never rulers."""
+    out: list[str] = []
+    for line in lines:
+        if held is None:
+            if _is_ruler(line):
+                held = [line]
+            else:
+                out.append(line)
+            continue
+        held.append(line)
+        if _is_ruler(line) and len(held) > 1:
+            if any(b in h for h in held for b in RANK_EXIT_BANNERS):
+                _emit(held, None, tail, lock)
+            else:
+                out += held
+            held = None
+    return out, held
+
+
+def _emit(lines: list[str], dst: BinaryIO | None, tail: collections.deque, lock: threading.Lock) -> None:
     for line in lines:
         # Open MPI frames its messages with rulers; they only waste the 1024-char failure text.
         data = line.encode(errors="surrogateescape")
@@ -92,6 +131,8 @@ def _emit(lines: list[str], dst: BinaryIO, tail: collections.deque, lock: thread
             with lock:
                 # The failure text is stored and sent as UTF-8: undecodable bytes become U+FFFD there only.
                 tail.append(data.decode(errors="replace"))
+        if dst is None:
+            continue
         try:
             dst.write(data + b"\n")
             dst.flush()

@@ -39,6 +39,7 @@ from typing import BinaryIO, Callable, Collection, Mapping, Protocol, Sequence
 
 from .clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError
+from . import verbosity
 from .output import pump_tagged
 from .signals import SignalLatch, signal_name
 
@@ -104,7 +105,10 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     tag_re = re.compile(tag_regex)
     tail: collections.deque = collections.deque(maxlen=tail_lines)
     lock = threading.Lock()
-    pumps = [threading.Thread(target=pump_tagged, args=(s, d, tag_re, rank_hosts, tail, lock), daemon=True)
+    # -q: Open MPI's banners that only restate a rank's exit are left out (the failure summary names it).
+    quiet = verbosity.LEVEL <= verbosity.QUIET
+    pumps = [threading.Thread(target=pump_tagged, args=(s, d, tag_re, rank_hosts, tail, lock),
+                              kwargs={"drop_rank_exit_banners": quiet}, daemon=True)
              for s, d in ((proc.stdout, stdout), (proc.stderr, stderr))]
     for t in pumps:
         t.start()

@@ -108,7 +108,15 @@ def secret_files(layout: SimLayout) -> list[Path]:
     keys = [layout.cluster_key]
     for h in layout.hosts:
         keys += [h.host_key, h.ssh_dir / "id_ed25519"]
-    return [p for k in keys for p in (k, Path(f"{k}.pub"))]
+    return [p for k in keys for p in (k, Path(f"{k}.pub"))] + [job_secret_file(h) for h in layout.hosts]
+
+
+def job_secret_file(host) -> Path:
+    """Where ``host`` finds the job secret: its ``mpirun-keys`` input channel, as on SageMaker
+    (entrypoint/common.default_secret_file)."""
+    from ..exec.sshkeys import SECRET_FILE_NAME
+
+    return host.opt_ml / "input" / "data" / "mpirun-keys" / SECRET_FILE_NAME
 
 
 def purge_root(root: Path | str) -> list[Path]:
@@ -327,18 +335,38 @@ class SimCluster:
         return subprocess.CompletedProcess(argv, p.popen.returncode, out, err)
 
     def start_entrypoints(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
-                          hosts: Sequence[str] | None = None) -> dict[str, SimProcess]:
+                          hosts: Sequence[str] | None = None, *, split_output: bool = False
+                          ) -> dict[str, SimProcess]:
         """Start ``argv`` on every host at once, as SageMaker starts a job's container on each host.
 
         ``${host_opt_ml}`` in ``argv`` becomes the host's /opt/ml as this machine sees it, so paths the
         program prints exist here.  Each runs in its own session: a Ctrl-C on the terminal reaches only
         the caller, which stops the hosts as the platform does (SIGTERM, then a grace period).
-        Output of each goes to ``<host dir>/entrypoint.log``.
+        Output of each goes to ``<host dir>/entrypoint.log``; with ``split_output`` only its stderr
+        (the entrypoint's own lines, mpirun's messages), and its stdout (what the ranks print) to
+        ``<host dir>/entrypoint.out``, so the caller can keep the two streams apart as the other
+        targets do.
         """
         chosen = list(hosts) if hosts is not None else [h.name for h in self.hosts]
-        return {h: self.popen(h, [a.replace(HOST_OPT_ML, str(self.host(h).opt_ml)) for a in argv], env,
-                              log_path=self.host(h).dir / "entrypoint.log", start_new_session=True)
-                for h in chosen}
+        procs = {}
+        for h in chosen:
+            d = self.host(h).dir
+            argv_h = [a.replace(HOST_OPT_ML, str(self.host(h).opt_ml)) for a in argv]
+            if not split_output:
+                procs[h] = self.popen(h, argv_h, env, log_path=d / "entrypoint.log", start_new_session=True)
+                continue
+            with open(d / "entrypoint.out", "wb") as out, open(d / "entrypoint.log", "wb") as err:
+                procs[h] = self.popen(h, argv_h, env, stdout=out, stderr=err, start_new_session=True)
+                procs[h].log_path = d / "entrypoint.log"
+        return procs
+
+    def write_job_secret(self, secret_text: str) -> None:
+        """Deliver the job secret to every host's ``mpirun-keys`` input channel, as `keys install --sagemaker`
+        does for a SageMaker job: the workers then authenticate on the result channel.  Removed by ``down``."""
+        for h in self.hosts:
+            path = job_secret_file(h)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write(path, secret_text, 0o600)
 
     def default_env(self) -> dict[str, str]:
         bindir = os.path.dirname(sys.executable)

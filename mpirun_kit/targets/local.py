@@ -18,7 +18,8 @@ from ..exec.process import supervise
 from ..spec.compile import CompiledJob
 from ..exec.files import write_atomic
 from ..exec import verbosity
-from .base import STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, launch_timeline, outcome_of, retrying
+from .base import STOPPED, DryRun, Progress, SubmitOptions, Target, retrying
+from .outcome import Outcome, launch_timeline, outcome_of
 
 SPEC_FILE = "launch-spec.json"
 #: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
@@ -26,7 +27,8 @@ OVERHEAD_S = 120.0
 DEFAULT_JOB_S = 7 * 24 * 3600.0
 
 
-def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: int, verbose: bool = True) -> DryRun:
+def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: int, verbose: bool = True,
+           quiet: bool = False) -> DryRun:
     """The local launch as a value.
 
     Args:
@@ -35,11 +37,12 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
         python: the interpreter with mpirun_kit installed.
         result_port: a free TCP port for the launcher's result channel (chosen by the caller).
         verbose: the launcher prints its progress lines (`submit -v`); else only warnings, errors, the result.
+        quiet: the launcher prints only errors and the result (`submit -q`).
     """
     slots = compiled.hosts[0].slots
     spec_path = Path(run_dir) / SPEC_FILE
     argv = [python, "-m", "mpirun_kit.cli.main", "launch", "--hosts", f"localhost:{slots}",
-            "--spec", str(spec_path), "--opt-ml", str(run_dir)] + (["-v"] if verbose else [])
+            "--spec", str(spec_path), "--opt-ml", str(run_dir)] + (["-v"] if verbose else ["-q"] if quiet else [])
     # A port per run: two local jobs (or a job and a test) must not share a result channel.
     spec = dataclasses.replace(compiled.launch, result_port=result_port)
     return DryRun(
@@ -118,7 +121,8 @@ class LocalTarget(Target):
         from ..spec.compile import output_path
 
         return {"run_dir": (Path(output_path(compiled.job)) / "launch").resolve(), "python": sys.executable,
-                "result_port": free_port(), "verbose": verbosity.LEVEL >= verbosity.VERBOSE}
+                "result_port": free_port(), "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
+                "quiet": verbosity.LEVEL <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

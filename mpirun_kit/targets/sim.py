@@ -30,7 +30,8 @@ from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from ..errors import ExitCode
 from ..exec import verbosity
-from .base import STOPPED, DryRun, Outcome, Progress, SubmitOptions, Target, launch_timeline, outcome_of, retrying
+from .base import STOPPED, DryRun, Progress, SubmitOptions, Target, retrying
+from .outcome import Outcome, launch_timeline, outcome_of
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
 OVERHEAD_S = 180.0
@@ -40,7 +41,13 @@ STOP_MARGIN_S = 15.0
 TEMP_ROOT_PREFIX = "mrk-sim-"
 
 
-def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_exe: str, verbose: bool = True) -> DryRun:
+def _verbosity_flags(verbose: bool, quiet: bool) -> list[str]:
+    """The hosts' entrypoints print what `submit` was asked for: progress with -v, only errors with -q."""
+    return [] if verbose else ["-q"] if quiet else ["--no-progress"]
+
+
+def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_exe: str, verbose: bool = True,
+           quiet: bool = False) -> DryRun:
     """The simulated run as a value.
 
     Args:
@@ -50,6 +57,10 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
         name: cluster name (1-12 lowercase letters/digits), chosen by the caller.
         mpirun_kit_exe: the console script every host runs.
         verbose: the hosts' entrypoints print their progress lines (`submit -v`); else only warnings, errors.
+        quiet: the hosts' entrypoints print only errors and the result (`submit -q`).
+
+    Each host's entrypoint finds a job secret made for the run in its ``mpirun-keys`` input channel,
+    as `keys install --sagemaker` delivers one on SageMaker, so workers authenticate on the result channel.
     """
     t = compiled.launch.timeouts
     deadline = (t.job_s or DEFAULT_JOB_S) + t.ssh_ready_s + OVERHEAD_S
@@ -58,7 +69,7 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
         "instance_type": compiled.job.resources.instance_type or "ml.c5.xlarge",
         # --opt-ml: the host's /opt/ml under its path on this machine, so printed paths (the failure
         # report) can be opened here; inside the host it is the same directory as /opt/ml.
-        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd", *([] if verbose else ["--no-progress"]),
+        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd", *_verbosity_flags(verbose, quiet),
                        "--opt-ml", HOST_OPT_ML],
         "hyperparameters": {LAUNCH_SPEC_HYPERPARAMETER: compiled.launch.to_json()},
         "deadline_s": deadline, "grace_s": t.grace_s, "retries": compiled.job.retries,
@@ -72,11 +83,18 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
 
 
 def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
-             progress: Progress | None = None, latch: SignalLatch | None = None) -> tuple[int, dict[str, int], Path]:
-    """One attempt on a fresh cluster under ``root/attempt-N``: (exit code, each host's code, master's /opt/ml)."""
+             progress: Progress | None = None, latch: SignalLatch | None = None,
+             err: BinaryIO | None = None) -> tuple[int, dict[str, int], Path]:
+    """One attempt on a fresh cluster under ``root/attempt-N``: (exit code, each host's code, master's /opt/ml).
+
+    What the ranks print (the entrypoints' stdout) goes to ``out``, everything else (the entrypoints' own
+    lines, mpirun's messages) to ``err``, as on the other targets.
+    """
+    from ..exec.sshkeys import SECRET_BYTES, format_secret
     from ..sim import SimCluster
 
     out = out or sys.stdout.buffer
+    err = err or sys.stderr.buffer
     req = dry.request
     progress = progress or Progress(clock=clock)
     latch = latch or SignalLatch(signals=())
@@ -84,15 +102,16 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     with SimCluster(req["hosts"], root / f"attempt-{attempt}", req["name"], instance_type=req["instance_type"],
                     clock=clock) as sim:
         sim.write_sagemaker_config(hyperparameters=req["hyperparameters"])
-        procs = sim.start_entrypoints(req["entrypoint"])
+        sim.write_job_secret(format_secret(os.urandom(SECRET_BYTES)))  # a new one per run, removed with the cluster
+        procs = sim.start_entrypoints(req["entrypoint"], split_output=True)
         master = sim.hosts[0].name
-        tails = [FileTail(sim.host(h).dir / "entrypoint.log", "" if h == master else f"[{h} entrypoint] ")
-                 for h in procs]
+        tails = [(FileTail(sim.host(h).dir / name, "" if h == master else f"[{h} entrypoint] "), dst)
+                 for h in procs for name, dst in (("entrypoint.out", out), ("entrypoint.log", err))]
         deadline = Deadline(clock, req["deadline_s"])
         stopped: int | None = None
         while True:
-            for t in tails:
-                t.pump(out)
+            for t, dst in tails:
+                t.pump(dst)
             running = [h for h, p in procs.items() if p.poll() is None]
             if not running:
                 break
@@ -109,8 +128,8 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
                 progress.update(f"sim: {len(procs) - len(running)}/{len(procs)} host(s) finished; "
                                 f"running: {', '.join(running)}")
             clock.sleep(0.2)
-        for t in tails:
-            t.pump(out, final=True)
+        for t, dst in tails:
+            t.pump(dst, final=True)
         codes = {h: exit_code_of(p.returncode) if p.returncode is not None else ExitCode.SIGKILL for h, p in procs.items()}
         opt_ml = sim.host(master).opt_ml
     code = stopped if stopped is not None else codes[master]
@@ -188,7 +207,7 @@ class SimTarget(Target):
         # No root given: run_outcome makes a temporary one when the job starts (a dry run writes nothing).
         exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
         return {"root": Path(sim.root) if sim.root else None, "name": f"s{os.getpid():x}"[:12], "mpirun_kit_exe": exe,
-                "verbose": verbosity.LEVEL >= verbosity.VERBOSE}
+                "verbose": verbosity.LEVEL >= verbosity.VERBOSE, "quiet": verbosity.LEVEL <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

@@ -97,3 +97,26 @@ def test_file_tail_copies_complete_lines_as_the_file_grows(tmp_path):
     tail.pump(out)
     tail.pump(out, final=True)
     assert out.getvalue() == b"[h] one\n[h] two\n[h] three\n"
+
+
+RULER = b"-" * 74 + b"\n"
+BANNERS = (RULER + b"Primary job  terminated normally, but 1 process returned\n"
+           b"a non-zero exit code. Per user-direction, the job has been aborted.\n" + RULER
+           + RULER + b"mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+           b"the job to be terminated. The first process to do so was:\n\n  Process name: [[1,1],1]\n"
+           b"  Exit code:    3\n" + RULER)
+OTHER = RULER + b"mpirun was unable to launch the specified application as it could not access\n" + RULER
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_rank_exit_banners_are_left_out_under_quiet_and_kept_in_the_tail(quiet):
+    """Issue 22 defect 3: with -q, Open MPI's two banners restating a rank's exit filled stderr; they are
+    dropped from the copy (the summary names the root cause) but stay in the failure text.  Any other
+    message of mpirun's (a launch failure) is copied whole, and a rank's own ruler is the rank's."""
+    src = io.BytesIO(b"[1,1]<stderr>:" + RULER + BANNERS + OTHER + b"[1,0]<stdout>:done\n")
+    dst, tail = io.BytesIO(), collections.deque(maxlen=50)
+    pump_tagged(src, dst, re.compile(FLAVOURS["openmpi4"].tag_regex), {0: "h", 1: "h"}, tail, threading.Lock(),
+                drop_rank_exit_banners=quiet)
+    expected = b"[1 h] " + RULER + (b"" if quiet else BANNERS) + OTHER + b"[0 h] done\n"
+    assert dst.getvalue() == expected
+    assert "  Exit code:    3" in tail and "[0 h] done" in tail

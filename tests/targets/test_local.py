@@ -143,3 +143,29 @@ def test_json_result_of_a_success_and_a_stale_failure_report_is_not_reused(tmp_p
     assert (result["exit_code"], result["source"], result["reason"], result["root_cause"]) == (
         0, "job", "the job succeeded", None)
     assert not stale.exists()
+
+
+def test_failed_job_with_json_and_q_prints_the_root_cause_once(tmp_path, capfd):
+    """Issue 22 defect 3: rank 1 exiting 3 under `--json -q` wrote Open MPI's two banners, then "mpirun output
+    (last lines):" with the ranks' output and the banners again.  Now stderr is the root cause, once."""
+    assert main(["submit", str(spec(tmp_path, (0, 3))), "--json", "-q"]) == 3
+    captured = capfd.readouterr()
+    failure = tmp_path / "out" / "launch" / "output" / "failure"
+    lines = captured.err.splitlines()
+    assert lines[0] == f"mpirun_kit: job failed with exit code 3; failure written to {failure}"
+    assert lines[1].startswith("root cause: rank 1 on localhost exited with code 3 (first seen ")
+    assert len(lines) == 2, captured.err
+    assert json.loads(captured.out.splitlines()[-1])["exit_code"] == 3
+    # the failure file (SageMaker's FailureReason elsewhere) keeps mpirun's last lines
+    assert "mpirun output (last lines):" in failure.read_text()
+
+
+def test_failed_job_default_output_has_open_mpis_banner_once_and_v_names_no_python_values(tmp_path, capfd):
+    """Issue 22 defects 3 and 7: the banners were printed, then quoted again in the summary; -v printed
+    `mpirun exited: code 3, signal None`."""
+    assert main(["submit", str(spec(tmp_path, (0, 3))), "-v"]) == 3
+    err = capfd.readouterr().err
+    assert err.count("Primary job  terminated normally") == 1
+    assert "mpirun output (last lines)" not in err
+    assert "mpirun_kit: mpirun exited: code 3" in err
+    assert "None" not in err

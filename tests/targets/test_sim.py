@@ -30,7 +30,8 @@ def test_allreduce_bench_on_three_simulated_hosts(tmp_path, capfd):
     assert [int(s) for s, _ in sizes] == [65536, 1048576, 8388608]
     assert all(float(bw) > 0 for _, bw in sizes)
     assert "sim: every host finished (algo-1=0, algo-2=0, algo-3=0)" in captured.err
-    assert "[algo-2 entrypoint] mpirun_kit: worker algo-2: job result from master: exit code 0" in out
+    assert "[algo-2 entrypoint] mpirun_kit: worker algo-2: job result from master: exit code 0" in captured.err
+    assert "mpirun_kit" not in out  # stdout: only what the ranks print
 
 
 def sim_job(tmp_path: Path, hosts: int, ppn: int, command: str, root: Path | None = None) -> Path:
@@ -65,7 +66,7 @@ def test_failing_rank_exit_code_comes_back_from_the_sim(tmp_path, capfd):
     assert result["timeline"]["hosts"] == {"algo-1": 7, "algo-2": 7}
     assert result["timeline"]["duration_s"] > 0
     # The master's own line names the report where it is on this machine, not /opt/ml inside the host.
-    assert f"failure written to {failure}" in captured.out
+    assert f"failure written to {failure}" in captured.err
     assert failure.read_text().startswith("mpirun_kit exit_code=7\n")
     # The dry run's note names the log directory that was used.
     dry = json.loads(_dry_run(spec, capfd))
@@ -143,6 +144,54 @@ def test_rank_output_is_byte_for_byte_on_the_sim(tmp_path, capfdbinary):
 
     (tmp_path / "exact.py").write_text(exact_output.PROGRAM)
     assert main(["submit", str(sim_job(tmp_path, 2, 2, f"[python3, {tmp_path / 'exact.py'}]"))]) == 0
-    out = capfdbinary.readouterr().out
-    # The host's log holds stdout and stderr together.
-    exact_output.assert_exact(out, out, {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"})
+    captured = capfdbinary.readouterr()
+    # Each rank's stdout on stdout, its stderr on stderr, as on the other targets.
+    exact_output.assert_exact(captured.out, captured.err, {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"})
+    assert all(exact_output.stderr_line(r, h) not in captured.out
+               for r, h in {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}.items())
+
+
+def _submit_process(spec: Path, *flags: str):
+    """`mpirun_kit submit SPEC FLAGS` as a user runs it: a real process, stdout and stderr apart."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", "submit", str(spec), *flags],
+                          capture_output=True, text=True, timeout=300, cwd=spec.parent,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("OMPI_")})
+
+
+def test_quiet_sim_run_prints_only_the_ranks_output(tmp_path):
+    """Issue 22 defect 2: `submit ok.yaml --target sim -q > a.txt` put the hosts' "no job secret ... or pass
+    --secret-file" warning among the ranks' lines, on every run.  The sim now delivers a job secret per run
+    (as `keys install --sagemaker` does), the entrypoints' own lines go to stderr, and -q reaches them."""
+    spec = sim_job(tmp_path, 2, 1, "[sh, -c, 'echo hello from $OMPI_COMM_WORLD_RANK']")
+    r = _submit_process(spec, "--target", "sim", "-q")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert sorted(r.stdout.splitlines()) == ["[0 algo-1] hello from 0", "[1 algo-2] hello from 1"]
+    # the per-run secret went with the cluster
+    assert not list((tmp_path / "sim").rglob("job-secret"))
+
+
+def test_default_sim_run_has_no_secret_warning_and_keeps_stdout_for_the_ranks(tmp_path):
+    spec = sim_job(tmp_path, 2, 1, "[sh, -c, 'echo hello from $OMPI_COMM_WORLD_RANK']")
+    r = _submit_process(spec)
+    assert r.returncode == 0, r.stderr
+    assert "job secret" not in r.stderr + r.stdout
+    assert sorted(r.stdout.splitlines()) == ["[0 algo-1] hello from 0", "[1 algo-2] hello from 1"]
+
+
+def test_failed_sim_run_with_json_and_q_is_short_and_exact(tmp_path):
+    """Issue 22 defect 3: rank 1 exiting 3 under `--json -q` wrote ~30 lines to stderr (Open MPI's two banners,
+    then "mpirun output (last lines):" repeating the ranks' output and the banners).  Now stdout holds the
+    ranks' output and the result line, stderr the root cause once."""
+    spec = sim_job(tmp_path, 2, 1, """[sh, -c, 'echo out $OMPI_COMM_WORLD_RANK; if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exit 3; fi']""")
+    r = _submit_process(spec, "--json", "-q")
+    assert r.returncode == 3, r.stderr
+    lines = r.stdout.splitlines()
+    assert sorted(lines[:-1]) == ["[0 algo-1] out 0", "[1 algo-2] out 1"]
+    assert json.loads(lines[-1])["reason"] == "rank 1 on algo-2 exited with code 3"
+    assert "mpirun output (last lines)" not in r.stderr
+    assert r.stderr.count("rank 1 on algo-2 exited with code 3") == 1, r.stderr
+    assert len(r.stderr.splitlines()) <= 4, r.stderr
