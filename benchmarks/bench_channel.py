@@ -1,6 +1,6 @@
 """Load benchmark of the master's result channel at the scale of a 256-host x 8-GPU job.
 
-The real ``ResultServer`` (exec/channel.py) runs in this process, configured as the master
+The real ``ResultServer`` (exec/channel/server.py) runs in this process, configured as the master
 configures it (entrypoint/master.py): the plan's rank placement, its workers, the progress
 checker of observe/hang.py and the hang watch's table behind ``on_rank_event``.  Every
 connection comes from 127.0.0.1 here, so the server's own ``allowed_peers`` is set to
@@ -9,12 +9,13 @@ connection comes from 127.0.0.1 here, so the server's own ``allowed_peers`` is s
 A few client processes (``--clients``) each hold a share of the connections on one
 ``selectors`` loop, made and used by the real senders:
 
-* rank-like: ``send_rank_event`` (report.py, what the rank wrapper calls) with a start
+* rank-like: a ``RankLink`` (exec/channel/rank_link.py, what the rank wrapper uses; its key derived
+  from the run key as the master derives it, keys.py) with a start
   report, then ``--rate`` ``progress`` reports per second (default 1; phases spread evenly),
   each stamped ``t = time.time()`` just before it is signed and sent, as relay.py does;
   an exit report at the end;
 * worker-like: ``MasterLink.connect`` (hello), then ``{"type": "heartbeat"}`` every
-  second (channel.HEARTBEAT_S) through ``MasterLink.send`` as entrypoint/worker.py does, reading (and
+  second (protocol.HEARTBEAT_S) through ``MasterLink.send`` as entrypoint/worker.py does, reading (and
   dropping) the master's heartbeats so that the master never sees a full socket.
 
 Figures, over the measured window (after every connection is up, for ``--seconds``):
@@ -46,8 +47,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline  # noqa: E402
-from mpirun_kit.exec.channel import MasterLink, ResultServer, worker_key_from_secret  # noqa: E402
-from mpirun_kit.exec.report import send_rank_event  # noqa: E402
+from mpirun_kit.exec.channel.keys import host_seed, rank_key, worker_key_from_secret  # noqa: E402
+from mpirun_kit.exec.channel.link import MasterLink  # noqa: E402
+from mpirun_kit.exec.channel.rank_link import RankLink  # noqa: E402
+from mpirun_kit.exec.channel.server import ResultServer  # noqa: E402
 from mpirun_kit.observe.hang import HangWatch, check_observe_report  # noqa: E402
 
 #: open files each side needs beyond its sockets.
@@ -75,20 +78,21 @@ def client_main(cfg: dict, wait_go) -> dict:
     """Connect this share's connections, tell the parent, wait for ``wait_go()`` -> {"go", "end"} (wall
     clock), then drive them until "end"; returns what was sent."""
     raise_nofile(len(cfg["ranks"]) + len(cfg["workers"]) + _FD_SLACK)
-    rank_key, worker_key = bytes.fromhex(cfg["rank_key"]), bytes.fromhex(cfg["worker_key"])
+    run_key, worker_key, job = bytes.fromhex(cfg["run_key"]), bytes.fromhex(cfg["worker_key"]), cfg["job"]
     addr = f"127.0.0.1:{cfg['port']}"
     sel = selectors.DefaultSelector()
     ranks: dict[int, object] = {}
     for r, host in cfg["ranks"]:
-        sock = send_rank_event(addr, {"rank": r, "host": host, "event": "start", "local_rank": r % 8,
-                                      "pid": os.getpid(), "t": time.time()}, rank_key, timeout=30.0)
-        if sock is None:
+        rl = RankLink(addr, r, rank_key(host_seed(run_key, job, host), job, r), job, timeout=30.0)
+        if not rl.send({"rank": r, "host": host, "event": "start", "local_rank": r % 8, "pid": os.getpid(),
+                        "t": time.time()}):
             raise SystemExit(f"bench client: rank {r} could not connect to {addr}")
-        ranks[r] = (host, sock)
-        sel.register(sock, selectors.EVENT_READ, None)
+        ranks[r] = (host, rl)
+        sel.register(rl.sock, selectors.EVENT_READ, None)
     links = []
     for host in cfg["workers"]:
-        link = MasterLink.connect("127.0.0.1", cfg["port"], host, Deadline(SYSTEM_CLOCK, 30.0), key=worker_key)
+        link = MasterLink.connect("127.0.0.1", cfg["port"], host, Deadline(SYSTEM_CLOCK, 30.0), key=worker_key,
+                                  job=job)
         link.sock.setblocking(True)
         sel.register(link.sock, selectors.EVENT_READ, link)
         links.append(link)
@@ -122,21 +126,19 @@ def client_main(cfg: dict, wait_go) -> dict:
         _, kind, who = sched[i]
         i += 1
         if kind == "r":
-            host, sock = ranks[who]
+            host, rl = ranks[who]
             step[who] += 1
-            # relay.py's _send: {ident, event, step, "t": time.time()} through send_rank_event.
-            got = send_rank_event(addr, {"rank": who, "host": host, "event": "progress", "step": step[who],
-                                         "t": time.time()}, rank_key, sock=sock)
-            sent["failed" if got is not sock else "progress"] += 1
+            # relay.py's _send: {ident, event, step, "t": time.time()} through the rank's link.
+            ok = rl.send({"rank": who, "host": host, "event": "progress", "step": step[who], "t": time.time()})
+            sent["progress" if ok else "failed"] += 1
         else:
             links[who].send({"type": "heartbeat"})
             sent["heartbeat"] += 1
-    for r, (host, sock) in ranks.items():
-        send_rank_event(addr, {"rank": r, "host": host, "event": "exit", "exit_code": 0, "signal": None,
-                               "t": time.time()}, rank_key, sock=sock)
+    for r, (host, rl) in ranks.items():
+        rl.send({"rank": r, "host": host, "event": "exit", "exit_code": 0, "signal": None, "t": time.time()})
     time.sleep(0.5)   # let the exits land before the FINs
-    for _, sock in ranks.values():
-        sock.close()
+    for _, rl in ranks.values():
+        rl.close()
     for link in links:
         link.close()
     return sent
@@ -190,18 +192,19 @@ def run_load(hosts: int = 256, per_host: int = 8, seconds: int = 30, clients: in
     rank_hosts, workers = placement(hosts, per_host)
     n_conn = len(rank_hosts) + len(workers)
     raise_nofile(n_conn + _FD_SLACK)
-    rank_key, secret = os.urandom(32), os.urandom(32)
-    worker_key = worker_key_from_secret(secret)
+    run_key, secret, job = os.urandom(32), os.urandom(32), "bench-job"
+    worker_key = worker_key_from_secret(secret, job)
     window = [0.0, 0.0]
     rec = Recorder(rank_hosts, window)            # window filled in once every client is connected
-    server = ResultServer("127.0.0.1", 0, rank_key=rank_key, worker_key=worker_key, rank_hosts=rank_hosts,
+    server = ResultServer("127.0.0.1", 0, job=job, run_key=run_key, worker_key=worker_key, rank_hosts=rank_hosts,
                           workers=workers, allowed_peers={"127.0.0.1"}, worker_silence_s=10.0,
+                          host_addresses={h: {"127.0.0.1"} for h in set(rank_hosts.values())},
                           on_rank_event=rec.on_rank_event, check_other=rec.check).start()
     procs = []
     try:
         t0 = time.time()
         for c in range(clients):
-            cfg = {"port": server.port, "rank_key": rank_key.hex(), "worker_key": worker_key.hex(),
+            cfg = {"port": server.port, "run_key": run_key.hex(), "worker_key": worker_key.hex(), "job": job,
                    "ranks": [(r, h) for r, h in rank_hosts.items() if r % clients == c],
                    "workers": workers[c::clients], "n_ranks": len(rank_hosts), "n_workers": len(workers),
                    "rate": rate}

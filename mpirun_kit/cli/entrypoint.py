@@ -63,6 +63,9 @@ def register(subparsers) -> None:
     p.add_argument("--secret-file", type=Path, metavar="FILE",
                    help="the job secret (`mpirun_kit keys new`) that authenticates workers on the result channel "
                         "(default: OPT_ML/input/data/mpirun-keys/job-secret when present)")
+    p.add_argument("--job", metavar="NAME",
+                   help="the job's name, inside every result-channel key and MAC; every host must be given the same "
+                        "(default: $TRAINING_JOB_NAME, which SageMaker sets, else none)")
     p.add_argument("--no-progress", action="store_true",
                    help="only warnings, errors and the result, as other commands print by default (what `submit "
                         "--target sim|ssh` passes to every host without -v)")
@@ -84,7 +87,7 @@ def register(subparsers) -> None:
                    help="where output/failure is written (default /tmp/mpirun-kit-launch)")
     _common(q, "a LaunchSpec JSON file: the program, env, MPI options and timeouts")
     q.set_defaults(func=_entrypoint, launch=True, role="master", no_sshd=True, sshd_config=None, current_host=None,
-                   secret_file=None)
+                   secret_file=None, job=None)
 
 
 def options_from_args(args):
@@ -99,7 +102,8 @@ def options_from_args(args):
     opts = EntrypointOptions(
         opt_ml=args.opt_ml, role=args.role, dry_run=args.dry_run, json=args.json, start_sshd=not args.no_sshd,
         sshd_config=args.sshd_config, hosts=args.hosts, hostfile=args.hostfile, current_host=args.current_host,
-        spec_file=args.spec, secret_file=args.secret_file, program=program, overrides=tuple(overrides.items()))
+        spec_file=args.spec, secret_file=args.secret_file, program=program, overrides=tuple(overrides.items()),
+        job=args.job if args.job is not None else os.environ.get("TRAINING_JOB_NAME", ""))
     return opts, args.grace
 
 

@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 
 from ..exec import verbosity
-from ..exec.channel import worker_key_from_secret
+from ..exec.channel.keys import worker_key_from_secret
 from ..exec.files import write_atomic
 from ..exec.result import failure_file_text
 
@@ -49,8 +49,8 @@ def default_secret_file(opt_ml: Path) -> Path:
     return Path(opt_ml) / "input" / "data" / "mpirun-keys" / SECRET_FILE_NAME
 
 
-def channel_worker_key(secret_file: Path | None, opt_ml: Path, *, multi_host: bool) -> bytes | None:
-    """The workers' result-channel key from the job secret; None when a multi-host job has none.
+def channel_worker_key(secret_file: Path | None, opt_ml: Path, *, multi_host: bool, job: str = "") -> bytes | None:
+    """The workers' result-channel key from the job secret and the job's name; None when the job has no secret.
 
     An explicit ``--secret-file`` must be readable and valid; the default one may be absent
     (a single-host job, or a cluster set up without `mpirun_kit keys`), in which case the
@@ -76,4 +76,4 @@ def channel_worker_key(secret_file: Path | None, opt_ml: Path, *, multi_host: bo
             log.warning("no job secret at %s: the result channel authenticates ranks (a key made per run) but "
                         "not workers; deliver the secret (input channel mpirun-keys) or pass --secret-file", path)
         return None
-    return worker_key_from_secret(parse_secret(text, str(path)))
+    return worker_key_from_secret(parse_secret(text, str(path)), job)

@@ -58,6 +58,8 @@ class EntrypointOptions:
     #: the job secret (``mpirun_kit keys new``); default: the SageMaker input channel's, when present.
     secret_file: Path | None = None
     program: tuple[str, ...] = ()
+    #: the job's name, inside every result-channel key and MAC (exec/channel/); the same on every host.
+    job: str = ""
     #: LaunchSpec fields given on the command line (name -> value); they win.
     overrides: tuple[tuple[str, object], ...] = ()
 
@@ -219,14 +221,14 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
             return 0
         from .common import channel_worker_key
 
-        worker_key = channel_worker_key(opts.secret_file, opts.opt_ml, multi_host=len(cluster.hosts) > 1)
+        worker_key = channel_worker_key(opts.secret_file, opts.opt_ml, multi_host=len(cluster.hosts) > 1, job=opts.job)
         # Only this role's module: the master's pulls in mpirun supervision and the hang monitor, the
         # worker's psutil (its daemon scan); each costs the other role ~10 ms of CPU for nothing.
         if role == "master":
             from .master import run_master
 
             plan = planned()
-            result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key)
+            result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key, job=opts.job)
         else:
             from .worker import run_worker
 
@@ -249,7 +251,7 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
             # sshd connection per host for nothing the master does not learn anyway).
             sshd_up = opts.start_sshd
             result = run_worker(plan, me, opts.opt_ml, latch, clock=clock, sshd=sshd, worker_key=worker_key,
-                                sshd_up=sshd_up)
+                                sshd_up=sshd_up, job=opts.job)
     if opts.json:
         print(json.dumps({"host": me, "role": role, "exit_code": result.exit_code, "summary": result.summary}),
               file=out)

@@ -7,8 +7,10 @@ fails, SIGTERM, a worker host lost), the master ends by writing the failure file
 publishing the result to every worker, and waiting briefly for their acks, so no
 worker is left guessing.
 
-The ranks' channel key is made here, once per run, and reaches the ranks only
-through mpirun's environment (the plan's argv names it with ``-x``).  A worker
+The channel's run key and run nonce are made here, once per run (exec/channel/keys.py): each worker
+gets its host's seed after its hello, this host's ranks get their key files from here before mpirun
+starts, and only the run nonce (no secret: it names the key files' directory) goes through mpirun's
+environment (the plan's argv names it with ``-x``).  A worker
 silent for ``timeouts.worker_silence_s`` (its host died or its network was cut:
 no FIN ever arrives, and mpirun does not notice) stops mpirun like a SIGTERM
 would, and every host exits with ``ExitCode.HOST_LOST``, naming the lost host.
@@ -25,10 +27,11 @@ from typing import Mapping, TextIO
 
 from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode, LaunchError, SSHUnreachableError
-from ..exec.channel import ResultServer, new_rank_key, worker_key_without_secret
+from ..exec.channel.keys import key_dir, new_run_key, remove_rank_keys, worker_key_without_secret, write_rank_keys
+from ..exec.channel.server import ResultServer
+from ..exec.channel.stop import HOLD_MARGIN_S, RankStop
 from ..exec.process import LauncherExit, run_launcher
-from ..exec.rank_stop import HOLD_MARGIN_S, RankStop
-from ..rank.contract import CHANNEL_KEY_VAR
+from ..rank.contract import RUN_NONCE_VAR
 from ..exec.result import JobResult, job_result
 from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable
@@ -61,32 +64,42 @@ def bind_address(plan: LaunchPlan) -> str:
                           "fix /etc/hosts or DNS so every host resolves every host name") from exc
 
 
-def peer_addresses(plan: LaunchPlan, bind: str) -> frozenset[str]:
-    """The addresses the job's hosts connect from: each host name as this host resolves it."""
-    found = {bind}
+def host_addresses(plan: LaunchPlan, bind: str) -> dict[str, frozenset[str]]:
+    """Where each of the job's hosts connects from: its name as this host resolves it (the master's own
+    host also from its bind address and loopback: its ranks reach it locally)."""
+    found: dict[str, set[str]] = {plan.master: {bind, "127.0.0.1"}}
     for h in plan.hosts:
         try:
-            found.add(socket.gethostbyname(h.name))
+            found.setdefault(h.name, set()).add(socket.gethostbyname(h.name))
         except OSError as exc:
             log.warning("host %s does not resolve here (%s); its connections to the result channel will be "
                         "refused", h.name, exc)
-    return frozenset(found)
+    return {h: frozenset(a) for h, a in found.items()}
+
+
+def with_rejections(result: JobResult, counts: Mapping[str, int]) -> JobResult:
+    """``result`` with the result channel's refusals, by kind, added to its summary (none: unchanged)."""
+    if not counts:
+        return result
+    text = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
+    note = f"result channel refused {sum(counts.values())} message(s)/connection(s) ({text}); see the master's log"
+    return replace(result, summary=f"{result.summary}\n{note}" if result.summary else note)
 
 
 def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch: SignalLatch, *,
                clock: Clock = SYSTEM_CLOCK, bind: str | None = None, log_stream: TextIO | None = None,
-               worker_key: bytes | None = None) -> JobResult:
+               worker_key: bytes | None = None, job: str = "") -> JobResult:
     """Run the job as master; return the JobResult every host exits with.
 
     Args:
         worker_key: the workers' channel key (entrypoint/common.py); None = the job has no secret.
+        job: the job's name (inside every channel MAC and key, exec/channel/).
 
     Raises:
         LaunchError: the result channel cannot be opened (port taken, name unresolvable).
     """
     out = log_stream or sys.stderr
     bind = bind or bind_address(plan)
-    rank_key = new_rank_key()
     t = plan.timeouts
     rec = timeline.Recorder(plan.master, "master", clock)   # phases -> <opt_ml>/output/timeline.json
     rec.mark_process_start()
@@ -96,18 +109,23 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                           lambda ranks: server.send_to_ranks(ranks, {"type": "stacks"}), clock=clock, out=out,
                           progress_to_out=progress_shown())
     try:
+        addresses = host_addresses(plan, bind)
         server = ResultServer(
-            bind, plan.result_port, rank_key=rank_key,
-            worker_key=worker_key or worker_key_without_secret(plan.workers, plan.result_port),
+            bind, plan.result_port, job=job, run_key=new_run_key(),
+            worker_key=worker_key or worker_key_without_secret(plan.workers, plan.result_port, job),
             rank_hosts={r.rank: r.host for r in plan.ranks}, workers=plan.workers,
-            allowed_peers=peer_addresses(plan, bind), worker_silence_s=t.worker_silence_s, clock=clock,
+            allowed_peers=frozenset().union(*addresses.values()), host_addresses=addresses,
+            clean_timeline=timeline.clean_records, worker_silence_s=t.worker_silence_s, clock=clock,
             on_rank_event=monitor.on_report, check_other=check_observe_report).start()
     except OSError as exc:
         raise LaunchError(f"cannot open the result channel on {bind}:{plan.result_port} ({exc.strerror}); "
                           "another job may hold the port: set result_port in the launch spec") from exc
     result: JobResult | None = None
     started = False
+    finishing = False
+    keys = key_dir(server.run_nonce.hex())
     try:
+        _write_own_rank_keys(server, plan, keys, job)
         workers = plan.workers
         if workers:
             say(out, f"master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
@@ -130,9 +148,10 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         if latch.received:
             result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value),
                                summary=f"the master entrypoint received {latch.received} before mpirun started")
-            return result
+            finishing = True
+            return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=True)
         # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
-        env = {**launcher_env(environ, plan.env), CHANNEL_KEY_VAR: rank_key.hex()}
+        env = {**launcher_env(environ, plan.env), RUN_NONCE_VAR: server.run_nonce.hex()}
         say(out, f"launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)")
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")
@@ -150,13 +169,38 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         rec.mark("mpirun_exited")
         monitor.stop()
         result = _result_of(lex, server, plan, latch.received, monitor)
-        return result
+        finishing = True
+        return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=False)
     finally:
-        if result is None:
-            result = JobResult(ExitCode.LAUNCH_FAILED,
-                               summary="the master entrypoint failed before the job ran; see its log")
-        monitor.stop()
-        _finish(server, plan, result, opt_ml, out, rec, everyone=not started)
+        if not finishing:   # an error before the job's result was made
+            monitor.stop()
+            _finished(server, plan, keys, result or JobResult(
+                ExitCode.LAUNCH_FAILED, summary="the master entrypoint failed before the job ran; see its log"),
+                opt_ml, out, rec, everyone=not started)
+
+
+def _finished(server: ResultServer, plan: LaunchPlan, keys: str, result: JobResult, opt_ml: Path, out: TextIO,
+              rec: timeline.Recorder, everyone: bool) -> JobResult:
+    """The job's end on the master: key files gone, refusals counted into the result, the result out."""
+    remove_rank_keys(keys, plan.master)
+    counts = server.rejection_counts()
+    if counts:
+        log.warning("result channel: refused by kind: %s", ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
+    result = with_rejections(result, counts)
+    _finish(server, plan, result, opt_ml, out, rec, everyone=everyone)
+    return result
+
+
+def _write_own_rank_keys(server: ResultServer, plan: LaunchPlan, directory: str, job: str) -> None:
+    """This host's ranks' key files (exec/channel/keys.py); without them its ranks run but do not report."""
+    mine = [r.rank for r in plan.ranks if r.host == plan.master]
+    if not mine:
+        return
+    try:
+        write_rank_keys(directory, plan.master, server.host_seed(plan.master), job, mine)
+    except OSError as exc:
+        log.warning("cannot write the ranks' key files under %s (%s); ranks on %s will not report to the result "
+                    "channel", directory, exc.strerror or exc, plan.master)
 
 
 def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signalled: str | None,

@@ -13,7 +13,7 @@ bounded wait that ends in a clear non-zero exit, so a worker never hangs:
   (StopTrainingJob, spot interruption) and under the ssh target's cancel every host
   gets the signal at once, and the master stops every rank itself (over the result
   channel: each rank's wrapper SIGTERMs its program and holds its exit until every
-  handler is done or ``grace_s`` passed, exec/rank_stop.py; then mpirun ends, SIGKILL
+  handler is done or ``grace_s`` passed, exec/channel/stop.py; then mpirun ends, SIGKILL
   at the latest) through this host's MPI daemon, which also carries the ranks'
   last output: stopping that daemon here would kill the ranks under their SIGTERM
   handlers and lose what they print.  So the worker only waits for the master's
@@ -34,7 +34,9 @@ from typing import TextIO
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError, MasterLostError
-from ..exec.channel import HEARTBEAT_S, MasterLink, worker_key_without_secret
+from ..exec.channel.keys import key_dir, remove_rank_keys, worker_key_without_secret, write_rank_keys
+from ..exec.channel.link import MasterLink
+from ..exec.channel.protocol import HEARTBEAT_S
 from ..exec.daemon import alive, find_daemons, signal_pids
 from ..exec.result import JobResult
 from ..exec.signals import SignalLatch
@@ -53,10 +55,11 @@ STOP_MARGIN_S = 3.0
 
 def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, clock: Clock = SYSTEM_CLOCK,
                sshd: subprocess.Popen | None = None, log_stream: TextIO | None = None,
-               worker_key: bytes | None = None, sshd_up: bool = False) -> JobResult:
+               worker_key: bytes | None = None, sshd_up: bool = False, job: str = "") -> JobResult:
     """Follow the job as worker ``me``; return the master's result.
 
     ``worker_key``: the workers' channel key (entrypoint/common.py); None = the job has no secret.
+    ``job``: the job's name (inside every channel MAC and key, exec/channel/).
     ``sshd_up``: this host's sshd answered locally; the hello tells the master (readiness pushed).
 
     Raises:
@@ -68,10 +71,23 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     rec = Recorder(me, "worker", clock)      # sent to the master with the ack (observe/timeline.py)
     rec.mark_process_start()
     rec.mark("sshd_up")
+    keys: list[str] = []     # this host's ranks' key directory, once written
+
+    def on_keys(seed: bytes, run_nonce: bytes) -> None:
+        # The master's seed for this host's ranks: their key files, before mpirun starts them (keys.py).
+        directory = key_dir(run_nonce.hex())
+        mine = [r.rank for r in plan.ranks if r.host == me]
+        try:
+            write_rank_keys(directory, me, seed, job, mine)
+            keys.append(directory)
+        except OSError as exc:
+            log.warning("worker %s: cannot write the ranks' key files under %s (%s); ranks here will not report "
+                        "to the result channel", me, directory, exc.strerror or exc)
+
     try:
         link = MasterLink.connect(plan.master, plan.result_port, me, Deadline(clock, t.master_connect_s),
-                                  key=worker_key or worker_key_without_secret(plan.workers, plan.result_port),
-                                  clock=clock, cancelled=latch, sshd_up=sshd_up)
+                                  key=worker_key or worker_key_without_secret(plan.workers, plan.result_port, job),
+                                  job=job, clock=clock, cancelled=latch, sshd_up=sshd_up, on_keys=on_keys)
     except MasterLostError as exc:
         write_failure(opt_ml, exc.exit_code, f"worker {me}: {exc}")
         raise
@@ -84,6 +100,8 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
         raise
     finally:
         link.close()
+        for directory in keys:
+            remove_rank_keys(directory, me)
         if sshd is not None and sshd.poll() is None:
             sshd.terminate()
     if result.exit_code != 0:

@@ -53,6 +53,15 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def escape(text: str) -> str:
+    """Text from a rank (frame, file and thread names come from the program) made safe for one report line:
+    control characters (a newline would forge a report line, an escape sequence would drive the reader's
+    terminal) and backslashes are written as Python escapes."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else repr(c)[1:-1] if c != "\\" else "\\\\" for c in text)
+
+
 def check_observe_report(msg: dict, rank_hosts: Mapping[int, str]) -> tuple[dict | None, str]:
     """A rank's progress or stacks message reduced to known fields, or (None, why).
 
@@ -225,14 +234,14 @@ def render_report(stall: Stall, table: Mapping[int, RankProgress], stacks: Mappi
             lines.append("      (no stacks: the rank did not answer in time)")
             continue
         if not s["threads"]:
-            lines.append(f"      (no stacks: {s['how']})")
+            lines.append(f"      (no stacks: {escape(s['how'])})")
             continue
         for th in s["threads"]:
             if not th["frames"]:
                 continue
-            lines.append(f"    thread {th['thread']} ({s['how']}), innermost first:")
+            lines.append(f"    thread {escape(th['thread'])} ({escape(s['how'])}), innermost first:")
             for f in th["frames"][:REPORT_FRAMES]:
-                lines.append(f"      {f['name']} ({f['file']}:{f['line']})")
+                lines.append(f"      {escape(f['name'])} ({escape(f['file'])}:{f['line']})")
     return "\n".join(lines) + "\n"
 
 

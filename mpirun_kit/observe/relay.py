@@ -9,15 +9,17 @@ step numbers to it), then runs a ``Relay`` thread next to ``child.wait()``.  The
 * answers the master's ``{"type": "stacks"}`` request, sent on the wrapper's own channel
   connection, with the program's Python stacks: ``py-spy dump`` (no cooperation needed;
   the wrapper is the program's parent, so ptrace is allowed), else, if the program
-  uses mpirun_kit.progress, its faulthandler dump on SIGUSR1; else a reason why not;
+  uses mpirun_kit.progress, its faulthandler dump on SIGUSR1; else a reason why not.
+  A dump runs on a thread of its own (one at a time; py-spy may take up to ``DUMP_TIMEOUT_S``),
+  so a stop or release that arrives meanwhile is handled at once;
 * takes the master's stop, ``{"type": "signal", "signal": "SIGTERM", "hold_s": H}``
-  (exec/rank_stop.py): it signals the program and notes that the wrapper must hold its exit
+  (exec/channel/stop.py): it signals the program and notes that the wrapper must hold its exit
   once the program has ended (``hold``) until the master's ``{"type": "release"}``, H seconds,
   a signal to the wrapper, or the channel's end, so that mpirun sees no rank exit (and starts
   no 1-s kill of the others) while other ranks still run their SIGTERM handlers.
 
-The program never sees the channel key: only the wrapper signs.  Stdlib only (it is
-imported by every rank, on the launch's critical path).
+The program never holds the rank's key: the wrapper took it from its key file and signs
+(exec/channel/rank_link.py).  Stdlib only (it is imported by every rank, on the launch's critical path).
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ import threading
 import time
 from collections.abc import Callable  # not typing: every rank imports this module at start
 
-from ..exec.report import MAX_LINE, send_rank_event, verify
+from ..exec.channel.rank_link import RankLink
+from ..exec.channel.wire import MAX_LINE
 from ..progress import PROGRESS_FD_VAR, STACK_FILE_VAR
 
 #: a progress report goes out at most this often per rank (the master's loop sees a few a second).
@@ -47,17 +50,52 @@ MAX_HOLD_S = 3600.0
 HOLD_POLL_S = 0.05
 
 
-def find_pyspy() -> str | None:
-    """py-spy next to this Python (a venv's bin/) or on PATH.
+#: the prefix of a wrapper's stack file (``<prefix><wrapper pid>.<random>`` in the temporary directory).
+STACK_FILE_PREFIX = "mpirun_kit-stacks."
 
+
+def find_pyspy(path_var: str | None = None) -> str | None:
+    """py-spy next to this Python (a venv's bin/) or in an absolute PATH entry.
+
+    Relative PATH entries (``.``, ``bin``, an empty entry) are skipped: they name whatever directory
+    the wrapper happens to run in, and the wrapper runs py-spy as the program's tracer.
     A plain loop rather than shutil.which: every rank calls this at start, and shutil (with bz2 and lzma)
     costs a few ms per rank on the launch path.
     """
-    for d in [os.path.dirname(sys.executable), *os.environ.get("PATH", "").split(os.pathsep)]:
+    path_var = os.environ.get("PATH", "") if path_var is None else path_var
+    for d in [os.path.dirname(sys.executable), *path_var.split(os.pathsep)]:
+        if not os.path.isabs(d):
+            continue
         path = os.path.join(d, "py-spy")
-        if d and os.path.isfile(path) and os.access(path, os.X_OK):
+        if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None
+
+
+def remove_stale_stack_files(directory: str) -> list[str]:
+    """Remove stack files whose wrapper is gone (one SIGKILLed never removed its own); returns them."""
+    removed = []
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(STACK_FILE_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(STACK_FILE_PREFIX):].split(".", 1)[0]
+        if not pid_text.isdigit():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+            continue                       # its wrapper still runs
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue                       # alive, someone else's
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 def prepare(env: dict) -> tuple[dict, int, int, str | None]:
@@ -73,7 +111,8 @@ def prepare(env: dict) -> tuple[dict, int, int, str | None]:
     if find_pyspy() is None:
         import tempfile
 
-        fd, stack_file = tempfile.mkstemp(prefix="mpirun_kit-stacks.")
+        remove_stale_stack_files(tempfile.gettempdir())
+        fd, stack_file = tempfile.mkstemp(prefix=f"{STACK_FILE_PREFIX}{os.getpid()}.")
         os.close(fd)
         env[STACK_FILE_VAR] = stack_file
     return env, r, w, stack_file
@@ -145,9 +184,8 @@ def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -
 class Relay:
     """The wrapper's thread: drains the progress pipe, forwards steps, answers stack and stop requests."""
 
-    def __init__(self, addr: str, key: bytes, sock: socket.socket | None, ident: dict, read_fd: int,
-                 stack_file: str | None = None):
-        self.addr, self.key, self.sock, self.ident = addr, key, sock, dict(ident)
+    def __init__(self, link: RankLink | None, ident: dict, read_fd: int, stack_file: str | None = None):
+        self.link, self.ident = link, dict(ident)
         self.read_fd, self.stack_file = read_fd, stack_file
         self.pid: int | None = None
         self.step: int | None = None
@@ -161,7 +199,7 @@ class Relay:
         self._wake_r, self._wake_w = os.pipe()     # stop() wakes the thread's select at once
         self._send_lock = threading.Lock()        # stop() may send while the thread still does
         self._thread = threading.Thread(target=self._run, daemon=True, name="mpirun_kit-relay")
-        self._inbuf = b""
+        self._dumping: threading.Thread | None = None   # the stack dump in progress, if any
         self._pipebuf = b""
 
     def start(self, pid: int, signal_program: Callable[[int], None] | None = None) -> "Relay":
@@ -171,8 +209,8 @@ class Relay:
         self._thread.start()
         return self
 
-    def stop(self) -> socket.socket | None:
-        """Flush the last step, end the thread; returns the channel socket for the exit report."""
+    def stop(self) -> None:
+        """Flush the last step, end the thread (the exit report then goes out on the same link)."""
         self._stop.set()
         os.write(self._wake_w, b"x")
         self._thread.join(timeout=2.0)
@@ -188,7 +226,6 @@ class Relay:
                 os.unlink(self.stack_file)
             except OSError:
                 pass
-        return self.sock
 
     def hold(self, interrupted: Callable[[], bool]) -> str:
         """After ``stop()`` and the exit report: while the master's stop asked for it, wait for its release.
@@ -203,22 +240,21 @@ class Relay:
                 why = "signalled"
             elif time.monotonic() >= self.hold_until:
                 why = "hold_s over"
-            elif self.sock is None:
+            elif self.link is None or self.link.sock is None:
                 why = "channel closed"
             else:
                 try:
-                    ready, _, _ = select.select([self.sock], [], [], HOLD_POLL_S)
+                    ready, _, _ = select.select([self.link.sock], [], [], HOLD_POLL_S)
                 except (OSError, ValueError):
-                    ready = [self.sock]
+                    ready = [self.link.sock]
                 if ready and not self._on_channel():
                     why = "channel closed"
         return why
 
     def _send(self, msg: dict) -> None:
-        if self.addr:
+        if self.link is not None:
             with self._send_lock:
-                self.sock = send_rank_event(self.addr, {**self.ident, **msg, "t": time.time()}, self.key,
-                                            sock=self.sock)
+                self.link.send({**self.ident, **msg, "t": time.time()})
 
     def _send_progress(self, force: bool = False) -> None:
         if self.step is None or self.step == self.sent_step:
@@ -250,35 +286,31 @@ class Relay:
 
     def _on_channel(self) -> bool:
         """Handle what the master sent on this rank's connection; False once it closed."""
-        try:
-            chunk = self.sock.recv(65536)
-        except (BlockingIOError, socket.timeout):
-            return True
-        except OSError:
+        msgs = self.link.read() if self.link is not None else None
+        if msgs is None:
             return False
-        if not chunk:
-            return False
-        self._inbuf += chunk
-        while b"\n" in self._inbuf:
-            line, self._inbuf = self._inbuf.split(b"\n", 1)
-            body = verify(line, self.key)
-            try:
-                msg = json.loads(body) if body is not None else None
-            except (ValueError, RecursionError):
-                msg = None
-            if isinstance(msg, dict) and msg.get("type") in ("signal", "release"):
+        for msg in msgs:
+            if msg.get("type") in ("signal", "release"):
                 self._on_stop(msg)
-            elif isinstance(msg, dict) and msg.get("type") == "stacks" and self.pid is not None:
-                threads, how = collect_stacks(self.pid, self.stack_file, self.faulthandler_ready)
-                reply = {"event": "stacks", "threads": threads, "how": how[:300]}
-                while len(json.dumps(reply)) > MAX_LINE - 400 and any(t["frames"] for t in threads):
-                    for t in threads:
-                        t["frames"] = t["frames"][:max(1, len(t["frames"]) // 2)]
-                    threads[:] = threads[:max(1, len(threads) // 2)]
-                self._send(reply)
-        if len(self._inbuf) > MAX_LINE:
-            self._inbuf = b""
+            elif msg.get("type") == "stacks" and self.pid is not None:
+                self._start_dump()
         return True
+
+    def _start_dump(self) -> None:
+        """Dump the program's stacks on a thread of its own: a stop must never wait behind py-spy."""
+        if self._dumping is not None and self._dumping.is_alive():
+            return      # one at a time: its reply answers this request too
+        self._dumping = threading.Thread(target=self._dump, daemon=True, name="mpirun_kit-stacks")
+        self._dumping.start()
+
+    def _dump(self) -> None:
+        threads, how = collect_stacks(self.pid, self.stack_file, self.faulthandler_ready)
+        reply = {"event": "stacks", "threads": threads, "how": how[:300]}
+        while len(json.dumps(reply)) > MAX_LINE - 400 and any(t["frames"] for t in threads):
+            for t in threads:
+                t["frames"] = t["frames"][:max(1, len(t["frames"]) // 2)]
+            threads[:] = threads[:max(1, len(threads) // 2)]
+        self._send(reply)
 
     def _on_stop(self, msg: dict) -> None:
         """The master's stop request (signal the program, hold the exit) or its release."""
@@ -301,7 +333,8 @@ class Relay:
         pipe_open = True
         closed: socket.socket | None = None    # the connection that ended (a later report may open a new one)
         while not self._stop.is_set():
-            sock = self.sock if self.sock is not None and self.sock is not closed else None
+            current = self.link.sock if self.link is not None else None
+            sock = current if current is not None and current is not closed else None
             fds = [self._wake_r, *([self.read_fd] if pipe_open else []), *([sock] if sock else [])]
             try:
                 ready, _, _ = select.select(fds, [], [], PROGRESS_EVERY_S)

@@ -20,7 +20,7 @@ from .env import resolve_env
 from ..redact import redact_argv, redact_pairs
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
-from ..rank.contract import CHANNEL_KEY_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
+from ..rank.contract import RUN_NONCE_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
 from .ranks import RankSlot, assign_ranks, encode_host_slots
 
 RANK_MODULE = "mpirun_kit.rank"
@@ -114,10 +114,10 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
                                     PINNING_VAR: spec.pinning}).items()))
     oversubscribed = cpu_count is not None and max(h.slots for h in hosts) > cpu_count
     command = (python, "-m", RANK_MODULE, "--", *spec.program)
-    # The channel key's value is made by the master at run time (never in the plan, never in
-    # argv): mpirun forwards it by name from its own environment.
+    # The run nonce is made by the master at run time (never in the plan): mpirun forwards it by name
+    # from its own environment.  It names the directory of the ranks' key files (exec/channel/keys.py).
     argv, conflicts = build_mpirun_argv(
-        flavour, host_slots, [n for n, _ in env] + [CHANNEL_KEY_VAR], command, mca=spec.mca, options=spec.mpi_options,
+        flavour, host_slots, [n for n, _ in env] + [RUN_NONCE_VAR], command, mca=spec.mca, options=spec.mpi_options,
         network_interface=cluster.network_interface, ssh_port=spec.ssh_port, run_as_root=run_as_root,
         oversubscribed=oversubscribed, launcher=launcher)
     return LaunchPlan(
@@ -163,7 +163,7 @@ def render(plan: LaunchPlan) -> str:
         lines.append(f"    {h.name:<20} slots={h.slots}  ranks {rr[0]}-{rr[-1]}" if rr else f"    {h.name}")
     lines.append("  env (every rank)")
     lines += [f"    {n}={v}" for n, v in redact_pairs(plan.env)]
-    lines.append(f"    {CHANNEL_KEY_VAR}=*** (result channel key, made by the master for each run)")
+    lines.append(f"    {RUN_NONCE_VAR}=*** (result channel run nonce, made by the master for each run)")
     for n, why in plan.env_dropped:
         lines.append(f"    dropped {n}: {why}")
     for c in plan.conflicts:

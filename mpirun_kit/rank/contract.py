@@ -23,9 +23,9 @@ PINNING_VAR = "MPIRUN_KIT_PINNING"
 #: MASTER_ADDR; the training module reads it).  A name from the cluster's own
 #: host list, so every host resolves it, unlike rank 0's own FQDN.
 RENDEZVOUS_VAR = "MPIRUN_KIT_MASTER_ADDR"
-#: the ranks' result-channel key (hex), forwarded by name only; the wrapper removes it
-#: from the program's environment.
-CHANNEL_KEY_VAR = "MPIRUN_KIT_CHANNEL_KEY"
+#: the run nonce of the master's result channel (hex), made per run and forwarded by name: it names the
+#: directory of the ranks' key files (exec/channel/keys.py).  No secret: the keys are in the files.
+RUN_NONCE_VAR = "MPIRUN_KIT_RUN_NONCE"
 
 #: global rank and world size, first one present wins.
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK")

@@ -5,12 +5,13 @@ what mpirun's own messages often lose: which rank on which host ended how
 (exit code, or signal *name*), and when.  It
 
 1. reports the rank's start and exit to the master's result channel
-   (``MPIRUN_KIT_RESULT_ADDR`` = host:port, set by the plan), signed with the key the
-   master hands every rank through mpirun's environment (``MPIRUN_KIT_CHANNEL_KEY``,
-   forwarded by ``-x NAME`` only); the key is removed from the program's environment;
+   (``MPIRUN_KIT_RESULT_ADDR`` = host:port, set by the plan), signed with this rank's own key,
+   which it takes from the key file its host's entrypoint wrote (exec/channel/keys.py; the file's
+   directory is named by ``MPIRUN_KIT_RUN_NONCE``, forwarded by ``-x NAME``) and removes before the
+   program starts: the program never holds a key, neither in its environment nor in its parent's;
 2. forwards SIGTERM/SIGINT/SIGHUP to the program, and SIGTERMs it when the MPI
    daemon that started the rank dies (no orphaned ranks);
-3. on the master's stop (a signed request on its channel connection, exec/rank_stop.py),
+3. on the master's stop (a signed request on its channel connection, exec/channel/stop.py),
    signals the program and, once the program has ended and its exit is reported, holds its
    own exit until the master releases it (or the request's ``hold_s`` passes, a signal
    arrives, the channel closes): mpirun SIGKILLs every rank 1 s after any rank ends early,
@@ -35,10 +36,11 @@ import time
 
 # Only the stdlib and stdlib-only modules: every rank imports this at start, on the
 # launch's critical path (the rest of the package is imported lazily where needed).
+from ..exec.channel.keys import key_dir, take_rank_key
+from ..exec.channel.rank_link import RankLink
 from ..exec.pdeathsig import set_parent_death_signal
-from ..exec.report import send_rank_event
 from ..exec.signals import signal_name
-from .contract import CHANNEL_KEY_VAR, PINNING_VAR, RESULT_ADDR_VAR, local_size_text, rank_identity
+from .contract import PINNING_VAR, RESULT_ADDR_VAR, RUN_NONCE_VAR, local_size_text, rank_identity
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -47,9 +49,6 @@ def child_env(env: dict) -> dict:
     """The program's environment: torch-style names added where the user has not set them."""
     rank, host, local, size = rank_identity(env)
     out = dict(env)
-    # The channel key is the wrapper's, not the program's: a program that printed its
-    # environment would otherwise hand the key to whoever reads the job's logs.
-    out.pop(CHANNEL_KEY_VAR, None)
     if rank >= 0:
         out.setdefault("RANK", str(rank))
         out.setdefault("LOCAL_RANK", str(local))
@@ -100,12 +99,24 @@ def die_with_parent() -> None:
     set_parent_death_signal(signal.SIGTERM, os.getppid())
 
 
-def _channel_key(text: str) -> bytes | None:
-    """The channel key from its hex form; None (no reports) when absent or malformed."""
-    try:
-        return bytes.fromhex(text) or None
-    except ValueError:
-        return None
+def channel_link(env: dict, rank: int, host: str, wait_s: float | None = None) -> tuple[RankLink | None, str]:
+    """(the rank's link to the result channel, "") or (None, why not: reports are then off).
+
+    Takes this rank's key file (and removes it) before the program starts (exec/channel/keys.py).
+    """
+    addr, nonce = env.get(RESULT_ADDR_VAR), env.get(RUN_NONCE_VAR, "")
+    if not addr:
+        return None, ""
+    if len(nonce) != 32 or any(c not in "0123456789abcdef" for c in nonce):
+        return None, f"{RUN_NONCE_VAR} is missing or not 32 hex digits: no reports to the master"
+    if rank < 0:
+        return None, "no rank number from the MPI: no reports to the master"
+    directory = key_dir(nonce)
+    got = take_rank_key(directory, host, rank) if wait_s is None else take_rank_key(directory, host, rank, wait_s)
+    if got is None:
+        return None, (f"no key file for rank {rank} under {directory}/{host} (written by this host's entrypoint): "
+                      "no reports to the master")
+    return RankLink(addr, rank, *got), ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,16 +128,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parent = os.getppid()
     die_with_parent()
-    key = _channel_key(os.environ.get(CHANNEL_KEY_VAR, ""))
     env = child_env(dict(os.environ))
     rank, host, local, _ = rank_identity(env)
-    addr = env.get(RESULT_ADDR_VAR) if key else None
+    link, why_not = channel_link(env, rank, host)
+    if why_not:
+        print(f"mpirun_kit.rank: rank {rank} on {host}: {why_not}", file=sys.stderr, flush=True)
 
     def early_exit(code: int, why: str) -> int:
         print(f"mpirun_kit.rank: rank {rank} on {host}: {why}", file=sys.stderr, flush=True)
-        if addr:
-            send_rank_event(addr, {"event": "exit", "rank": rank, "host": host, "exit_code": code, "signal": None,
-                                   "t": time.time()}, key)
+        if link is not None:
+            link.send({"event": "exit", "rank": rank, "host": host, "exit_code": code, "signal": None,
+                       "t": time.time()})
         return code
 
     from ..errors import MpirunKitError
@@ -168,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         child.send_signal(signum)
     # The start is reported once the program runs, not before: connecting to the master is off the
     # program's path.  "t" is when it was started; "program_pid" shows the report came after.
-    sock = send_rank_event(addr, {"event": "start", "rank": rank, "host": host, "local_rank": local,
-                                  "pid": os.getpid(), "program_pid": child.pid, "t": started},
-                           key) if addr else None
+    if link is not None:
+        link.send({"event": "start", "rank": rank, "host": host, "local_rank": local,
+                   "pid": os.getpid(), "program_pid": child.pid, "t": started})
     seen_at_stop = [0]
 
     def stop_program(signum: int) -> None:
@@ -181,20 +193,17 @@ def main(argv: list[str] | None = None) -> int:
         except ProcessLookupError:
             pass
 
-    watcher = relay.Relay(addr, key, sock, {"rank": rank, "host": host}, progress_r, stack_file).start(
+    watcher = relay.Relay(link, {"rank": rank, "host": host}, progress_r, stack_file).start(
         child.pid, stop_program)
     status = child.wait()
-    sock = watcher.stop()
+    watcher.stop()
     sig = -status if status < 0 else None
-    if addr:
-        s2 = send_rank_event(addr, {"event": "exit", "rank": rank, "host": host,
-                                    "exit_code": None if sig else status,
-                                    "signal": signal_name(sig) if sig else None, "t": time.time()}, key, sock=sock)
-        if s2 is not None:
-            watcher.sock = s2
+    if link is not None:
+        if link.send({"event": "exit", "rank": rank, "host": host, "exit_code": None if sig else status,
+                      "signal": signal_name(sig) if sig else None, "t": time.time()}):
             # During the master's stop, mpirun must not see this rank end while others still run their handlers.
             held = watcher.hold(lambda: signals_seen[0] > seen_at_stop[0] or os.getppid() != parent)
-            s2.close()
+            link.close()
             if held == "released":
                 # The master asked for this stop and has the program's real exit (the report above); an exit
                 # of 0 lets mpirun end normally.  A signal or a failing code would start mpirun's abort, which

@@ -2,7 +2,7 @@
 interruption, and the ssh target's cancel all do this), on the simulated cluster with real sshd and mpirun.
 
 The master asks every rank's wrapper over the result channel to SIGTERM its program and to hold its own exit
-until every rank is done (exec/rank_stop.py): Open MPI 4's mpirun would SIGKILL every rank 1 s after its own
+until every rank is done (exec/channel/stop.py): Open MPI 4's mpirun would SIGKILL every rank 1 s after its own
 SIGTERM, or after any rank's early exit, whatever grace_s says.  So every rank's SIGTERM handler runs to its
 end within grace_s (here handlers of 0.1 s, of 2.5 s, and one that exits 3 at once beside others of 2 s), its
 output reaches the master's log, and every host still exits promptly with the job's code (143).

@@ -1,4 +1,4 @@
-"""run_launcher's stop through the ranks (``rank_stop``, exec/rank_stop.py): the master-side sequence.
+"""run_launcher's stop through the ranks (``rank_stop``, exec/channel/stop.py): the master-side sequence.
 
 The launcher is a real process (a Python stand-in for mpirun that records the SIGTERM it gets); the
 RankStopper is a scripted fake (the channel side is tested in test_rank_stop.py, the wrapper side in

@@ -9,15 +9,18 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
-from mpirun_kit.exec.report import encode, verify
+from mpirun_kit.exec.channel import wire
+from mpirun_kit.exec.channel.rank_link import RankLink
 from mpirun_kit.observe import relay as relay_mod
 from mpirun_kit.observe.relay import Relay, prepare
 
 KEY = b"k" * 32
+JOB = "test-job"
 PROGRAM = """
 import sys, time
 from mpirun_kit import progress
@@ -33,19 +36,34 @@ waits_here()
 
 
 class Master:
-    def __init__(self):
+    """The master's end, bare: greets the one connection (wire.py), checks each line's MAC, seals its requests."""
+
+    def __init__(self, sender="r3"):
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.conn = None
         self.buf = b""
+        self.sender = sender
+        run, conn = os.urandom(16), os.urandom(16)
+        self.session = wire.Session(JOB, run, conn, master_end=True)
+        self.accepted = threading.Event()
+
+        def accept():
+            self.conn, _ = self.listener.accept()
+            self.conn.sendall(wire.greeting(run, conn))
+            self.accepted.set()
+
+        threading.Thread(target=accept, daemon=True).start()
+
+    def send(self, msg, key=KEY):
+        assert self.accepted.wait(20)
+        self.conn.sendall(self.session.seal(msg, key, "m"))
 
     def messages(self, until, timeout=20.0):
         end = time.monotonic() + timeout
         got = []
+        assert self.accepted.wait(timeout)
         while time.monotonic() < end:
-            if self.conn is None:
-                self.listener.settimeout(max(0.01, end - time.monotonic()))
-                self.conn, _ = self.listener.accept()
             self.conn.settimeout(max(0.01, end - time.monotonic()))
             try:
                 chunk = self.conn.recv(65536)
@@ -54,7 +72,7 @@ class Master:
             self.buf += chunk
             while b"\n" in self.buf:
                 line, self.buf = self.buf.split(b"\n", 1)
-                body = verify(line, KEY)
+                body = self.session.open(line, KEY, self.sender)
                 assert body is not None, line
                 got.append(json.loads(body))
             if until(got):
@@ -64,13 +82,14 @@ class Master:
 
 def start_wrapped(tmp_path, rank=3, host="algo-2"):
     """Start PROGRAM behind a Relay the way rank/wrapper.py does: (master, relay, child, ready file, stack file)."""
-    master = Master()
-    sock = socket.create_connection(master.listener.getsockname())
+    master = Master(f"r{rank}")
+    link = RankLink(master.addr, rank, KEY, JOB)
+    assert link.send({"rank": rank, "host": host, "event": "start", "t": time.time()})   # as the wrapper does
     env, r, w, stack_file = prepare(dict(os.environ))
     ready = tmp_path / "ready"
     child = subprocess.Popen([sys.executable, "-c", PROGRAM, str(ready)], env=env, pass_fds=(w,))
     os.close(w)
-    rel = Relay(master.addr, KEY, sock, {"rank": rank, "host": host}, r, stack_file).start(child.pid)
+    rel = Relay(link, {"rank": rank, "host": host}, r, stack_file).start(child.pid)
     return master, rel, child, ready, stack_file
 
 
@@ -93,6 +112,7 @@ def wait_file(path, timeout=20.0):
 def test_steps_arrive_signed_and_the_last_one_is_sent(wrapped):
     master, rel, child, ready = wrapped
     got = master.messages(lambda g: any(m.get("step") == 4 for m in g))
+    got = [m for m in got if m["event"] != "start"]
     assert all(m["type"] == "rank" and m["event"] == "progress" and m["rank"] == 3 and m["host"] == "algo-2"
                for m in got)
     steps = [m["step"] for m in got]
@@ -103,7 +123,7 @@ def ask_stacks(master, ready):
     """Once the program waits in waits_here(): the master's stacks request, and the wrapper's reply."""
     wait_file(ready)
     master.messages(lambda g: any(m.get("step") == 4 for m in g))
-    master.conn.sendall(encode({"type": "stacks"}, KEY))
+    master.send({"type": "stacks"})
     got = master.messages(lambda g: any(m.get("event") == "stacks" for m in g))
     reply = next(m for m in got if m["event"] == "stacks")
     return reply, [f["name"] for t in reply["threads"] for f in t["frames"]]
@@ -134,7 +154,7 @@ def test_stacks_by_faulthandler_without_pyspy(tmp_path, monkeypatch):
 def test_forged_stack_request_is_ignored(wrapped):
     master, rel, child, ready = wrapped
     master.messages(lambda g: any(m.get("step") == 4 for m in g))
-    master.conn.sendall(encode({"type": "stacks"}, b"x" * 32))
+    master.send({"type": "stacks"}, key=b"x" * 32)
     with pytest.raises(AssertionError, match="timed out"):
         master.messages(lambda g: any(m.get("event") == "stacks" for m in g), timeout=2.0)
 

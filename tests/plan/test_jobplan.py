@@ -39,7 +39,7 @@ def test_demo_plan_on_this_kind_of_machine():
     assert list(p.launch.argv) == ["mpirun", "--allow-run-as-root", "-np", "2", "-H", "localhost:2", *COMMON,
                                    "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_MASTER_ADDR", "-x", "MPIRUN_KIT_PINNING",
                                    "-x", "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", "PATH",
-                                   "-x", "MPIRUN_KIT_CHANNEL_KEY",
+                                   "-x", "MPIRUN_KIT_RUN_NONCE",
                                    "/venv/bin/python", "-m", "mpirun_kit.rank", "--", *program]
     assert p.env == (
         EnvRow("MPIRUN_KIT_HOSTS", "localhost:2", "launcher"),
@@ -63,7 +63,7 @@ def test_coco_plan_on_four_p4d():
         "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
         "-x", "FI_EFA_USE_HUGE_PAGE", "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_MASTER_ADDR", "-x",
         "MPIRUN_KIT_PINNING", "-x",
-        "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "NCCL_SOCKET_IFNAME", "-x", "MPIRUN_KIT_CHANNEL_KEY",
+        "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "NCCL_SOCKET_IFNAME", "-x", "MPIRUN_KIT_RUN_NONCE",
         "python", "-m", "mpirun_kit.rank", "--", "python", "-m", "mpirun_kit.maskrcnn.train", "--config", "r50_fpn_1x",
         "--data-dir", "/opt/ml/input/data/coco", "--output-dir", "/opt/ml/checkpoints", "--resume", "auto"]
     assert p.launch.env == (("FI_EFA_USE_HUGE_PAGE", "0"), ("MPIRUN_KIT_HOSTS", hosts),

@@ -37,7 +37,7 @@ def test_whole_plan():
               "--map-by", "slot", "--tag-output", "--mca", "orte_abort_on_non_zero_status", "1",
               "--mca", "plm_rsh_no_tree_spawn", "1", "--mca", "btl_vader_single_copy_mechanism", "none",
               "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
-              *[x for n, _ in ENV for x in ("-x", n)], "-x", "MPIRUN_KIT_CHANNEL_KEY", *RANK),
+              *[x for n, _ in ENV for x in ("-x", n)], "-x", "MPIRUN_KIT_RUN_NONCE", *RANK),
         conflicts=(), network_interface="eth0", result_port=3000, ssh_port=22,
         timeouts=SPEC.timeouts, working_dir=None, source="rc.json")
     assert plan.workers == ("algo-2",)
@@ -74,8 +74,8 @@ def test_render_redacts_and_shows_everything():
     assert "  master     algo-1 (result channel port 3000, ssh port 22)\n" in text
     assert "    algo-2               slots=2  ranks 0-1\n" in text
     assert "    algo-1               slots=2  ranks 2-3\n" in text
-    assert "    MPIRUN_KIT_CHANNEL_KEY=*** (result channel key, made by the master for each run)\n" in text
-    assert text.rstrip().endswith("-x PATH -x MPIRUN_KIT_CHANNEL_KEY /py -m mpirun_kit.rank -- python train.py")
+    assert "    MPIRUN_KIT_RUN_NONCE=*** (result channel run nonce, made by the master for each run)\n" in text
+    assert text.rstrip().endswith("-x PATH -x MPIRUN_KIT_RUN_NONCE /py -m mpirun_kit.rank -- python train.py")
 
 
 def test_json_redacted_and_complete():

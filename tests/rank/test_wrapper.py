@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit.exec.channel import ResultServer
-from mpirun_kit.rank.contract import CHANNEL_KEY_VAR
-from mpirun_kit.rank.contract import rank_identity
+from channel_kit import make_server, rank_env, remove_keys
+from mpirun_kit.rank.contract import RUN_NONCE_VAR, rank_identity
 from mpirun_kit.rank.wrapper import apply_pinning, child_env
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.mpi]
@@ -21,19 +20,18 @@ PY = sys.executable
 def mpirun(server, n, program, **kw):
     if shutil.which("mpirun") is None:
         pytest.skip("no mpirun")
-    env = {**os.environ, "MPIRUN_KIT_RESULT_ADDR": f"127.0.0.1:{server.port}", "MPIRUN_KIT_HOSTS": f"hostx:{n}",
-           CHANNEL_KEY_VAR: server.rank_key.hex()}
+    env = {**os.environ, "MPIRUN_KIT_HOSTS": f"hostx:{n}", **rank_env(server)}
     argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n), "-x", "MPIRUN_KIT_RESULT_ADDR",
-            "-x", "MPIRUN_KIT_HOSTS", "-x", CHANNEL_KEY_VAR, PY, "-m", "mpirun_kit.rank", "--", *program]
+            "-x", "MPIRUN_KIT_HOSTS", "-x", RUN_NONCE_VAR, PY, "-m", "mpirun_kit.rank", "--", *program]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=90, **kw)
 
 
 @pytest.fixture
 def server():
-    s = ResultServer("127.0.0.1", 0, rank_key=os.urandom(32), worker_key=os.urandom(32),
-                     rank_hosts={r: "hostx" for r in range(4)}).start()
+    s = make_server({r: "hostx" for r in range(4)})
     yield s
     s.close()
+    remove_keys(s)
 
 
 def test_identity_and_env():
@@ -44,13 +42,23 @@ def test_identity_and_env():
     assert (out["RANK"], out["LOCAL_RANK"], out["WORLD_SIZE"], out["LOCAL_WORLD_SIZE"], out["SM_CURRENT_HOST"]) == \
         ("3", "1", "4", "2", "algo-2")
     assert child_env({**env, "RANK": "9"})["RANK"] == "9"  # the user's value wins
-    assert CHANNEL_KEY_VAR not in child_env({**env, CHANNEL_KEY_VAR: "00" * 32})  # the program never sees it
 
 
-def test_program_never_sees_the_channel_key(server):
-    res = mpirun(server, 1, [PY, "-c", f"import os; print('KEY', os.environ.get({CHANNEL_KEY_VAR!r}))"])
+def test_program_never_holds_a_channel_key(server, tmp_path):
+    """Issue 23: the key was in the wrapper's environment, which the program read from /proc/$PPID/environ.
+    Now the wrapper takes it from its key file, which is gone before the program starts; neither the program's
+    environment nor its parent's holds a key, yet the wrapper reports with it."""
+    from mpirun_kit.exec.channel.keys import key_dir
+
+    seen = tmp_path / "seen"
+    prog = ("import os, sys, glob\n"
+            "envs = open('/proc/self/environ', 'rb').read() + open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
+            "files = glob.glob(os.path.join(sys.argv[1], '*', 'rank-0.key'))\n"
+            "open(sys.argv[2], 'wb').write(envs + repr(files).encode())\n")
+    res = mpirun(server, 1, [PY, "-c", prog, key_dir(server.run_nonce.hex()), str(seen)])
     assert res.returncode == 0, res.stderr
-    assert "KEY None" in res.stdout
+    key, got = server.rank_key(0).hex(), seen.read_bytes()
+    assert key.encode() not in got.lower() and got.endswith(b"[]")   # no key in either environment, no key file
     assert server.wait_rank_events(lambda evs: len(evs) == 2, 10)  # yet the wrapper reported with it
 
 

@@ -1,4 +1,4 @@
-"""The rank wrapper's part in a stop through the result channel (exec/rank_stop.py): a real wrapper process
+"""The rank wrapper's part in a stop through the result channel (exec/channel/stop.py): a real wrapper process
 (``python -m mpirun_kit.rank``, started the way an MPI daemon starts it, without mpirun: what is tested is the
 wrapper between its program and the channel) and a real ResultServer on 127.0.0.1 playing the master.
 
@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from mpirun_kit.exec.channel import ResultServer
+from channel_kit import make_server, rank_env, remove_keys
 from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
-from mpirun_kit.exec.report import encode
+from mpirun_kit.exec.channel import wire
+from mpirun_kit.exec.channel.rank_link import RankLink
 from mpirun_kit.observe.relay import Relay
-from mpirun_kit.rank.contract import CHANNEL_KEY_VAR
 
 pytestmark = pytest.mark.timeout(60)
 PY = sys.executable
@@ -35,16 +35,16 @@ NO_HANDLER = "import time; print('ready', flush=True); time.sleep(60)"
 
 @pytest.fixture
 def server():
-    s = ResultServer("127.0.0.1", 0, rank_key=os.urandom(32), worker_key=os.urandom(32),
-                     rank_hosts={0: "hostx"}).start()
+    s = make_server({0: "hostx"})
     yield s
     s.close()
+    remove_keys(s)
 
 
 def start_wrapper(server, program):
     env = {"PATH": os.environ["PATH"], "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1",
            "MPIRUN_KIT_HOSTS": "hostx:1", "MPIRUN_KIT_PINNING": "none",
-           "MPIRUN_KIT_RESULT_ADDR": f"127.0.0.1:{server.port}", CHANNEL_KEY_VAR: server.rank_key.hex()}
+           **rank_env(server)}
     proc = subprocess.Popen([PY, "-m", "mpirun_kit.rank", "--", PY, "-c", program], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
@@ -137,6 +137,13 @@ def test_without_a_stop_the_wrapper_exits_with_its_program(server):
 # -- hostile or malformed requests: the relay's reader, fed over a socketpair --------------------------------
 
 KEY = b"k" * 32
+JOB, RUN, CONN = "test-job", b"r" * 16, b"c" * 16
+
+
+def master_lines(*msgs, key=KEY):
+    """Lines the master would send this rank's connection, numbered from its first."""
+    session = wire.Session(JOB, RUN, CONN, master_end=True)
+    return [session.seal(m, key, "m") for m in msgs]
 
 
 def relay_with(lines):
@@ -144,7 +151,9 @@ def relay_with(lines):
     r, w = os.pipe()
     os.close(w)
     signalled = []
-    relay = Relay("", KEY, ours, {"rank": 0, "host": "hostx"}, r)
+    link = RankLink("127.0.0.1:1", 0, KEY, JOB)
+    link.sock, link.session = ours, wire.Session(JOB, RUN, CONN, master_end=False)
+    relay = Relay(link, {"rank": 0, "host": "hostx"}, r)
     relay.pid = 1
     relay._signal_program = signalled.append
     for line in lines:
@@ -167,17 +176,17 @@ def relay_with(lines):
     {"type": "signal", "signal": ["SIGTERM"], "hold_s": 5},
 ])
 def test_malformed_stop_requests_are_ignored(msg):
-    relay, signalled = relay_with([encode(msg, KEY)])
+    relay, signalled = relay_with(master_lines(msg))
     assert (signalled, relay.hold_until) == ([], None)
 
 
 def test_stop_and_release_need_the_channel_key():
     other = b"x" * 32
-    relay, signalled = relay_with([encode({"type": "signal", "signal": "SIGTERM", "hold_s": 5}, other),
-                                   encode({"type": "release"}, other), b"garbage\n"])
+    relay, signalled = relay_with(master_lines({"type": "signal", "signal": "SIGTERM", "hold_s": 5},
+                                               {"type": "release"}, key=other) + [b"garbage\n"])
     assert (signalled, relay.hold_until, relay.released) == ([], None, False)
-    relay, signalled = relay_with([encode({"type": "signal", "signal": "SIGTERM", "hold_s": 5}, KEY),
-                                   encode({"type": "release"}, KEY)])
+    relay, signalled = relay_with(master_lines({"type": "signal", "signal": "SIGTERM", "hold_s": 5},
+                                               {"type": "release"}))
     assert (signalled, relay.hold_until is not None, relay.released) == ([signal.SIGTERM], True, True)
     assert relay.hold(lambda: False) == "released"
 

@@ -34,7 +34,7 @@ HOLD_MARGIN_S = 5.0
 
 
 class RankChannel(Protocol):
-    """What RankStop needs of the result channel (channel.ResultServer)."""
+    """What RankStop needs of the result channel (server.ResultServer)."""
 
     def send_to_ranks(self, ranks: Collection[int], msg: dict) -> list[int]: ...
     def connected_ranks(self, ranks: Collection[int]) -> frozenset[int]: ...

@@ -1,5 +1,6 @@
-"""The result channel over real loopback sockets: rank reports, worker hello/heartbeat/result/ack, master loss,
-and the hostile peers of issue 12 (forged, malformed, unauthenticated, idle and flooding connections)."""
+"""The result channel's server over real loopback sockets: rank reports, worker hello/heartbeat/result/ack, master
+loss, and the hostile peers of issue 12 (forged, malformed, unauthenticated, idle and flooding connections).
+The replays, reorders and identity checks of issue 23 are in test_server_trust.py."""
 import json
 import os
 import socket
@@ -12,20 +13,22 @@ import pytest
 
 pytestmark = pytest.mark.timeout(60)
 
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from channel_kit import JOB, WORKER_KEY, rank_link, worker_link
+from channel_kit import make_server as _make_server
+from channel_kit import raw as raw_session
 from mpirun_kit.errors import MasterLostError
-from mpirun_kit.exec.channel import MasterLink, ResultServer, send_rank_event
-from mpirun_kit.exec.report import encode
+from mpirun_kit.exec.channel import wire
+from mpirun_kit.exec.channel.link import MasterLink
+from mpirun_kit.exec.channel.server import ResultServer
+from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.exec.result import JobResult, RankFailure
 
-RANK_KEY, WORKER_KEY = os.urandom(32), os.urandom(32)
 RANK_HOSTS = {0: "h", 1: "h", 2: "algo-2", 3: "algo-2"}
 WORKERS = [f"algo-{i}" for i in range(2, 10)]
 
 
 def make_server(**kw):
-    args = dict(rank_key=RANK_KEY, worker_key=WORKER_KEY, rank_hosts=RANK_HOSTS, workers=WORKERS, heartbeat_s=0.05)
-    return ResultServer("127.0.0.1", 0, **{**args, **kw}).start()
+    return _make_server(RANK_HOSTS, WORKERS, **{"heartbeat_s": 0.05, **kw})
 
 
 @pytest.fixture
@@ -36,13 +39,20 @@ def server():
 
 
 def connect_worker(server, host="algo-2", key=WORKER_KEY):
-    return MasterLink.connect("127.0.0.1", server.port, host, Deadline(SYSTEM_CLOCK, 5.0), key=key)
+    return worker_link(server, host, key)
 
 
 def raw(server, *lines: bytes) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    s, _ = raw_session(server)
     for line in lines:
         s.sendall(line)
+    return s
+
+
+def signed(server, msg, key, sender="r1"):
+    """A raw connection whose first line is ``msg``, sealed for it with ``key`` as ``sender``."""
+    s, session = raw_session(server)
+    s.sendall(session.seal(msg, key, sender))
     return s
 
 
@@ -68,18 +78,20 @@ def is_closed(sock, timeout=5.0) -> bool:
 
 
 def test_rank_reports_arrive(server):
-    addr = f"127.0.0.1:{server.port}"
-    sock = send_rank_event(addr, {"event": "start", "rank": 1, "host": "h", "t": 1.0}, RANK_KEY)
-    send_rank_event(addr, exit_report(), RANK_KEY, sock=sock).close()
+    link = rank_link(server, 1)
+    assert link.send({"event": "start", "rank": 1, "host": "h", "t": 1.0}) and link.send(exit_report())
     assert server.wait_rank_events(lambda evs: len(evs) == 2, 5.0)
     assert server.rank_failures() == (RankFailure(1, "h", 3, None, 2.0),)
+    link.close()
 
 
 def test_unreachable_report_is_best_effort():
+    from mpirun_kit.exec.channel.rank_link import RankLink
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert send_rank_event(f"127.0.0.1:{port}", {"event": "start"}, RANK_KEY, timeout=0.5) is None
+    assert RankLink(f"127.0.0.1:{port}", 0, os.urandom(32), JOB, timeout=0.5).send({"event": "start"}) is False
 
 
 def test_worker_gets_heartbeats_then_result_and_acks(server):
@@ -105,8 +117,7 @@ def test_hello_pushes_sshd_readiness(server):
     """A worker whose sshd answers says so in its hello; the master's sshd wait ends on it (issue 14 item 1)."""
     assert not server.wait_sshd_up("algo-2", 0.05)
     plain = connect_worker(server, "algo-3")
-    link = MasterLink.connect("127.0.0.1", server.port, "algo-2", Deadline(SYSTEM_CLOCK, 5.0), key=WORKER_KEY,
-                              sshd_up=True)
+    link = worker_link(server, "algo-2", sshd_up=True)
     assert server.wait_sshd_up("algo-2", 5.0)
     assert server.connected_workers() >= {"algo-3"} and not server.wait_sshd_up("algo-3", 0.05)
     link.close()
@@ -133,7 +144,7 @@ def test_connect_deadline_message():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(MasterLostError) as e:
-        MasterLink.connect("127.0.0.1", port, "algo-2", Deadline(SYSTEM_CLOCK, 0.3), key=WORKER_KEY)
+        MasterLink.connect("127.0.0.1", port, "algo-2", Deadline(SYSTEM_CLOCK, 0.3), key=WORKER_KEY, job=JOB)
     assert str(e.value).startswith(f"master 127.0.0.1 never opened its result channel on port {port} within 0.3 s "
                                    "(last error: Connection refused)")
     assert str(e.value).endswith("check its log, or raise timeouts.master_connect_s")
@@ -168,13 +179,13 @@ def test_many_workers_in_parallel(server):
 
 def test_send_to_a_peer_that_stopped_reading_never_blocks():
     """A peer whose buffers are full is dropped at once; blocking there would stall every heartbeat."""
-    from mpirun_kit.exec.channel import _Peer
+    from mpirun_kit.exec.channel.server import _Peer
 
     a, b = socket.socketpair()
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    peer = _Peer(a)
+    peer = _Peer(a, session=wire.Session(JOB, b"r" * 16, b"c" * 16, master_end=True))
     sent = 0
-    while peer.send_raw(encode({"type": "heartbeat", "pad": "x" * 1000}, WORKER_KEY)):
+    while peer.send_msg({"type": "heartbeat", "pad": "x" * 1000}, WORKER_KEY):
         sent += 1
         assert sent < 100_000
     assert not peer.alive and not peer.send_raw(b"x\n")
@@ -189,14 +200,15 @@ def test_unsigned_forged_failure_is_dropped(server):
                         "t": 1.0}) + "\n").encode()
     s = raw(server, line)
     assert is_closed(s)  # never authenticated: the connection is closed at once
-    assert wait_rejected(server, 1) == ["bad or missing MAC"]
+    assert wait_rejected(server, 1) == ["not a signed line (no MAC and sender)"]
     assert server.rank_failures() == () and server.rank_events() == ()
 
 
 def test_report_signed_with_another_key_is_dropped(server):
-    send_rank_event(f"127.0.0.1:{server.port}", exit_report(), os.urandom(32))
-    assert wait_rejected(server, 1) == ["bad or missing MAC"]
+    assert rank_link(server, 1, key=os.urandom(32)).send(exit_report())
+    assert wait_rejected(server, 1) == ["bad MAC (forged, replayed, reordered, or from another run or job)"]
     assert server.rank_failures() == ()
+    assert server.rejection_counts() == {"mac": 1}
 
 
 @pytest.mark.parametrize("fields, reason", [
@@ -204,8 +216,8 @@ def test_report_signed_with_another_key_is_dropped(server):
     ({"exit_code": 300}, "exit_code '300' is not an integer 0-255"),
     ({"exit_code": True}, "exit_code 'True' is not an integer 0-255"),
     ({"host": "algo-1; any text"}, "rank 1 reported host 'algo-1; any text'; the plan places it on h"),
-    ({"rank": 99}, "rank '99' is not a rank of this job (0-3)"),
-    ({"rank": "1"}, "rank '1' is not a rank of this job (0-3)"),
+    ({"rank": 99}, "rank 1's connection sent a report for rank '99'"),
+    ({"rank": "1"}, "rank 1's connection sent a report for rank '1'"),
     ({"exit_code": None, "signal": "SIGFOO"}, "signal 'SIGFOO' is not a signal name"),
     ({"signal": "SIGKILL"}, "an exit report needs exactly one of exit_code and signal"),
     ({"t": float("nan")}, "time 'nan' is not a finite number"),
@@ -213,35 +225,43 @@ def test_report_signed_with_another_key_is_dropped(server):
     ({"event": "boom"}, "unknown rank event 'boom'"),
 ])
 def test_signed_but_invalid_report_is_dropped_and_the_valid_one_counts(server, fields, reason):
-    addr = f"127.0.0.1:{server.port}"
-    sock = send_rank_event(addr, exit_report(**fields), RANK_KEY)
+    link = rank_link(server, 1)
+    link.send(exit_report(**fields))
     assert wait_rejected(server, 1) == [reason]
     assert server.rank_events() == ()
-    send_rank_event(addr, exit_report(), RANK_KEY, sock=sock).close()  # same connection: still served
+    link.send(exit_report())  # same connection: still served
     assert server.wait_rank_events(lambda evs: len(evs) == 1, 5.0)
     assert server.rank_failures() == (RankFailure(1, "h", 3, None, 2.0),)
+    link.close()
 
 
 def test_one_event_per_rank_and_kind(server):
-    addr = f"127.0.0.1:{server.port}"
-    sock = send_rank_event(addr, exit_report(exit_code=0), RANK_KEY)
-    send_rank_event(addr, exit_report(exit_code=3, t=1.0), RANK_KEY, sock=sock).close()  # a replayed/second exit
+    link = rank_link(server, 1)
+    link.send(exit_report(exit_code=0))
+    link.send(exit_report(exit_code=3, t=1.0))  # a second exit (signed anew: a replayed one fails the MAC)
     assert wait_rejected(server, 1) == ["second 'exit' report for rank 1"]
     assert server.rank_failures() == () and len(server.rank_events()) == 1
+    link.close()
 
 
 @pytest.mark.parametrize("signed", [True, False])
 def test_deeply_nested_json_never_kills_the_server(server, signed):
-    body = b"[" * 200_00 + b"]" * 200_00
-    line = encode({"x": 1}, RANK_KEY)[:64] + b" " + body + b"\n"
-    if signed:
-        from mpirun_kit.exec.report import sign
+    import hmac
 
-        line = sign(RANK_KEY, body) + b" " + body + b"\n"
-    raw(server, line).close()
-    assert wait_rejected(server, 1) == ["malformed JSON" if signed else "bad or missing MAC"]
-    send_rank_event(f"127.0.0.1:{server.port}", exit_report(), RANK_KEY).close()
+    body = b"[" * 200_00 + b"]" * 200_00
+    s, session = raw_session(server)
+    line = session.seal({"x": 1}, server.rank_key(1), "r1")[:64] + b" r1 " + body + b"\n"
+    if signed:
+        ctx = session._out + b"r1\0" + b"0\0" + body
+        line = hmac.digest(server.rank_key(1), ctx, "sha256").hex().encode() + b" r1 " + body + b"\n"
+    s.sendall(line)
+    s.close()
+    assert wait_rejected(server, 1) == ["malformed JSON" if signed else
+                                        "bad MAC (forged, replayed, reordered, or from another run or job)"]
+    link = rank_link(server, 1)
+    link.send(exit_report())
     assert server.wait_rank_events(lambda evs: len(evs) == 1, 5.0)
+    link.close()
 
 
 def test_overlong_line_closes_the_connection(server):
@@ -251,7 +271,7 @@ def test_overlong_line_closes_the_connection(server):
 
 
 def test_worker_messages_need_the_worker_key_and_a_planned_host(server):
-    link = connect_worker(server, "algo-2", key=RANK_KEY)  # a rank's key cannot speak for a worker
+    link = signed(server, {"type": "hello", "host": "algo-2"}, server.rank_key(1))  # a rank's key: not a worker's
     forged = connect_worker(server, "not-a-host")
     reasons = wait_rejected(server, 2)
     assert "rank connection sent a 'hello' message" in reasons
@@ -266,13 +286,26 @@ def test_worker_ignores_a_forged_result(tmp_path):
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
+    run, conn_nonce = os.urandom(16), os.urandom(16)
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.sendall(wire.greeting(run, conn_nonce))
+        served.append(conn)
+
+    served = []
+    t = threading.Thread(target=serve)
+    t.start()
     link = MasterLink.connect("127.0.0.1", srv.getsockname()[1], "algo-2", Deadline(SYSTEM_CLOCK, 5.0),
-                              key=WORKER_KEY)
-    conn, _ = srv.accept()
+                              key=WORKER_KEY, job=JOB)
+    t.join()
+    conn = served[0]
+    master = wire.Session(JOB, run, conn_nonce, master_end=True)
+    other = wire.Session(JOB, run, conn_nonce, master_end=True)
     conn.sendall(b'{"type": "result", "exit_code": 0, "summary": ""}\n'
-                 + encode({"type": "result", "exit_code": 0}, os.urandom(32))
-                 + encode({"type": "result", "exit_code": "0"}, WORKER_KEY)
-                 + encode({"type": "result", "exit_code": 5, "summary": "ok"}, WORKER_KEY))
+                 + other.seal({"type": "result", "exit_code": 0}, os.urandom(32), "m")
+                 + master.seal({"type": "result", "exit_code": "0"}, WORKER_KEY, "m")
+                 + master.seal({"type": "result", "exit_code": 5, "summary": "ok"}, WORKER_KEY, "m"))
     got = [link.recv(2.0) for _ in range(4)]
     assert got == [None, None, None, {"type": "result", "exit_code": 5, "summary": "ok"}]
     for s in (conn, srv):
@@ -280,11 +313,15 @@ def test_worker_ignores_a_forged_result(tmp_path):
     link.close()
 
 
-def test_connections_from_other_addresses_are_refused():
+def test_connections_from_other_addresses_are_refused_at_accept_when_no_kernel_filter(monkeypatch):
+    from mpirun_kit.exec.channel import filter as peer_filter
+
+    monkeypatch.setattr(peer_filter, "attach", lambda sock, addresses: "no kernel filter: test")
     with make_server(allowed_peers={"10.255.255.1"}) as server:
-        s = raw(server)
+        s, _ = raw_session(server, greet=False)
         assert is_closed(s)
         assert wait_rejected(server, 1) == ["connection from an address that is not one of the job's hosts"]
+        assert server.rejection_counts() == {"address": 1}
 
 
 def test_silent_connection_closed_after_first_message_timeout():
@@ -292,13 +329,14 @@ def test_silent_connection_closed_after_first_message_timeout():
         s = raw(server)
         assert is_closed(s)
         assert wait_rejected(server, 1) == ["no valid message within 0.3 s of connecting"]
+        assert server.rejection_counts() == {"timeout": 1}
 
 
 def test_idle_connections_cost_no_threads_and_cannot_crowd_out_workers():
     """300 idle connections (the measured attack) against a cap of 20: one thread, and a worker still gets in."""
     with make_server(max_connections=20) as server:
         before = threading.active_count()
-        idle = [raw(server) for _ in range(300)]
+        idle = [raw_session(server, greet=False)[0] for _ in range(300)]
         assert threading.active_count() == before
         link = connect_worker(server, "algo-2")
         assert server.wait_rank_events(lambda _: server.connected_workers() == {"algo-2"}, 10.0)
@@ -314,13 +352,13 @@ def test_idle_connections_cost_no_threads_and_cannot_crowd_out_workers():
 
 _EMFILE_SERVER = r"""
 import os, resource, sys, time
-from mpirun_kit.exec.channel import ResultServer
+from mpirun_kit.exec.channel.server import ResultServer
 from mpirun_kit.exec.result import JobResult
 key = bytes.fromhex(sys.argv[1])
 n = len(os.listdir("/proc/self/fd"))
 resource.setrlimit(resource.RLIMIT_NOFILE, (n + 24, n + 24))
-s = ResultServer("127.0.0.1", 0, rank_key=os.urandom(32), worker_key=key, rank_hosts={0: "h"}, workers=["algo-2"],
-                 first_message_s=1.5, max_connections=1000).start()
+s = ResultServer("127.0.0.1", 0, job="test-job", run_key=os.urandom(32), worker_key=key, rank_hosts={0: "h"},
+                 workers=["algo-2"], first_message_s=1.5, max_connections=1000).start()
 s.publish(JobResult(9))
 print(s.port, flush=True)
 sys.stdin.read()
@@ -335,7 +373,7 @@ def test_accept_survives_running_out_of_file_descriptors():
     try:
         port = int(p.stdout.readline())
         idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]  # far past the fd limit
-        link = MasterLink.connect("127.0.0.1", port, "algo-2", Deadline(SYSTEM_CLOCK, 10.0), key=WORKER_KEY)
+        link = MasterLink.connect("127.0.0.1", port, "algo-2", Deadline(SYSTEM_CLOCK, 10.0), key=WORKER_KEY, job=JOB)
         # the idle ones time out (1.5 s), descriptors come back, the worker's connection is accepted
         msg = link.recv(20.0)
         assert msg == {"type": "result", "exit_code": 9, "summary": ""}
@@ -373,8 +411,6 @@ def test_no_loss_declared_after_the_result():
 
 def test_other_rank_events_go_through_the_checker_and_the_master_can_answer_a_rank():
     """The hook issue 14's progress reports use: same MAC and placement checks, then the caller's validator."""
-    from mpirun_kit.exec.report import verify
-
     got = []
 
     def check(msg, rank_hosts):
@@ -383,19 +419,16 @@ def test_other_rank_events_go_through_the_checker_and_the_master_can_answer_a_ra
             else (None, "bad step")
 
     with make_server(check_other=check, on_rank_event=got.append) as server:
-        addr = f"127.0.0.1:{server.port}"
-        sock = send_rank_event(addr, {"event": "progress", "rank": 1, "host": "h", "step": 5, "t": 1.0}, RANK_KEY)
-        send_rank_event(addr, {"event": "progress", "rank": 1, "host": "algo-2", "step": 6, "t": 1.0}, RANK_KEY,
-                        sock=sock)
-        send_rank_event(addr, {"event": "progress", "rank": 1, "host": "h", "step": "x", "t": 1.0}, RANK_KEY,
-                        sock=sock)
+        link = rank_link(server, 1)
+        link.send({"event": "progress", "rank": 1, "host": "h", "step": 5, "t": 1.0})
+        link.send({"event": "progress", "rank": 1, "host": "algo-2", "step": 6, "t": 1.0})
+        link.send({"event": "progress", "rank": 1, "host": "h", "step": "x", "t": 1.0})
         assert wait_rejected(server, 2) == ["rank 1 reported host 'algo-2'; the plan places it on h", "bad step"]
         assert got == [{"event": "progress", "rank": 1, "step": 5}] and server.rank_events() == ()
         assert server.send_to_ranks([1, 2], {"type": "stacks"}) == [1]
-        sock.settimeout(5)
-        line = sock.recv(4096).rstrip(b"\n")
-        assert json.loads(verify(line, RANK_KEY)) == {"type": "stacks"}
-        sock.close()
+        link.sock.settimeout(5)
+        assert link.read() == [{"type": "stacks"}]
+        link.close()
 
 
 def test_a_worker_that_closed_its_connection_is_lost_and_said_so():
@@ -410,9 +443,9 @@ def test_a_failing_on_rank_event_never_costs_the_report():
         raise RuntimeError("observer bug")
 
     with make_server(on_rank_event=boom) as server:
-        addr = f"127.0.0.1:{server.port}"
-        sock = send_rank_event(addr, {"event": "start", "rank": 1, "host": "h", "t": 1.0}, RANK_KEY)
-        send_rank_event(addr, exit_report(), RANK_KEY, sock=sock).close()
+        link = rank_link(server, 1)
+        link.send({"event": "start", "rank": 1, "host": "h", "t": 1.0})
+        link.send(exit_report())
         assert server.wait_rank_events(lambda evs: len(evs) == 2, 5.0)
         assert server.rank_failures() == (RankFailure(1, "h", 3, None, 2.0),)
 
@@ -426,7 +459,8 @@ def test_thread_start_failure_is_a_launch_error_and_releases_the_port(monkeypatc
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(threading.Thread, "start", no_threads)
-    server = ResultServer("127.0.0.1", 0, rank_key=RANK_KEY, worker_key=WORKER_KEY, rank_hosts=RANK_HOSTS)
+    server = ResultServer("127.0.0.1", 0, job=JOB, run_key=os.urandom(32), worker_key=WORKER_KEY,
+                          rank_hosts=RANK_HOSTS)
     with pytest.raises(LaunchError) as e:
         server.start()
     assert str(e.value) == ("cannot start the result channel's thread (can't start new thread); the master host is "

@@ -1,5 +1,5 @@
 """The result channel under a small version of the 256 x 8 load (benchmarks/bench_channel.py): ~300 real
-loopback connections driven by two client processes through the real senders (send_rank_event for ranks,
+loopback connections driven by two client processes through the real senders (RankLink for ranks,
 MasterLink for workers), one progress report per rank per second for a few seconds.
 
 Correctness only, never timings: every report sent is recorded, in order, none is rejected, every rank's
@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(120)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 from bench_channel import run_load  # noqa: E402
 
 HOSTS, PER_HOST, SECONDS = 34, 8, 3          # 272 ranks + 33 workers = 305 connections

@@ -1,16 +1,13 @@
 """RankStop against a real ResultServer on 127.0.0.1, the ranks played by real sockets that report the way the
-rank wrapper does (send_rank_event): who is asked to stop, who is waited for, who is released.  A lost host is
+rank wrapper does (RankLink): who is asked to stop, who is waited for, who is released.  A lost host is
 played by a stand-in channel (the server declares a worker lost only after seconds of silence)."""
-import json
-import os
 import socket
 
 import pytest
 
-from mpirun_kit.exec.channel import ResultServer
+from channel_kit import make_server, rank_link
+from mpirun_kit.exec.channel.stop import RankStop
 from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
-from mpirun_kit.exec.rank_stop import RankStop
-from mpirun_kit.exec.report import send_rank_event, verify
 
 pytestmark = pytest.mark.timeout(60)
 RANK_HOSTS = {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
@@ -18,21 +15,21 @@ RANK_HOSTS = {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
 
 @pytest.fixture
 def server():
-    s = ResultServer("127.0.0.1", 0, rank_key=os.urandom(32), worker_key=os.urandom(32),
-                     rank_hosts=RANK_HOSTS).start()
+    s = make_server(RANK_HOSTS)
     yield s
     s.close()
 
 
 def report(server, rank, event, sock=None, **fields):
+    """Send one report on ``sock`` (a RankLink), a new link when None; returns the link."""
     msg = {"event": event, "rank": rank, "host": RANK_HOSTS[rank], "t": 1.0, **fields}
     if event == "start":
         msg.update(local_rank=0, pid=100 + rank, program_pid=200 + rank)
     else:
         msg.update(exit_code=0, signal=None)
-    sock = send_rank_event(f"127.0.0.1:{server.port}", msg, server.rank_key, sock=sock)
-    assert sock is not None
-    return sock
+    link = sock or rank_link(server, rank)
+    assert link.send(msg)
+    return link
 
 
 def eventually(cond, what):
@@ -42,12 +39,13 @@ def eventually(cond, what):
         SYSTEM_CLOCK.sleep(0.02)
 
 
-def received(sock, key) -> list[dict]:
-    sock.settimeout(5)
-    buf = b""
-    while not buf.endswith(b"\n"):
-        buf += sock.recv(65536)
-    return [json.loads(verify(line, key)) for line in buf.splitlines()]
+def received(link) -> list[dict]:
+    link.sock.settimeout(5)
+    got = []
+    while not got:
+        got = link.read()
+        assert got is not None, "connection closed"
+    return got
 
 
 def test_asks_the_running_ranks_waits_for_their_exits_and_releases_them(server):
@@ -61,7 +59,7 @@ def test_asks_the_running_ranks_waits_for_their_exits_and_releases_them(server):
     stop = RankStop(server, RANK_HOSTS, hold_s=12.5)
     assert stop.begin("SIGTERM") == {0, 3}
     for s in (s0, s3):
-        assert received(s, server.rank_key) == [{"type": "signal", "signal": "SIGTERM", "hold_s": 12.5}]
+        assert received(s) == [{"type": "signal", "signal": "SIGTERM", "hold_s": 12.5}]
     assert stop.pending() == {0, 3}
     report(server, 0, "exit", sock=s0)                   # its handler is done; its wrapper holds
     eventually(lambda: stop.pending() == {3}, "rank 0's exit not seen")
@@ -72,11 +70,11 @@ def test_asks_the_running_ranks_waits_for_their_exits_and_releases_them(server):
     report(server, 3, "exit")
     eventually(stop.all_exited, "every rank's exit seen")
     stop.release()
-    assert received(s0, server.rank_key) == [{"type": "release"}]
+    assert received(s0) == [{"type": "release"}]
     stop.release()                                       # once only
-    s0.settimeout(0.3)
+    s0.sock.settimeout(0.3)
     with pytest.raises((socket.timeout, BlockingIOError)):
-        s0.recv(100)
+        s0.sock.recv(100)
     s0.close()
 
 

@@ -1,0 +1,97 @@
+"""A rank wrapper's end of the result channel (best effort): its reports out, the master's requests in.
+
+Place in the data flow: the rank wrapper (rank/wrapper.py) and its relay thread (observe/relay.py) send
+the rank's start, progress, stacks and exit through one ``RankLink``; the master's server (server.py)
+answers on the same connection with stop, release and stacks requests.  The link signs with this rank's
+own key (keys.py: the wrapper took it from its key file; the program never holds it) and frames every
+line through wire.py, so the connection's first line makes it this rank's connection at the master.
+
+Reports are best effort: a rank must run even where the channel is down (mpirun's own status still
+reaches the master).  Stdlib only: every rank imports this at start, on the launch's critical path.
+"""
+from __future__ import annotations
+
+import socket
+
+from . import wire
+
+
+class RankLink:
+    """One rank's connection to ``host:port``, opened on the first send (and again if it breaks)."""
+
+    def __init__(self, addr: str, rank: int, key: bytes, job: str, timeout: float = 2.0):
+        self.addr, self.rank, self.key, self.job, self.timeout = addr, rank, key, job, timeout
+        self.sender = wire.rank_sender(rank)
+        self.sock: socket.socket | None = None
+        self.session: wire.Session | None = None
+        self._inbuf = b""
+
+    def _connect(self) -> bool:
+        host, _, port = self.addr.rpartition(":")
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=self.timeout)
+        except (OSError, ValueError):
+            return False
+        try:
+            buf = b""
+            while b"\n" not in buf and len(buf) <= 256:
+                chunk = sock.recv(256)
+                if not chunk:
+                    break
+                buf += chunk
+            line, _, rest = buf.partition(b"\n")
+            nonces = wire.parse_greeting(line)
+        except OSError:
+            nonces = None
+        if nonces is None:
+            sock.close()
+            return False
+        self.sock, self.session, self._inbuf = sock, wire.Session(self.job, *nonces, master_end=False), rest
+        return True
+
+    def send(self, msg: dict) -> bool:
+        """Send one report (``{"type": "rank", **msg}``); False when the master cannot be reached."""
+        for _ in range(2):      # once on the open connection, once more on a new one if that one broke
+            if self.sock is None and not self._connect():
+                return False
+            try:
+                self.sock.sendall(self.session.seal({"type": "rank", **msg}, self.key, self.sender))
+                return True
+            except OSError:
+                self.close()
+        return False
+
+    def read(self) -> list[dict] | None:
+        """The master's valid messages that have arrived (one ``recv``); None once the connection closed.
+
+        Lines that fail the MAC check, or are not JSON objects, are dropped.
+        """
+        if self.sock is None:
+            return None
+        try:
+            chunk = self.sock.recv(65536)
+        except (BlockingIOError, socket.timeout):
+            return []
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        self._inbuf += chunk
+        out = []
+        while b"\n" in self._inbuf:
+            line, self._inbuf = self._inbuf.split(b"\n", 1)
+            body = self.session.open(line, self.key, wire.MASTER_SENDER)
+            msg = wire.decode_object(body)[0] if body is not None else None
+            if msg is not None:
+                out.append(msg)
+        if len(self._inbuf) > wire.MAX_LINE:
+            self._inbuf = b""
+        return out
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        self.sock, self.session = None, None
