@@ -4,7 +4,7 @@ Every layer raises a subclass of ``MpirunKitError``; the CLI (cli/main.py) is th
 only place that turns one into a message and an exit code.  A message says what
 failed, carries the offending value (file, field, host) and says how to fix it.
 A job that ran and failed, ran past its deadline or lost a host is not an error
-of ours: it is a value (exec/result.JobResult on a host, targets/base.Outcome for
+of ours: it is a value (exec/result.JobResult on a host, targets/outcome.Outcome for
 ``submit``) carrying the exit code below, never an exception.
 ``translate`` turns the few library errors caused by the environment (botocore's
 no region/credentials, unreadable files) into one of these.

@@ -63,7 +63,7 @@ def _submit(args) -> int:
 
 def error_outcome(args, compiled, target, exc, started: float):
     """The Outcome of a submit that ended in an error of ours, before or while its target ran."""
-    from ..targets.base import error_outcome as outcome_of_error
+    from ..targets.outcome import error_outcome as outcome_of_error
 
     job = compiled.job.name if compiled else None
     if target is not None:

@@ -25,7 +25,9 @@ from ..exec.result import exit_code_from_failure
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..spec.compile import CompiledJob, checkpoint_path
 from ..stack.infra import JOB_NAME_REF  # the one reference a channel URI may hold (per-job key material)
-from .base import DryRun, Outcome, Progress, SubmitOptions, Target, outcome_of, redact_value
+from ..redact import redact_value
+from .base import DryRun, Progress, SubmitOptions, Target
+from .outcome import Outcome, outcome_of
 
 #: SageMaker's limit on one hyperparameter value.
 HYPERPARAMETER_MAX = 2500

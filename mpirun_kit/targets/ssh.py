@@ -51,7 +51,8 @@ from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
 from ..exec import verbosity
-from .base import DryRun, Outcome, Progress, SubmitOptions, Target, outcome_of
+from .base import DryRun, Progress, SubmitOptions, Target
+from .outcome import Outcome, outcome_of
 
 #: seconds allowed after the job's own limit for readiness, start-up and shutdown.
 OVERHEAD_S = 120.0

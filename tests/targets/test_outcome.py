@@ -1,7 +1,7 @@
-"""outcome_of: who decided a submit's exit code, from the code and the failure report (pure; issue 16 defect 3)."""
+"""targets/outcome.py, outcome_of: who decided a submit's exit code, from the code and the failure report (pure; issue 16 defect 3)."""
 from __future__ import annotations
 
-from mpirun_kit.targets.base import LAUNCHER_CODES, outcome_of, root_cause_of
+from mpirun_kit.targets.outcome import LAUNCHER_CODES, outcome_of, root_cause_of
 
 REPORT = ("mpirun_kit exit_code=64\n"
           "root cause: rank 3 on algo-2 exited with code 64 (first seen 01:02:03.004Z)\n"

@@ -1,0 +1,133 @@
+"""How a submitted job ended, as a value: the ``Outcome`` and the classification that makes it.
+
+Place in the data flow: every target's ``run`` ends in ``outcome_of(...)``, a pure function of
+what the target saw (the exit code, the master's failure report from exec/result.py, a signal
+submit received, the platform's reason); ``submit --json`` prints the ``Outcome`` as its last
+line.  It says who decided the code (the job, the launcher or the platform) and why, so scripts
+need not guess from the number.  The ``Target`` interface itself is in base.py.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import ExitCode, SpecError
+
+
+#: codes mpirun_kit itself exits with when the job did not decide; a job may exit with the same numbers,
+#: which is why an Outcome says who decided (``source``) instead of leaving scripts to guess from the code.
+LAUNCHER_CODES = {ExitCode.BAD_INPUT: "bad input (spec, flag, resourceconfig.json)",
+                  ExitCode.UNREACHABLE: "a host or AWS was unreachable", ExitCode.LAUNCH_FAILED: "the launcher failed",
+                  ExitCode.HOST_LOST: "a worker host was lost mid-job", ExitCode.MASTER_LOST: "a worker lost its master",
+                  ExitCode.HUNG: "the ranks hung", ExitCode.TIMEOUT: "the job ran past its deadline"}
+SOURCES = ("job", "launcher", "platform")
+# The failure report's root-cause line, written by exec/result.py (RankFailure.describe); it comes before
+# any of the program's own output, which is only quoted after "mpirun output (last lines):".
+_ROOT_CAUSE_RE = re.compile(r"root cause: rank (?P<rank>\d+) on (?P<host>\S+) "
+                            r"(?:exited with code (?P<code>\d+)|was killed by (?P<signal>\S+))")
+_TAIL_MARK = "mpirun output (last lines):"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a submitted job ended, for scripts: ``submit --json`` prints ``to_json()`` as its last stdout line.
+
+    ``source``: ``job`` (the program's own code: it succeeded, a rank exited non-zero or was killed),
+    ``launcher`` (mpirun_kit or mpirun chose the code: bad input, unreachable host, launcher failure,
+    lost host/master, deadline, stopped by a signal) or ``platform`` (SageMaker/AWS decided).
+    """
+
+    target: str | None                  # None: the spec never compiled
+    job: str | None
+    exit_code: int
+    source: str
+    reason: str
+    root_cause: dict | None = None      # first failing rank: rank, host, exit_code, signal
+    failure_file: str | None = None     # the full failure report, on this machine
+    attempts: int = 1
+    timeline: dict | None = None        # started_at, ended_at (UTC), duration_s, per-host exit codes
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def launch_timeline(output_dir: Path) -> dict | None:
+    """The master's ``timeline.json`` in ``output_dir`` as seconds per phase (launch, run, shutdown, total)
+    and the file's path; None when it wrote none (it failed before, or an older launcher)."""
+    from ..observe import timeline
+
+    path = Path(output_dir) / "timeline.json"
+    if not path.is_file():
+        return None
+    try:
+        s = timeline.summary(timeline.load(path))
+    except SpecError:
+        return None
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items() if k != "startup_cpu_s"} | {
+        "file": str(path)}
+
+
+def root_cause_of(failure_text: str) -> dict | None:
+    """The first failing rank named by a failure report, None when it names none (launcher failures)."""
+    head = failure_text.split(_TAIL_MARK, 1)[0]
+    for line in head.splitlines()[1:]:
+        m = _ROOT_CAUSE_RE.match(line)
+        if m:
+            return {"rank": int(m["rank"]), "host": m["host"],
+                    "exit_code": int(m["code"]) if m["code"] else None, "signal": m["signal"]}
+    return None
+
+
+def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_text: str | None = None,
+               failure_file: str | None = None, interrupted: str | None = None, platform_reason: str | None = None,
+               attempts: int = 1, started: float | None = None, ended: float | None = None,
+               hosts: dict[str, int] | None = None, error: tuple[str, str] | None = None,
+               launch: dict | None = None) -> Outcome:
+    """Who decided ``exit_code`` and why, from what the target saw (pure).
+
+    Args:
+        failure_text: the master's failure report (``mpirun_kit exit_code=N`` first line), when read.
+        interrupted: the signal name submit itself received (Ctrl-C: SIGINT), if it stopped the job.
+        platform_reason: set when the platform (SageMaker/AWS) ended the job without a report of ours.
+        started, ended: wall-clock seconds; hosts: each host's exit code (multi-host targets).
+        error: (source, message) when submit itself ended in an error (bad spec, unreachable host, AWS).
+        launch: the launcher's own timeline summary (``launch_timeline``), when it wrote one.
+    """
+    # A stop's rank deaths are its consequences, not a cause.
+    cause = root_cause_of(failure_text) if failure_text and not interrupted else None
+    if error is not None:
+        source, reason = error
+    elif interrupted:
+        source, reason = "launcher", f"stopped by {interrupted}: SIGTERM to every rank, SIGKILL after the grace period"
+    elif exit_code == 0:
+        source, reason = "job", "the job succeeded"
+    elif cause is not None:
+        how = f"was killed by {cause['signal']}" if cause["signal"] else f"exited with code {cause['exit_code']}"
+        source, reason = "job", f"rank {cause['rank']} on {cause['host']} {how}"
+    elif platform_reason:
+        source, reason = "platform", platform_reason
+    elif failure_text:
+        lines = [ln for ln in failure_text.split(_TAIL_MARK, 1)[0].splitlines()[1:] if ln.strip()]
+        source, reason = "launcher", (lines[0] if lines else LAUNCHER_CODES.get(exit_code, "the launcher failed"))
+    elif exit_code in LAUNCHER_CODES:
+        source, reason = "launcher", LAUNCHER_CODES[exit_code] + " (from the exit code; no failure report was read)"
+    else:
+        how = f"ended by signal {exit_code - 128}" if exit_code > 128 else f"exited with code {exit_code}"
+        source, reason = "job", f"the job {how} (from the exit code; no failure report was read)"
+    timeline = None
+    if started is not None and ended is not None:
+        stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))  # noqa: E731
+        timeline = {"started_at": stamp(started), "ended_at": stamp(ended),
+                    "duration_s": round(ended - started, 3), "hosts": dict(hosts or {})}
+        if launch:
+            timeline["launch"] = launch
+    return Outcome(target, job, int(exit_code), source, reason, cause, failure_file, attempts, timeline)
+
+
+def error_outcome(target: str | None, job: str | None, exc, started: float, source: str = "launcher") -> Outcome:
+    """The Outcome of a submit that ended in ``exc``, an error of ours; ``source`` decided its code."""
+    return outcome_of(target, job, int(exc.exit_code), error=(source, str(exc).split("\n", 1)[0] or type(exc).__name__),
+                      started=started, ended=time.time(), hosts={})
