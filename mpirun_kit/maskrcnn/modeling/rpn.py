@@ -13,6 +13,8 @@ reads a device value on the host (sampling.py).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -21,6 +23,9 @@ from ..config import RPNConfig
 from ..ops import box_iou, encode_boxes, generate_anchors, generate_proposals, generate_proposals_padded
 from .fpn import STRIDES
 from .sampling import match, subsample
+
+#: feature-shape sets whose anchors the RPN keeps on the device (~6 MB each at 800x1333).
+ANCHOR_CACHE_SHAPES = 8
 
 
 class RPN(nn.Module):
@@ -34,20 +39,33 @@ class RPN(nn.Module):
         for m in (self.conv, self.objectness, self.deltas):
             nn.init.normal_(m.weight, std=0.01)
             nn.init.zeros_(m.bias)
-        self._anchor_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        # (feature sizes of every level, device) -> (anchors, level ids), most recently used last
+        self._anchor_cache: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
 
     def anchors(self, feats: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """All anchors [A_total, 4] (levels concatenated) and their level ids [A_total]."""
-        sizes = tuple(tuple(f.shape[-2:]) for f in feats)
+        """All anchors [A_total, 4] (levels concatenated) and their level ids [A_total].
+
+        Cached on the device per set of feature shapes (the padded canvas shapes in use; a few
+        with bucketing), up to ``ANCHOR_CACHE_SHAPES`` of them, least recently used dropped first:
+        a step whose canvas was seen before builds nothing and copies nothing to the device.
+        """
+        sizes = tuple(tuple(int(s) for s in f.shape[-2:]) for f in feats)
         key = (sizes, feats[0].device)
-        if key not in self._anchor_cache:
-            per_level = generate_anchors(list(sizes), list(STRIDES[:len(feats)]),
-                                         [(s,) for s in self.cfg.anchor_sizes], list(self.cfg.aspect_ratios),
-                                         feats[0].device)
-            levels = torch.cat([torch.full((a.shape[0],), i, dtype=torch.int64, device=a.device)
-                                for i, a in enumerate(per_level)])
-            self._anchor_cache = {key: (torch.cat(per_level).float(), levels)}  # keep one shape only
-        return self._anchor_cache[key]
+        hit = self._anchor_cache.get(key)
+        if hit is not None:
+            self._anchor_cache.move_to_end(key)
+            return hit
+        per_level = generate_anchors(list(sizes), list(STRIDES[:len(feats)]),
+                                     [(s,) for s in self.cfg.anchor_sizes], list(self.cfg.aspect_ratios),
+                                     feats[0].device)
+        levels = torch.cat([torch.full((a.shape[0],), i, dtype=torch.int64, device=a.device)
+                            for i, a in enumerate(per_level)])
+        hit = (torch.cat(per_level).float(), levels)
+        if not torch.compiler.is_compiling():  # a traced (fake) tensor must not outlive its trace
+            if len(self._anchor_cache) >= ANCHOR_CACHE_SHAPES:
+                self._anchor_cache.popitem(last=False)
+            self._anchor_cache[key] = hit
+        return hit
 
     def forward(self, feats: list[torch.Tensor], image_sizes: list[tuple[int, int]],
                 targets: dict[str, torch.Tensor] | None = None):
@@ -61,8 +79,10 @@ class RPN(nn.Module):
             logits.append(self.objectness(t).permute(0, 2, 3, 1).reshape(b, -1))
             deltas.append(self.deltas(t).view(b, self.num_anchors, 4, *t.shape[-2:])
                           .permute(0, 3, 4, 1, 2).reshape(b, -1, 4))
-        logits_all = torch.cat(logits, 1).float()
-        deltas_all = torch.cat(deltas, 1).float()
+        # in the head's dtype (bf16 under autocast): the proposal op computes in float32 by its own
+        # autocast rule (ops/_autocast.py), the losses cast the few sampled values they read
+        logits_all = torch.cat(logits, 1)
+        deltas_all = torch.cat(deltas, 1)
         anchors, levels = self.anchors(feats)
         args = (self.cfg.nms_thresh, self.cfg.min_size)
         with torch.no_grad():
@@ -93,7 +113,8 @@ class RPN(nn.Module):
             matched = gt.gather(1, idx.gather(1, sel)[..., None].expand(-1, -1, 4))
             reg_target = encode_boxes(matched.reshape(-1, 4), anchors[sel].reshape(-1, 4)).view(b, -1, 4)
             reg_target = torch.where(is_pos[..., None], reg_target, torch.zeros_like(reg_target))
-        cls = F.binary_cross_entropy_with_logits(logits.gather(1, sel), is_pos.to(logits.dtype), reduction="none")
-        box = F.l1_loss(deltas.gather(1, sel[..., None].expand(-1, -1, 4)), reg_target, reduction="none").sum(2)
+        # float32 losses from the sampled slots only (B x 256 values, not the B x A head outputs)
+        cls = F.binary_cross_entropy_with_logits(logits.gather(1, sel).float(), is_pos.float(), reduction="none")
+        box = F.l1_loss(deltas.gather(1, sel[..., None].expand(-1, -1, 4)).float(), reg_target, reduction="none").sum(2)
         return {"loss_rpn_cls": (cls * weight).sum(),
                 "loss_rpn_box": torch.where(is_pos, box * weight, torch.zeros_like(box)).sum()}

@@ -4,6 +4,10 @@ Data flow: the RPN (modeling/) gives the feature sizes of P2..P6 -> here ->
 one [H*W*A, 4] anchor tensor per level, locations row-major, the A anchors of a
 location innermost (torchvision's AnchorGenerator order, so RPN head outputs
 flattened as [N, H, W, A] line up with them).
+
+The [A, 4] cell anchors of each level are cached per device (``_cell_anchors``); the grids are
+built on the device from them.  Callers that see the same feature sizes again (the RPN) cache
+the grids too (modeling/rpn.py).
 """
 from __future__ import annotations
 
@@ -66,9 +70,27 @@ def generate_anchors(
     for lvl, ((h, w), stride) in enumerate(zip(feature_sizes, strides)):
         if int(h) < 0 or int(w) < 0 or int(stride) <= 0:
             raise OpInputError(f"level {lvl}: feature size must be >= 0 and stride > 0, got size {(h, w)} stride {stride}")
-        cell = reference.cell_anchors(level_sizes[lvl], ratios[lvl], dtype, device)
+        cell = _cell_anchors(level_sizes[lvl], ratios[lvl], dtype, device)
         if _loader.use_compiled("grid_anchors", device):
             out.append(torch.ops.mpirun_kit.grid_anchors(cell, int(h), int(w), int(stride)))
         else:
             out.append(reference.grid_anchors(cell, int(h), int(w), int(stride)))
     return out
+
+
+#: (sizes, ratios, dtype, device) -> [A, 4] cell anchors on that device.  A handful of entries
+#: (one per FPN level), so never trimmed.
+_cells: dict[tuple, torch.Tensor] = {}
+
+
+def _cell_anchors(sizes: tuple[float, ...], ratios: tuple[float, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    # The cell anchors are computed on the host (a few numbers): one host->device copy per level
+    # and device for the life of the process, not one per call (a pageable copy the host waits on).
+    key = (sizes, ratios, dtype, device)
+    hit = _cells.get(key)
+    if hit is None:
+        hit = reference.cell_anchors(sizes, ratios, dtype, device)
+        if torch.compiler.is_compiling():  # a traced (fake) tensor must not outlive its trace
+            return hit
+        _cells[key] = hit
+    return hit

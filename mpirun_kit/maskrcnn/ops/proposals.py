@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _loader, reference
+from . import _autocast, _loader, reference
 from ._checks import OpInputError, check_boxes, check_float, check_same_device, check_threshold, check_weights
 
 
@@ -63,6 +63,7 @@ def generate_proposals(
         boxes, scores, counts = _compiled(anchors, objectness, deltas, sizes, levels, pre, post, thr, min_size, w, clip_value)
         split = counts.tolist()
         return list(boxes.split(split)), list(scores.split(split))
+    anchors, objectness, deltas = _autocast.cast(anchors, objectness, deltas)
     return reference.generate_proposals(anchors, objectness, deltas, sizes, pre, post, thr, min_size, levels, w, float(clip_value))
 
 
@@ -79,7 +80,7 @@ def _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n, post_nm
         raise OpInputError(f"deltas must be [B, A, 4] = [{b}, {a}, 4], got {got}")
     check_float("objectness", objectness)
     check_float("deltas", deltas)
-    if not (anchors.dtype == objectness.dtype == deltas.dtype):
+    if not (_autocast.op_dtype(anchors) == _autocast.op_dtype(objectness) == _autocast.op_dtype(deltas)):
         raise OpInputError(f"anchors, objectness and deltas must have one dtype, got {anchors.dtype}, {objectness.dtype} and {deltas.dtype}")
     check_same_device(anchors=anchors, objectness=objectness, deltas=deltas)
     sizes = [tuple(s) for s in image_sizes]
@@ -103,9 +104,12 @@ def _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n, post_nm
 
 def _sizes_tensor(sizes: list[tuple[int, int]], anchors: torch.Tensor) -> torch.Tensor:
     t = torch.tensor(sizes, dtype=anchors.dtype).reshape(len(sizes), 2)
-    if anchors.device.type != "cpu":
+    if anchors.device.type == "cuda":
         # pinned + non_blocking: the host does not wait for this copy
         t = t.pin_memory().to(anchors.device, non_blocking=True)
+    elif anchors.device.type != "cpu":
+        # meta and other devices: no pinned memory there (pin_memory needs a CUDA host allocator)
+        t = t.to(anchors.device)
     return t
 
 
@@ -147,10 +151,6 @@ def generate_proposals_padded(
     sizes_l = [int(n) for n in level_sizes]
     if sizes_l and (sum(sizes_l) != a or min(sizes_l) < 0):
         raise OpInputError(f"level_sizes must be anchor counts >= 0 summing to the rows of anchors ({a}), got {sizes_l}")
-    levels = None
-    if sizes_l:
-        # a host-side tensor for the checks and the reference; the compiled kernels take the sizes
-        levels = torch.repeat_interleave(torch.arange(len(sizes_l)), torch.tensor(sizes_l), output_size=a)
     sizes, _, pre, post, thr, min_size, w = _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n,
                                                         post_nms_top_n, nms_thresh, min_size, None, weights)
     if _loader.use_compiled("generate_proposals_padded", anchors.device):
@@ -158,6 +158,30 @@ def generate_proposals_padded(
             anchors, objectness, deltas, _sizes_tensor(sizes, anchors), sizes_l, pre, post, thr, min_size, list(w), float(clip_value))
         valid = torch.arange(post, device=anchors.device)[None, :] < counts[:, None]
         return boxes, scores, valid
-    return reference.generate_proposals_padded(anchors, objectness, deltas, sizes, pre, post, thr, min_size,
-                                               None if levels is None else levels.to(anchors.device), w,
+    # the compiled kernels take the level sizes as host ints; only the reference needs a level per anchor
+    levels = level_ids(sizes_l, anchors.device) if sizes_l else None
+    anchors, objectness, deltas = _autocast.cast(anchors, objectness, deltas)
+    return reference.generate_proposals_padded(anchors, objectness, deltas, sizes, pre, post, thr, min_size, levels, w,
                                                float(clip_value))
+
+
+#: (level sizes, device) -> [A] level id per anchor; a few entries (one per canvas shape in use).
+_level_ids: dict[tuple[tuple[int, ...], torch.device], torch.Tensor] = {}
+_LEVEL_IDS_CACHED = 8
+
+
+def level_ids(level_sizes: Sequence[int], device: torch.device) -> torch.Tensor:
+    """[sum(level_sizes)] int64 level id of each anchor, built on ``device`` and cached per sizes.
+
+    Built with one fill per level on the device: no host tensor of ~270k ids, no host->device copy.
+    """
+    key = (tuple(int(n) for n in level_sizes), torch.device(device))
+    hit = _level_ids.get(key)
+    if hit is not None:
+        return hit
+    ids = torch.cat([torch.full((n,), i, dtype=torch.int64, device=device) for i, n in enumerate(key[0])])
+    if not torch.compiler.is_compiling():  # a traced (fake) tensor must not outlive its trace
+        if len(_level_ids) >= _LEVEL_IDS_CACHED:
+            _level_ids.pop(next(iter(_level_ids)))  # the oldest shape
+        _level_ids[key] = ids
+    return ids
