@@ -91,7 +91,7 @@ def register(subparsers) -> None:
                   "mpirun_kit submit jobs/allreduce-bench.yaml --target sim --json -q",
                   "mpirun_kit submit jobs/maskrcnn.yaml --wait --job-name mrk-coco-1"],
         codes=exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED, ExitCode.HOST_LOST,
-                         ExitCode.MASTER_LOST, ExitCode.HUNG, ExitCode.TIMEOUT, job=True,
+                         ExitCode.MASTER_LOST, ExitCode.HUNG, ExitCode.TIMEOUT, ExitCode.CANNOT_START, job=True,
                          notes={0: "the job succeeded (sagemaker without --wait: the job was created)",
                                 **SPEC_CODE_NOTES,
                                 69: "a host never answered on ssh, or AWS refused, unreachable or no credentials "

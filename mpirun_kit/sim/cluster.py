@@ -111,6 +111,11 @@ def secret_files(layout: SimLayout) -> list[Path]:
     return [p for k in keys for p in (k, Path(f"{k}.pub"))] + [job_secret_file(h) for h in layout.hosts]
 
 
+def host_path() -> str:
+    """The PATH of programs started on a host: this Python's bin directory first, then the system's."""
+    return f"{os.path.dirname(sys.executable)}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def job_secret_file(host) -> Path:
     """Where ``host`` finds the job secret: its ``mpirun-keys`` input channel, as on SageMaker
     (entrypoint/common.default_secret_file)."""
@@ -369,9 +374,7 @@ class SimCluster:
             _write(path, secret_text, 0o600)
 
     def default_env(self) -> dict[str, str]:
-        bindir = os.path.dirname(sys.executable)
-        return {"PATH": f"{bindir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "HOME": "/root", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+        return {"PATH": host_path(), "HOME": "/root", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
 
     def write_sagemaker_config(self, hyperparameters: Mapping[str, str] | None = None,
                                input_data_config: Mapping | None = None) -> None:

@@ -8,11 +8,17 @@ the root-cause failure report and the exit code, which ``run`` passes through.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import re
+import shutil
 import socket
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
+from ..errors import CannotStartError
 from ..exec.clock import SYSTEM_CLOCK, Clock
 from ..exec.process import supervise
 from ..spec.compile import CompiledJob
@@ -25,6 +31,41 @@ SPEC_FILE = "launch-spec.json"
 #: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
 OVERHEAD_S = 120.0
 DEFAULT_JOB_S = 7 * 24 * 3600.0
+
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?$")
+
+
+def program_start_problem(program: Sequence[str], cwd: str | None, path: str | None = None) -> str | None:
+    """Why the job's program cannot start on this machine, or None: its command not found on ``path`` (None:
+    this process's PATH, which the ranks inherit, as exec would search it) or not executable, or -- for
+    ``python SCRIPT`` -- the script missing (python would exit 2, the usage-error code, from every rank).
+    Checked by ``run`` of the targets whose ranks run here (local, sim), never by a dry run (a value);
+    ``cwd``: the ranks' directory (program.working_dir, else this one)."""
+    if not program:
+        return None
+    exe, base = program[0], Path(cwd or ".")
+    if "${" in exe:
+        return None
+    if "/" in exe:
+        where = base / exe
+        if not where.is_file():
+            return f"program.command: {exe!r} does not exist (resolved against {base.resolve()})"
+        if not os.access(where, os.X_OK):
+            return f"program.command: {exe!r} is not executable; chmod +x it or run it through its interpreter"
+    elif shutil.which(exe, path=path) is None:
+        searched = f"PATH={path}" if path is not None else "PATH"
+        return f"program.command: {exe!r} not found on {searched}; install it or give its full path"
+    if _PYTHON.match(os.path.basename(exe)):
+        for arg in program[1:]:
+            if arg in ("-m", "-c", "-") or arg.startswith(("-m", "-c")) or "${" in arg:
+                return None
+            if not arg.startswith("-"):
+                if not (base / arg).is_file():
+                    return (f"program.command: python script {arg!r} does not exist (resolved against "
+                            f"{base.resolve()}); fix the path or set program.working_dir")
+                return None
+    return None
 
 
 def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: int, verbose: bool = True,
@@ -58,6 +99,13 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
         notes=("the failure report (root cause first) is written to " + str(Path(run_dir) / "output" / "failure"),))
 
 
+def refuse_unstartable(job: str, program: Sequence[str], cwd: str | None, path: str | None = None) -> None:
+    """Raises CannotStartError (exit 127) before any launch when the program cannot start here."""
+    problem = program_start_problem(program, cwd, path)
+    if problem:
+        raise CannotStartError(f"{job}: the program cannot start: {problem}")
+
+
 def free_port() -> int:
     """A TCP port free on this machine now, for the launcher's result channel (a port per run)."""
     with socket.socket() as s:
@@ -85,6 +133,8 @@ def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | Non
 
 def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
     """Run the local job; return how it ended (exit code: the first failing rank's, or 128+N for signal N)."""
+    spec = json.loads(dry.files[0][1])
+    refuse_unstartable(dry.job, spec["program"], dry.request["cwd"])
     write_files(dry)
     progress = Progress(clock=clock)
     progress.note(f"local: {dry.request['ranks']} rank(s) on this machine")

@@ -12,6 +12,7 @@ run, then after the grace period SIGKILL, and the teardown kills what is left.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -163,7 +164,13 @@ def _stop(master, why: str, grace_s: float, progress: Progress) -> None:
 def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
                 progress: Progress | None = None) -> Outcome:
     """Run on a fresh simulated cluster per attempt (up to 1 + retries); return how the job ended."""
+    from ..sim.cluster import host_path
+    from .local import refuse_unstartable
+
     req = dry.request
+    # The hosts share this machine's files: a program that cannot start is refused before any bring-up.
+    spec = json.loads(req["hyperparameters"][LAUNCH_SPEC_HYPERPARAMETER])
+    refuse_unstartable(dry.job, spec["program"], spec.get("working_dir"), host_path())
     progress = progress or Progress(clock=clock)
     root = Path(req["root"]) if req["root"] else Path(tempfile.mkdtemp(prefix=TEMP_ROOT_PREFIX))
     started = time.time()

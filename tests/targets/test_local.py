@@ -169,3 +169,38 @@ def test_failed_job_default_output_has_open_mpis_banner_once_and_v_names_no_pyth
     assert "mpirun output (last lines)" not in err
     assert "mpirun_kit: mpirun exited: code 3" in err
     assert "None" not in err
+
+
+@pytest.mark.parametrize("command, why", [
+    ("[python3, missing.py]", "python script 'missing.py' does not exist (resolved against {d}); fix the path or "
+                              "set program.working_dir"),
+    ("[nosuchbinary, x]", "'nosuchbinary' not found on PATH; install it or give its full path"),
+    ("[./notexec.sh]", "'./notexec.sh' is not executable; chmod +x it or run it through its interpreter"),
+    ("[./nothere.sh]", "'./nothere.sh' does not exist (resolved against {d})"),
+])
+def test_a_program_that_cannot_start_exits_127_not_the_usage_code(command, why, tmp_path, capfd, monkeypatch):
+    """Issue 22 defect 5: a rank running `python3 missing.py` made submit exit 2 (python's own code for a
+    missing script, the same as our usage error); `command: [nosuchbinary]` gave an undocumented 127.
+    Now both are refused before the launch with ExitCode.CANNOT_START (127), documented in --help."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notexec.sh").write_text("#!/bin/sh\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"apiVersion: mpirun_kit/v1\nkind: Job\nname: nostart\nresources: {{processes_per_host: 2}}\n"
+                    f"output: {{local_path: {tmp_path / 'out'}}}\nprogram:\n  command: {command}\n")
+    assert main(["submit", str(spec), "--json"]) == 127
+    out, err = capfd.readouterr()
+    assert err == f"mpirun_kit: error: nostart: the program cannot start: program.command: {why.format(d=tmp_path)}\n"
+    assert json.loads(out)["exit_code"] == 127
+    assert not (tmp_path / "out").exists()  # refused before anything ran or was written
+    # a dry run is a value: it prints the request and checks nothing on this machine
+    assert main(["submit", str(spec), "--dry-run"]) == 0
+
+
+def test_python_module_and_inline_programs_are_not_taken_for_scripts(tmp_path, capfd):
+    from mpirun_kit.targets.local import program_start_problem
+
+    assert program_start_problem(["python3", "-m", "nosuch.module"], str(tmp_path)) is None
+    assert program_start_problem(["python3", "-u", "-c", "print(1)"], str(tmp_path)) is None
+    (tmp_path / "t.py").write_text("")
+    assert program_start_problem(["python3", "-u", "t.py"], str(tmp_path)) is None
+    assert program_start_problem(["sh", "-c", "exit 0"], None) is None

@@ -195,3 +195,13 @@ def test_failed_sim_run_with_json_and_q_is_short_and_exact(tmp_path):
     assert "mpirun output (last lines)" not in r.stderr
     assert r.stderr.count("rank 1 on algo-2 exited with code 3") == 1, r.stderr
     assert len(r.stderr.splitlines()) <= 4, r.stderr
+
+
+def test_a_program_that_cannot_start_is_refused_before_the_cluster_comes_up(tmp_path, capfd):
+    """Issue 22 defect 5 on the sim target: 127, and no cluster brought up for nothing."""
+    spec = sim_job(tmp_path, 2, 1, "[python3, missing.py]")
+    assert main(["submit", str(spec), "--json"]) == 127
+    out, err = capfd.readouterr()
+    assert "the program cannot start: program.command: python script 'missing.py' does not exist" in err
+    assert json.loads(out)["exit_code"] == 127
+    assert not (tmp_path / "sim").exists()
