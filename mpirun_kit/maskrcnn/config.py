@@ -70,9 +70,10 @@ class RoIHeadsConfig:
     mask_conv_dim: int = 256
     mask_num_convs: int = 4
     mask_resolution: int = 28
-    #: foreground RoIs per image the mask head trains on (a fixed number of slots, so the step has
-    #: fixed shapes; the foreground picks are in random order, so fewer slots is a random subset);
-    #: 0 = all of them (batch_size_per_image * positive_fraction)
+    #: mask-head slots per image on average: the head runs on this x images slots per batch (fixed
+    #: shapes), filled on the device with the foreground RoIs of any image of the batch: a random
+    #: subset when there are more, padding slots without loss when there are fewer.  0 = every
+    #: foreground slot the sampler can give (batch_size_per_image * positive_fraction per image)
     mask_rois_per_image: int = 0
     bbox_reg_weights: tuple[float, ...] = (10.0, 10.0, 5.0, 5.0)
     score_thresh_test: float = 0.05
@@ -188,6 +189,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "solver.channels_last": True,
         "solver.cudnn_benchmark": True,
         "solver.scale_schedule": True,
+        # the mask head on 128 of the batch's foreground RoIs (4 images), not on 4 x 128 fixed
+        # slots: COCO train2017 has 7.3 objects per image (860,001 / 118,287), each a foreground
+        # RoI itself (GT boxes join the proposals) plus the proposals that overlap it, so 32 per
+        # image holds every GT and ~3 proposals per GT on average; crowded images take the slots
+        # the sparse ones leave.  An estimate from annotation counts: check it against the
+        # foreground counts of a GPU run (README, Mask R-CNN)
+        "model.roi_heads.mask_rois_per_image": 32,
         "test.ims_per_gpu": 4,
     },
     # CPU demo: a narrow, shallow ResNet trained from scratch (GroupNorm: nothing to freeze)
@@ -212,11 +220,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "model.roi_heads.fc_dim": 256,
         "model.roi_heads.mask_conv_dim": 64,
         "model.roi_heads.mask_num_convs": 2,
-        # 4 of the (up to) 16 foreground slots: the most objects a synthetic image has (1-4), so
-        # an untrained model (whose foreground is its GT boxes) fills them and a trained one
-        # (about 13 foreground RoIs) still trains each object's mask about once per step.  The
-        # mask head runs on every slot, valid or not (fixed shapes, no host sync): 12 slots made
-        # the first steps ~28 % slower than the old variable-size head (README, Benchmarks)
+        # 16 mask slots per batch of 4 images: a synthetic image has 1-4 objects, so an untrained
+        # model (whose foreground is its GT boxes, ~10 per batch) fills most of them and a trained
+        # one (about 13 foreground RoIs per image) trains a random 16 of its ~50.  The mask head
+        # runs on every slot, valid or not (fixed shapes, no host sync): 12 per image made the
+        # first steps ~28 % slower than the old variable-size head (README, Benchmarks)
         "model.roi_heads.mask_rois_per_image": 4,
         "model.roi_heads.detections_per_img": 20,
         "input.min_size_train": (128, 144, 160),

@@ -9,9 +9,10 @@ RoIAlign) predicts 28x28 masks on the foreground RoIs against targets cut out of
 score threshold, per-class NMS, top-k, then masks for the kept boxes.
 
 Training runs on the whole batch with fixed shapes: padded proposals + padded GT, a fixed number of
-sampled slots per image (invalid ones weighted 0), foreground first so the mask head takes the
-first ``mask_rois_per_image`` slots (default: all ``batch_size_per_image * positive_fraction``),
-and RoIAlign over all FPN levels in one call per head on the levels tiled once per step
+sampled slots per image (invalid ones weighted 0), and a mask head on the foreground only: a
+fixed-size mask batch of ``mask_rois_per_image`` x images slots (``mask_slots``), filled on the
+device with the foreground slots of any image of the batch (``sampling.gather_foreground``: a
+random subset when there are more, invalid padding slots with no loss when there are fewer), and RoIAlign over all FPN levels in one call per head on the levels tiled once per step
 (``pack_levels`` + ``roi_align_packed``).  Nothing in it reads a device value on the host.
 """
 from __future__ import annotations
@@ -24,9 +25,19 @@ from ..config import RoIHeadsConfig
 from ..ops import (batched_nms, decode_boxes, encode_boxes, multiscale_roi_align, pack_levels, roi_align,
                    roi_align_packed)
 from .fpn import STRIDES
-from .sampling import batched_iou, match, subsample
+from .sampling import batched_iou, gather_foreground, match, subsample
 
 POOL_STRIDES = STRIDES[:4]  # RoIs pool from P2..P5
+_MASK_SALT = 2  # the mask head's draw (0 = RPN sampling, 1 = RoI sampling)
+
+
+def mask_slots(cfg: RoIHeadsConfig, images: int) -> int:
+    """Slots the mask head runs on for a batch of ``images``: ``mask_rois_per_image`` per image on
+    average (0: every foreground slot the sampler can give, ``batch_size_per_image *
+    positive_fraction`` per image), shared by the whole batch."""
+    max_pos = int(cfg.batch_size_per_image * cfg.positive_fraction)
+    per_image = min(cfg.mask_rois_per_image, max_pos) if cfg.mask_rois_per_image > 0 else max_pos
+    return per_image * images
 
 
 def _rois(boxes: list[torch.Tensor]) -> torch.Tensor:
@@ -116,26 +127,32 @@ class RoIHeads(nn.Module):
         pred = box_deltas.view(-1, self.num_classes, 4).gather(1, k[:, None, None].expand(-1, 1, 4))[:, 0]
         box_l1 = F.l1_loss(pred, reg_t.reshape(-1, 4), reduction="none").sum(1)
         loss_box = torch.where(is_pos.reshape(-1), box_l1 * roi_w.reshape(-1), torch.zeros_like(box_l1)).sum()
-        # foreground slots come first: the mask head takes a fixed prefix, invalid slots weigh 0
-        mp = min(int(self.cfg.batch_size_per_image * self.cfg.positive_fraction), sel.shape[1])
-        if self.cfg.mask_rois_per_image > 0:
-            mp = min(mp, self.cfg.mask_rois_per_image)
-        if mp == 0:
+        # the mask head runs on the foreground only: a fixed number of slots for the whole batch
+        # (mask_slots), filled with the foreground of any of its images (foreground comes first
+        # in each image's sample, so only the first ``max_pos`` slots can hold any)
+        max_pos = min(int(self.cfg.batch_size_per_image * self.cfg.positive_fraction), sel.shape[1])
+        cap = mask_slots(self.cfg, b)
+        if max_pos == 0 or cap == 0:
             # keep every mask-head parameter in the graph (DDP expects a gradient for each)
             loss_mask = sum(p.sum() for p in [*self.mask_convs.parameters(), *self.mask_deconv.parameters(),
                                               *self.mask_pred.parameters()]) * 0
             return {"loss_cls": loss_cls, "loss_box_reg": loss_box, "loss_mask": loss_mask}
         with torch.no_grad():
-            m_valid = is_pos[:, :mp]
-            m_rois = rois[:, :mp].reshape(-1, 5)
-            m_labels = (cls_t[:, :mp].reshape(-1) - 1).clamp(min=0)
-            m_rows = targets["mask_rows"].gather(1, gt_sel[:, :mp]).reshape(-1)
+            pick, img, m_valid = gather_foreground(is_pos[:, :max_pos], targets["seeds"], cap, _MASK_SALT)
+            # flat index into [B * S] (the gather above saw [B, max_pos])
+            flat = img * sel.shape[1] + (pick - img * max_pos)
+            m_rois = rois.reshape(-1, 5).index_select(0, flat)
+            m_labels = (cls_t.reshape(-1).index_select(0, flat) - 1).clamp(min=0)
+            m_rows = targets["mask_rows"].gather(1, gt_sel).reshape(-1).index_select(0, flat)
             mask_t = self._mask_targets(targets["masks"], m_rois[:, 1:], m_rows)
-            mask_w = (m_valid / (m_valid.sum(1, keepdim=True).clamp(min=1) * b)).reshape(-1)
+            # per-slot weight 1 / (its image's valid slots * images): a per-image mean averaged over
+            # the images, as the box losses (and as before, when the head ran per image)
+            per_img = ((img[None, :] == torch.arange(b, device=img.device)[:, None]) & m_valid[None, :]).sum(1)
+            mask_w = m_valid / (per_img.index_select(0, img).clamp(min=1) * b)
         logits = self.mask_head(packed, m_rois)
         logits = logits.gather(1, m_labels[:, None, None, None].expand(-1, 1, *logits.shape[2:]))[:, 0]
         per_roi = F.binary_cross_entropy_with_logits(logits, mask_t, reduction="none").mean((1, 2))
-        loss_mask = torch.where(m_valid.reshape(-1), per_roi * mask_w, torch.zeros_like(per_roi)).sum()
+        loss_mask = torch.where(m_valid, per_roi * mask_w, torch.zeros_like(per_roi)).sum()
         return {"loss_cls": loss_cls, "loss_box_reg": loss_box, "loss_mask": loss_mask}
 
     def _mask_targets(self, gt_masks: torch.Tensor, boxes: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:

@@ -7,6 +7,11 @@ by zero.  Every shape here is known on the host before the step runs, so nothing
 value back (tests/maskrcnn/test_maskrcnn_syncs.py holds that): no ``nonzero``, no boolean-mask
 indexing, no ``randperm`` on the CPU.
 
+The mask head trains on the foreground only: ``gather_foreground`` pools the sampled foreground
+slots of every image of the batch and keeps a fixed number of them (the cap), a random subset
+when there are more, so its slots follow the foreground actually present instead of a fixed
+prefix per image.
+
 Randomness is a counter-based hash of (image seed, consumer, prediction index), so the samples an
 image gets do not depend on which rank sees it, on the device, or on what ran before: a DDP step
 equals a single-process step on the same global batch, and a resumed run draws what an
@@ -103,3 +108,29 @@ def subsample(labels: torch.Tensor, batch_size: int, positive_fraction: float, s
                         neg_idx.gather(1, from_neg))
     valid = slot[None, :] < num_pos + num_neg
     return index, is_pos, valid
+
+
+def gather_foreground(is_pos: torch.Tensor, seeds: torch.Tensor, cap: int,
+                      salt: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``cap`` foreground slots out of the whole batch, on the device, in fixed shapes.
+
+    Args:
+        is_pos: [B, S] foreground flags of the sampled slots (``subsample``: foreground first).
+        seeds: [B] per-image seeds; ``salt`` tells this draw from the sampler's.
+        cap: how many slots the batch gets (fixed, so the step has fixed shapes); at most B * S
+            are returned.
+
+    Returns:
+        (flat slot index [C] into [B * S], image index [C], valid [C]), C = min(cap, B * S).  Every foreground
+        slot ranks above every other one and the foreground ranks among itself by a random key, so
+        with more foreground than ``cap`` the picks are a random subset of it (any image's) and with
+        fewer, all of it plus invalid padding slots (their index points at a harmless slot).
+    """
+    b, s = is_pos.shape
+    n = b * s
+    flat = torch.arange(n, device=is_pos.device, dtype=torch.int64)
+    # the hash's 32 bits above a unique index: a random order with no ties, the same on every device
+    keys = ((random_keys(seeds, s, salt) >> 24) << 24).reshape(-1) | flat
+    none = torch.full((), -1, dtype=keys.dtype, device=keys.device)
+    top, pick = torch.where(is_pos.reshape(-1), keys, none).topk(min(cap, n))
+    return pick, torch.div(pick, s, rounding_mode="floor"), top >= 0

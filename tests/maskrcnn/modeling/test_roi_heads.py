@@ -1,0 +1,155 @@
+"""modeling/roi_heads.py: the mask head runs on the foreground only, in a fixed-size mask batch.
+
+RoIHeads.forward_train on hand-made inputs whose foreground is known: 64x64 images, one or two GT
+boxes per image, each with ``jitter`` shifted copies of it among the proposals (IoU >= 0.56, so
+foreground) and small background boxes along the right edge.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from mpirun_kit.maskrcnn.config import RoIHeadsConfig
+from mpirun_kit.maskrcnn.modeling import roi_heads
+from mpirun_kit.maskrcnn.modeling.roi_heads import RoIHeads, mask_slots
+from mpirun_kit.maskrcnn.modeling.sampling import batched_iou
+from mpirun_kit.maskrcnn.ops import pack_levels
+
+_GT = ((8.0, 8.0, 40.0, 40.0), (28.0, 24.0, 60.0, 56.0))
+
+
+def _heads(per_image: int, batch_size: int = 16, positive_fraction: float = 0.5):
+    torch.manual_seed(0)
+    cfg = RoIHeadsConfig(batch_size_per_image=batch_size, positive_fraction=positive_fraction, fc_dim=16,
+                         mask_conv_dim=8, mask_num_convs=1, mask_rois_per_image=per_image)
+    return RoIHeads(cfg, 8, 3)
+
+
+def _inputs(jitters: list[tuple[int, ...]], seeds: list[int]):
+    """Per image, one jitter count per GT of ``_GT`` it has (an empty tuple: no GT, no foreground).
+
+    Returns (features P2..P6, (proposals, valid), targets) as meta_arch and the RPN hand them over.
+    """
+    b, g = len(jitters), max(1, max(len(j) for j in jitters))
+    boxes, valid = torch.zeros(b, g, 4), torch.zeros(b, g, dtype=torch.bool)
+    labels, rows = torch.zeros(b, g, dtype=torch.int64), torch.zeros(b, g, dtype=torch.int64)
+    masks = [torch.zeros(64, 64, dtype=torch.uint8)]
+    props = []
+    yy, xx = torch.meshgrid(torch.arange(64.0), torch.arange(64.0), indexing="ij")
+    for i, js in enumerate(jitters):
+        # background: small boxes along the right edge (IoU < 0.5 with any GT), enough for 16 samples
+        p = [(58.0, y, 64.0, y + 6.0) for y in range(0, 60, 4)]
+        for k, n in enumerate(js):
+            x0, y0, x1, y1 = _GT[k]
+            boxes[i, k], valid[i, k], labels[i, k] = torch.tensor(_GT[k]), True, 1 + (i + k) % 3
+            rows[i, k] = len(masks)
+            cx, cy, rx, ry = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2, (y1 - y0) / 2 - k * 3
+            masks.append((((xx - cx) / rx) ** 2 + ((yy - cy) / ry) ** 2 <= 1).to(torch.uint8))
+            p += [(x0 + d, y0, x1 + d, y1) for d in range(1, n + 1)]
+        props.append(torch.tensor(p))
+    n = max(len(p) for p in props)
+    proposals, p_valid = torch.zeros(b, n, 4), torch.zeros(b, n, dtype=torch.bool)
+    for i, p in enumerate(props):
+        proposals[i, :len(p)], p_valid[i, :len(p)] = p, True
+    torch.manual_seed(1)
+    feats = [torch.randn(b, 8, 64 // s, 64 // s) for s in (4, 8, 16, 32, 64)]
+    targets = {"boxes": boxes, "labels": labels, "valid": valid, "mask_rows": rows, "masks": torch.stack(masks),
+               "seeds": torch.tensor(seeds, dtype=torch.int64)}
+    return feats, (proposals, p_valid), targets
+
+
+def _mask_step(heads, feats, proposals, targets):
+    """forward_train + backward of loss_mask -> (mask-head RoIs [C, 5], slot carries loss [C], loss)."""
+    seen = {}
+    mask_head = heads.mask_head
+
+    def recording(packed, rois):
+        seen["rois"] = rois
+        seen["logits"] = out = mask_head(packed, rois)
+        out.retain_grad()
+        return out
+
+    heads.mask_head = recording
+    loss = heads.forward_train(feats, proposals, targets)["loss_mask"]
+    loss.backward()
+    return seen["rois"], seen["logits"].grad.flatten(1).abs().sum(1) > 0, loss
+
+
+@pytest.mark.parametrize("per_image,images,expected", [(1, 2, 2), (3, 2, 6), (3, 3, 9), (8, 2, 16), (50, 2, 16),
+                                                       (0, 2, 16)])
+def test_mask_head_slot_count_follows_the_cap(per_image, images, expected):
+    """mask_rois_per_image x images slots, at most every foreground slot (8 per image here); 0 = all."""
+    heads = _heads(per_image)
+    assert mask_slots(heads.cfg, images) == expected
+    rois, _, _ = _mask_step(heads, *_inputs([(2,)] * images, list(range(images))))
+    assert rois.shape == (expected, 5)
+
+
+def test_an_image_without_foreground_leaves_its_mask_slots_to_the_others():
+    """Failed before (a fixed prefix of 4 slots per image: 4 of image 0's 8 foreground RoIs trained,
+    image 1's 4 slots empty): the batch's 8 slots all hold image 0's foreground."""
+    rois, carries, _ = _mask_step(_heads(4), *_inputs([(7,), ()], [3, 4]))
+    assert rois.shape == (8, 5)
+    assert int(carries.sum()) == 8, carries
+    assert rois[:, 0].eq(0).all() and len({tuple(r.tolist()) for r in rois}) == 8
+
+
+def test_padding_mask_slots_carry_no_loss():
+    """3 foreground RoIs, 8 slots: the 5 padding slots get exactly zero gradient, whatever they hold."""
+    heads = _heads(4)
+    rois, carries, loss = _mask_step(heads, *_inputs([(2,), ()], [3, 4]))
+    assert int(carries.sum()) == 3 and rois.shape[0] == 8
+    assert torch.isfinite(loss) and float(loss.detach()) > 0
+
+
+def test_foreground_beyond_the_cap_is_a_random_subset():
+    """Two images with 8 foreground RoIs each, 4 slots: every slot is foreground, which ones (and how
+    many from each image) follows the per-image seeds, and the same seeds draw the same RoIs.
+    Failed before: always 2 per image, and the 2 the sampler ranked first."""
+    heads = _heads(2)
+    draws, per_image0 = set(), set()
+    for seed in range(12):
+        rois, carries, _ = _mask_step(heads, *_inputs([(7,), (7,)], [seed, 100 + seed]))
+        assert rois.shape == (4, 5) and carries.all()
+        draws.add(frozenset(tuple(r.tolist()) for r in rois))
+        per_image0.add(int(rois[:, 0].eq(0).sum()))
+        again, _, _ = _mask_step(heads, *_inputs([(7,), (7,)], [seed, 100 + seed]))
+        assert torch.equal(again, rois)
+    assert len(draws) >= 8, f"{len(draws)} distinct draws in 12"
+    assert per_image0 - {2}, f"image 0 always got {per_image0} of the 4 slots"
+
+
+def test_mask_loss_equals_a_per_foreground_roi_reference(monkeypatch):
+    """Cap not reached: loss_mask == the mean over each image's foreground RoIs of the BCE of the mask
+    head run on that RoI alone against its own GT's target, averaged over the images (images
+    without foreground count as 0, as in the box losses)."""
+    heads = _heads(8)
+    feats, proposals, targets = _inputs([(3, 2), (), (1,)], [5, 6, 7])
+    seen, subsample = {}, roi_heads.subsample
+
+    def recording(*args, **kwargs):
+        seen["sel"], seen["is_pos"], _ = out = subsample(*args, **kwargs)
+        return out
+
+    monkeypatch.setattr(roi_heads, "subsample", recording)
+    loss = heads.forward_train(feats, proposals, targets)["loss_mask"]
+    packed = pack_levels([f.float() for f in feats[:4]])
+    gt, gt_valid = targets["boxes"], targets["valid"]
+    props = torch.cat([proposals[0], gt], 1)
+    per_image, per_terms = [], []
+    with torch.no_grad():
+        for i in range(gt.shape[0]):
+            terms = []
+            for j in torch.nonzero(seen["is_pos"][i]).flatten().tolist():
+                box = props[i, seen["sel"][i, j]]
+                iou = torch.where(gt_valid[i], batched_iou(gt[i:i + 1], box[None, None])[0, :, 0], torch.tensor(-1.0))
+                k = int(iou.argmax())
+                logits = heads.mask_head(packed, torch.cat([torch.tensor([float(i)]), box])[None])
+                target = heads._mask_targets(targets["masks"], box[None], targets["mask_rows"][i, k:k + 1])
+                label = int(targets["labels"][i, k]) - 1
+                terms.append(F.binary_cross_entropy_with_logits(logits[0, label], target[0]))
+            per_terms.append(terms)
+            per_image.append(torch.stack(terms).mean() if terms else torch.tensor(0.0))
+    assert [len(t) for t in per_terms] == [7, 0, 2]  # each GT + its shifted copies
+    torch.testing.assert_close(loss, torch.stack(per_image).mean(), rtol=1e-5, atol=1e-7)
