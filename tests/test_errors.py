@@ -1,29 +1,26 @@
-"""errors.py: the ExitCode enum is the one exit-code table; the README's table is checked against it."""
+"""errors.py: the ExitCode enum and the one exit-code table generated from it."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from mpirun_kit.errors import ClusterError, ExitCode, SpecError, translate
+from mpirun_kit.errors import ClusterError, ExitCode, SpecError, exit_code_markdown, exit_code_rows, translate
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def _readme_codes() -> dict[str, str]:
-    text = README.read_text()
-    table = text[text.index("## Exit codes"):].split("\n\n", 2)[1]
-    return {m.group(1): m.group(2) for m in re.finditer(r"^\| ([0-9+N–-]+) \| (.+) \|$", table, re.M)}
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
 
-def test_readme_table_lists_every_exit_code_and_no_other():
-    rows = _readme_codes()
-    # 1-63 (the job's own, and FAILED = 1 when it is unknown) and 128+N (signals) are ranges;
-    # every other row is an ExitCode value.
-    ours = {str(int(c)) for c in ExitCode if 63 < c < 128 or c in (ExitCode.OK, ExitCode.USAGE)}
-    assert set(rows) - {"1–63", "128+N"} == ours
-    signals = rows["128+N"]
+def test_the_one_table_lists_every_exit_code_and_no_other():
+    """errors.exit_code_rows is the table --help, README.md and docs/cli.md are generated from
+    (tests/cli/test_main_usage.py checks those copies against it)."""
+    rows = dict(exit_code_rows())
+    # 1-63 (the job's own) and 128+N (signals) are ranges; every other row is an ExitCode value.
+    assert set(rows) - {"1-63", "128+N"} == {str(int(c)) for c in ExitCode if c < 128}
     for code in (c for c in ExitCode if c >= 128):
-        assert f"{int(code)} = {code.name if code.name.startswith('SIG') else 'SIGINT'}" in signals
+        assert f"{int(code)} {code.name if code.name.startswith('SIG') else 'Ctrl-C'}" in rows["128+N"]
+    assert "127" in rows and "not found" in rows["127"]
+
+
+def test_docs_table_is_the_generated_markdown():
+    assert exit_code_markdown() in DOCS.read_text()
 
 
 def test_signal_codes_are_128_plus_n():
