@@ -11,7 +11,7 @@ from mpirun_kit.exec.channel.link import MasterLink
 from mpirun_kit.exec.channel.rank_link import RankLink
 from mpirun_kit.exec.channel.server import ResultServer
 from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
-from mpirun_kit.rank.contract import RESULT_ADDR_VAR, RUN_NONCE_VAR
+from mpirun_kit.plan.contract import RESULT_ADDR_VAR, RUN_NONCE_VAR
 
 JOB = "test-job"
 WORKER_KEY = os.urandom(32)

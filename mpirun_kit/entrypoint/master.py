@@ -31,7 +31,7 @@ from ..exec.channel.keys import key_dir, new_run_key, remove_rank_keys, worker_k
 from ..exec.channel.server import ResultServer
 from ..exec.channel.stop import HOLD_MARGIN_S, RankStop
 from ..exec.process import LauncherExit, run_launcher
-from ..rank.contract import RUN_NONCE_VAR
+from ..plan.contract import RUN_NONCE_VAR
 from ..exec.result import JobResult, job_result
 from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable

@@ -1,12 +1,13 @@
 """The rank environment contract: what the plan sets for each rank, and who a rank is.
 
 Place in the data flow: plan/launch_plan.py puts these variables into mpirun's
-environment (``-x NAME``); the rank wrapper (wrapper.py) and pinning (pinning.py)
-read them inside each rank.  The MPI's own rank variables are parsed here and
+environment (``-x NAME``); the rank wrapper (rank/wrapper.py) and pinning (rank/pinning.py)
+read them inside each rank, the doctor's all-reduce (workloads/) its local rank.  The MPI's own rank variables are parsed here and
 only here, with one precedence (Open MPI, then PMIx, then MPICH/PMI, then the
 torch-style names a user or scheduler may have set).
 
-Stdlib only and nothing from exec/: plan/ imports it, and every rank imports it at start.
+Stdlib only, nothing of the package (setup.cfg's import contracts check it): the plan writes these
+names, and every rank imports this module at start (plan/__init__.py imports nothing eagerly).
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from .env import resolve_env
 from ..redact import redact_argv, redact_pairs
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
-from ..rank.contract import RUN_NONCE_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
+from .contract import RUN_NONCE_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
 from .ranks import RankSlot, assign_ranks, encode_host_slots
 
 RANK_MODULE = "mpirun_kit.rank"

@@ -23,8 +23,8 @@ from typing import Callable, Mapping
 from ..cluster.topology import Topology
 from ..errors import SpecError
 from ..plan.gpu import pin_local_ranks
-from . import contract
-from .contract import PINNING_VAR
+from ..plan import contract
+from ..plan.contract import PINNING_VAR
 
 log = logging.getLogger(__name__)
 

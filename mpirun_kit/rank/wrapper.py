@@ -22,7 +22,7 @@ what mpirun's own messages often lose: which rank on which host ended how
 
 The rank number comes from the MPI's own variables; its host comes from the
 plan's placement (``MPIRUN_KIT_HOSTS``), not from gethostname(), which on some
-platforms is not the cluster name (contract.py).  If ``mpirun_kit.rank.pinning`` is installed its
+platforms is not the cluster name (plan/contract.py).  If ``mpirun_kit.rank.pinning`` is installed its
 ``apply_rank_pinning(environ)`` runs before the program starts.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ from ..exec.channel.keys import key_dir, take_rank_key
 from ..exec.channel.rank_link import RankLink
 from ..exec.pdeathsig import set_parent_death_signal
 from ..exec.signals import signal_name
-from .contract import PINNING_VAR, RESULT_ADDR_VAR, RUN_NONCE_VAR, local_size_text, rank_identity
+from ..plan.contract import PINNING_VAR, RESULT_ADDR_VAR, RUN_NONCE_VAR, local_size_text, rank_identity
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 

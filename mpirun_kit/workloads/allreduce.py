@@ -133,7 +133,7 @@ def _job(args: argparse.Namespace) -> int:
     if backend == "nccl":
         import os
 
-        from ..rank.contract import local_rank_of
+        from ..plan.contract import local_rank_of
 
         local = (local_rank_of(os.environ) or (0, 1))[0]
         device = torch.device("cuda", local % torch.cuda.device_count())

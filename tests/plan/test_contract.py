@@ -1,4 +1,4 @@
-"""The rank environment contract (mpirun_kit/rank/contract.py): one precedence for who a rank is,
+"""The rank environment contract (mpirun_kit/plan/contract.py): one precedence for who a rank is,
 used by the wrapper, pinning and the allreduce workload alike."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from mpirun_kit.errors import SpecError
-from mpirun_kit.rank.contract import RankVariableError, local_rank_of, local_size_text, rank_identity
+from mpirun_kit.plan.contract import RankVariableError, local_rank_of, local_size_text, rank_identity
 from mpirun_kit.rank.pinning import local_rank_of as pinning_local_rank_of
 
 

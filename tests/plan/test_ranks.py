@@ -3,7 +3,7 @@ import pytest
 
 from mpirun_kit.errors import SpecError
 from mpirun_kit.plan.ranks import RankSlot, assign_ranks, encode_host_slots
-from mpirun_kit.rank.contract import host_of_rank
+from mpirun_kit.plan.contract import host_of_rank
 
 
 def test_assign_fills_hosts_in_order():

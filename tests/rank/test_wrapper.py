@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from channel_kit import make_server, rank_env, remove_keys
-from mpirun_kit.rank.contract import RUN_NONCE_VAR, rank_identity
+from mpirun_kit.plan.contract import RUN_NONCE_VAR, rank_identity
 from mpirun_kit.rank.wrapper import apply_pinning, child_env
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.mpi]
