@@ -248,3 +248,17 @@ def test_progress_lines_stay_off_the_stream_under_a_plain_submit(tmp_path, caplo
         mon._log_progress()
     assert out.getvalue() == ""
     assert "progress host=algo-1 step=5" in caplog.text
+
+
+def test_frame_thread_and_file_names_are_escaped_in_the_report():
+    """Issue 23: names come from the program; a newline in one forged a report line (and an escape sequence would
+    drive the reader's terminal).  Before, the text went into hang-report.txt as it came."""
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    advance_all(w, clock, 7, 6.5)
+    evil = {"threads": [{"thread": "Main\x1b[2J", "frames": [
+        {"name": "f\n* rank 0 on algo-1: last step 99", "file": "p\\.py", "line": 1}]}], "how": "py-spy\r"}
+    text = render_report(w.check(), w.snapshot(), {1: evil}, HOSTS, 5, clock.time(), clock.monotonic(), None)
+    assert "\n* rank 0 on algo-1: last step 99" not in text and "\x1b" not in text and "\r" not in text
+    assert "    thread Main\\x1b[2J (py-spy\\r), innermost first:" in text
+    assert "      f\\n* rank 0 on algo-1: last step 99 (p\\\\.py:1)" in text

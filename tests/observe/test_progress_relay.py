@@ -192,3 +192,64 @@ def test_stop_wakes_the_thread(tmp_path, monkeypatch):
     finally:
         child.kill()
         child.wait()
+
+
+def test_find_pyspy_takes_only_absolute_path_entries(tmp_path, monkeypatch):
+    """Issue 23: a relative PATH entry ("bin", "." or empty) names whatever directory the wrapper runs in; before,
+    py-spy was taken from there, and run as the program's tracer."""
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "py-spy"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    assert relay_mod.find_pyspy("bin::.") is None
+    assert relay_mod.find_pyspy(f"bin:{tmp_path / 'bin'}") == str(fake)
+
+
+def test_stale_stack_files_of_dead_wrappers_are_removed(tmp_path):
+    """Issue 23: a SIGKILLed wrapper never removes its stack file; the next wrapper's start removes it (and no live
+    wrapper's, nor anyone else's file)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"{relay_mod.STACK_FILE_PREFIX}{dead.pid}.abc"
+    live = tmp_path / f"{relay_mod.STACK_FILE_PREFIX}{os.getpid()}.def"
+    other = tmp_path / "unrelated.txt"
+    for f in (stale, live, other):
+        f.write_text("x")
+    assert relay_mod.remove_stale_stack_files(str(tmp_path)) == [stale.name]
+    assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_a_stop_is_handled_while_a_stack_dump_runs(tmp_path, monkeypatch):
+    """Issue 23: the dump (py-spy, up to 8 s) ran inline in the relay thread, so a stop request behind it waited.
+    Now it runs on its own thread: the stop's signal reaches the program while the dump is still going."""
+    import threading as _threading
+
+    dumping, finish = _threading.Event(), _threading.Event()
+
+    def slow_dump(pid, stack_file, ready):
+        dumping.set()
+        finish.wait(20)
+        return [], "slow"
+
+    monkeypatch.setattr(relay_mod, "collect_stacks", slow_dump)
+    master, rel, child, ready, _ = start_wrapped(tmp_path)
+    signalled = []
+    rel._signal_program = signalled.append
+    try:
+        master.send({"type": "stacks"})
+        assert dumping.wait(20)
+        master.send({"type": "signal", "signal": "SIGTERM", "hold_s": 5})
+        deadline = time.monotonic() + 20
+        while not signalled and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert signalled == [15] and rel.hold_until is not None     # handled while the dump still runs
+        finish.set()
+        got = master.messages(lambda g: any(m.get("event") == "stacks" for m in g))
+        assert next(m for m in got if m.get("event") == "stacks")["how"] == "slow"
+    finally:
+        finish.set()
+        child.kill()
+        child.wait()
+        rel.stop()
