@@ -101,6 +101,9 @@ class InputConfig:
     max_size_test: int = 1333
     flip_prob: float = 0.5
     size_divisibility: int = 32
+    #: the padded canvas of a batch is rounded up to this (0 = size_divisibility): a few fixed
+    #: canvas shapes, so cudnn.benchmark tunes a few times instead of for every new padded size
+    canvas_multiple: int = 0
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         # the sparse ones leave.  An estimate from annotation counts: check it against the
         # foreground counts of a GPU run (README, Mask R-CNN)
         "model.roi_heads.mask_rois_per_image": 32,
+        # canvases in steps of 128 px (short side 640..896, long side up to 1408): a few dozen shapes
+        # for cudnn.benchmark to tune once each, for ~10 % more padding than steps of 32
+        "input.canvas_multiple": 128,
         "test.ims_per_gpu": 4,
     },
     # CPU demo: a narrow, shallow ResNet trained from scratch (GroupNorm: nothing to freeze)
@@ -372,6 +378,10 @@ def validate(cfg: Config) -> None:
     if m.roi_heads.mask_rois_per_image < 0:
         raise ConfigError(f"model.roi_heads.mask_rois_per_image={m.roi_heads.mask_rois_per_image}: expected >= 0 "
                           "(0 = every foreground slot)")
+    d, cm = cfg.input.size_divisibility, cfg.input.canvas_multiple
+    if d < 1 or cm < 0 or (cm and cm % d):
+        raise ConfigError(f"input.canvas_multiple={cm}, input.size_divisibility={d}: expected size_divisibility >= 1 "
+                          f"and canvas_multiple 0 (= size_divisibility) or a multiple of it, e.g. {4 * max(d, 1)}")
     if cfg.solver.amp not in ("none", "bf16", "fp16"):
         raise ConfigError(f"solver.amp={cfg.solver.amp!r}: expected 'none', 'bf16' or 'fp16'")
     if cfg.backend not in ("auto", "gloo", "nccl", "horovod"):

@@ -33,6 +33,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..errors import MpirunKitError
+
 _PKG_ROOT = Path(__file__).resolve().parents[1]  # .../mpirun_kit
 _REPO_ROOT = _PKG_ROOT.parent
 _THIS = str(Path(__file__).resolve())
@@ -206,3 +208,99 @@ class count_host_syncs:
     def __exit__(self, *exc) -> None:
         for m in reversed(self._modes):
             m.__exit__(*exc)
+
+
+#: The host reads the training loop makes outside the step, declared with their period: the step
+#: itself must stay within the per-step budget (tests/maskrcnn/test_maskrcnn_syncs.py); these are
+#: the only other ones (train.py ``Trainer._train``).
+PERIODIC_SYNCS: dict[str, str] = {
+    "log step (every log_period steps)": "the mean of the device-side loss window, copied to the host once "
+                                         "and all-reduced together with the SIGTERM stop flag",
+    "checkpoint (every checkpoint_period steps)": "the state dicts, saved by rank 0",
+}
+
+
+class HostSyncError(MpirunKitError):
+    """A step under ``fail_on_host_syncs`` did something that makes a CUDA host wait or mixes devices."""
+
+
+def cuda_semantics_problem(func, args, kwargs) -> str | None:
+    """Why this aten call would stall or break a CUDA step, or None.
+
+    Judged from the op's tags and arguments, so it works on fake ``cuda`` tensors (no GPU): an op
+    tagged data-dependent (its result is read on the host: ``.item()``, ``nonzero``, ``equal``...),
+    a dynamic-shape op (its output size is read on the host) -- except indexing with integer
+    indices, which is tagged dynamic but does not sync --, a device -> host copy, a blocking
+    host -> device copy, or host and device tensors in one op (0-dim host scalars aside: torch
+    passes those as kernel arguments).
+    """
+    name = func._overloadpacket.__name__
+    tags = getattr(func, "tags", ())
+    tensors = [a for a in _flat(args, kwargs) if isinstance(a, torch.Tensor)]
+    devs = {t.device.type for t in tensors}
+    if name in ("_to_copy", "copy_"):
+        src = args[1] if name == "copy_" else args[0]
+        if name == "copy_":
+            dst = args[0].device.type
+            blocking = not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        else:
+            dst = torch.device(kwargs["device"]).type if kwargs.get("device") is not None else src.device.type
+            blocking = not kwargs.get("non_blocking", False)
+        if src.device.type == "cuda" and dst == "cpu":
+            return f"aten.{name}: a device -> host copy (the host waits for the GPU to drain)"
+        if src.device.type == "cpu" and dst == "cuda" and blocking and src.dim() > 0:
+            return f"aten.{name}: a blocking host -> device copy (use pinned memory and non_blocking=True)"
+        return None
+    if torch.Tag.data_dependent_output in tags:
+        return f"aten.{name}: its result is read on the host (data-dependent output)"
+    if torch.Tag.dynamic_output_shape in tags:
+        if name in ("index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"):
+            idx = args[1] if len(args) > 1 else kwargs.get("indices", ())
+            if _has_bool_index(idx):
+                return f"aten.{name} with a boolean mask: its output size is read on the host"
+            return None
+        if name == "repeat_interleave" and (kwargs.get("output_size") is not None or (
+                len(args) > 3 and args[3] is not None)):
+            return None
+        return f"aten.{name}: its output size depends on the data (read on the host)"
+    if "cuda" in devs and any(t.device.type == "cpu" and t.dim() > 0 for t in tensors):
+        return f"aten.{name} mixes host and device tensors"
+    return None
+
+
+def _flat(args, kwargs):
+    for a in list(args) + list(kwargs.values()):
+        if isinstance(a, (list, tuple)):
+            yield from a
+        else:
+            yield a
+
+
+class fail_on_host_syncs(TorchDispatchMode):
+    """Raise ``HostSyncError`` listing every op ``cuda_semantics_problem`` flags, each naming our line.
+
+    Enter it inside a ``FakeTensorMode`` (so it sees every op before the fake kernels answer it):
+    tests/maskrcnn/fake_cuda_gate.py runs the trainer's step this way on fake ``cuda:0`` tensors.
+    The ops run on (fake tensors keep their shapes), so one run lists all the problems, raised on
+    leaving the block; ``problems`` keeps them when the block ends by another error (a fake
+    tensor refuses ``.item()`` by itself).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.problems: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        problem = cuda_semantics_problem(func, args, kwargs)
+        if problem:
+            self.problems.append(f"{_where()}: {problem}")
+        return func(*args, **kwargs)
+
+    def __exit__(self, exc_type, exc, tb):
+        super().__exit__(exc_type, exc, tb)
+        if exc_type is None and self.problems:
+            c = collections.Counter(self.problems)
+            raise HostSyncError(f"{len(self.problems)} op(s) that stall or break a CUDA step:\n"
+                                + "\n".join(f"  {n:3d} x {p}" for p, n in c.most_common()))
+        return False

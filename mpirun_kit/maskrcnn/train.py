@@ -258,11 +258,13 @@ class Trainer:
     def _build_data(self) -> None:
         from torch.utils.data import DataLoader
 
-        from .data.coco import CocoDataset, collate
+        from .data.coco import CocoDataset
         from .data.sampler import EvalBatchSampler, TrainBatchSampler
 
         cfg, info, p = self.cfg, self.info, self._paths()
-        common = {"num_workers": cfg.data.num_workers, "collate_fn": collate, "worker_init_fn": _worker_init,
+        # the workers pad the batch (data/batch.py); on CUDA the loader pins it, so the step's one
+        # non_blocking copy does not make the host wait
+        common = {"num_workers": cfg.data.num_workers, "collate_fn": self.collate, "worker_init_fn": _worker_init,
                   "pin_memory": self.device.type == "cuda", "persistent_workers": cfg.data.num_workers > 0}
         self.val_ds = CocoDataset(p["val_ann"], p["val_images"], train=False, min_sizes=(cfg.input.min_size_test,),
                                   max_size=cfg.input.max_size_test, num_classes=cfg.model.num_classes)
@@ -281,9 +283,15 @@ class Trainer:
                             f"batch of solver.ims_per_gpu={cfg.solver.ims_per_gpu} on each of {info.world_size} ranks")
         self.train_loader = DataLoader(self.train_ds, batch_sampler=self.sampler, **common)
 
-    def _build_model(self) -> None:
-        import torch
+    @property
+    def collate(self):
+        """The DataLoader's collate_fn: samples -> one padded batch (data/batch.py)."""
+        from .data.batch import Collate
 
+        return Collate(self.cfg.input.canvas_multiple or self.cfg.input.size_divisibility)
+
+    def new_model(self):
+        """The model on the host, with the backbone weights the config names (no device yet)."""
         from .modeling.backbone import load_backbone_weights
         from .modeling.meta_arch import build_model
 
@@ -292,10 +300,24 @@ class Trainer:
         if cfg.model.backbone.weights:
             w = Path(cfg.model.backbone.weights)
             load_backbone_weights(model.backbone, w if w.is_absolute() else self.args.data_dir / w)
-        model.to(self.device)
+        return model
+
+    def _build_model(self, model=None) -> None:
+        """Model on the device, optimizer, DDP/Horovod wrapping, LR schedule.
+
+        ``model``: one from ``new_model()`` (the fake-CUDA gate builds it before entering the fake
+        mode, where a module can move to the device once); None builds it here.
+        """
+        import torch
+
+        cfg = self.cfg
+        model = self.new_model() if model is None else model
+        # one conversion (device and layout together): a second .to would copy every weight again
         if self.device.type == "cuda" and cfg.solver.channels_last:
-            model.to(memory_format=torch.channels_last)
+            model.to(self.device, memory_format=torch.channels_last)
             model.channels_last = True
+        else:
+            model.to(self.device)
         self.model = model
         global_batch = cfg.solver.ims_per_gpu * self.info.world_size
         self.global_batch = global_batch
@@ -310,8 +332,10 @@ class Trainer:
                 is_norm = any(isinstance(m, torch.nn.GroupNorm) for n, m in model.named_modules()
                               if name.startswith(n + ".") and name.count(".") == n.count(".") + 1)
                 (no_decay if is_norm else decay).append(prm)
+        # fused: one kernel for the whole update on CUDA (torch has no fused SGD for CPU tensors)
         self.optimizer = torch.optim.SGD([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=base,
-                                         momentum=cfg.solver.momentum, weight_decay=cfg.solver.weight_decay)
+                                         momentum=cfg.solver.momentum, weight_decay=cfg.solver.weight_decay,
+                                         fused=self.device.type == "cuda" or None)
         amp = cfg.solver.amp if self.device.type == "cuda" else "none"
         self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=(amp == "fp16"))
@@ -321,7 +345,9 @@ class Trainer:
 
             # buffers (FrozenBN statistics, pixel mean/std) never change: no per-forward broadcast;
             # gradients live in the all-reduce buckets (no copy); static_graph when the config says
-            # every parameter gets a gradient every step (true since the step has fixed shapes)
+            # every parameter gets a gradient every step (true since the step has fixed shapes).
+            # device_ids=None: the step has already moved the batch (non_blocking, from pinned
+            # memory); with device_ids DDP would copy every input tensor again, blocking
             import inspect
 
             # newer torch renames broadcast_buffers (same meaning for buffers equal at start)
@@ -329,8 +355,7 @@ class Trainer:
                               if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
                               else {"broadcast_buffers": False})
             self.ddp_model = DistributedDataParallel(
-                model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                gradient_as_bucket_view=True, static_graph=cfg.solver.ddp_static_graph, **no_buffer_sync)
+                model, device_ids=None, gradient_as_bucket_view=True, static_graph=cfg.solver.ddp_static_graph, **no_buffer_sync)
         elif self.comm.backend == "horovod":
             import horovod.torch as hvd
 
@@ -411,20 +436,40 @@ class Trainer:
         # only a flag: the current step finishes, then every rank checkpoints and exits together
         self.stop_requested = True
 
-    def train_step(self, batch: list[dict[str, Any]], trainable: list | None = None) -> tuple[dict[str, Any], Any]:
+    def to_device(self, batch) -> dict[str, Any]:
+        """The step's one host -> device move of a collated batch (a list of samples is collated first)."""
+        from .data.batch import is_batch, to_device
+
+        return to_device(batch if is_batch(batch) else self.collate(batch), self.device)
+
+    def forward_losses(self, batch) -> tuple[dict[str, Any], Any, Any]:
+        """Move the batch, run the (DDP-wrapped) model under autocast: (losses, total, [total, *losses]).
+
+        The fake-CUDA gate (tests/maskrcnn/fake_cuda_gate.py) runs exactly this under a mode that
+        fails on any host sync, device -> host copy or host/device mixing.
+        """
+        import torch
+
+        batch = self.to_device(batch)
+        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                            enabled=self.amp_dtype is not None):
+            losses = self.ddp_model(batch)
+        loss = sum(losses.values())
+        return losses, loss, torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float()
+
+    def train_step(self, batch, trainable: list | None = None) -> tuple[dict[str, Any], Any]:
         """Forward, backward and optimizer step on one batch; nothing here reads the device on the host.
 
-        Returns (the loss dict, [total, *losses] as one float device tensor for the log window).  tests/maskrcnn/test_maskrcnn_syncs.py counts the host syncs of exactly this call.
+        ``batch``: what the train loader yields (data/batch.py), or a list of samples.  Returns (the
+        loss dict, [total, *losses] as one float device tensor for the log window).
+        tests/maskrcnn/test_maskrcnn_syncs.py counts the host syncs of exactly this call.
         """
         import torch
 
         solver = self.cfg.solver
         if trainable is None:
             trainable = [p for p in self.model.parameters() if p.requires_grad]
-        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                            enabled=self.amp_dtype is not None):
-            losses = self.ddp_model(batch)
-        loss = sum(losses.values())
+        losses, loss, stacked = self.forward_losses(batch)
         # set_to_none is the default; Horovod's DistributedOptimizer.zero_grad() takes no arguments
         self.optimizer.zero_grad()
         self.scaler.scale(loss).backward()
@@ -441,7 +486,7 @@ class Trainer:
             self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        return losses, torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float()
+        return losses, stacked
 
     def _train(self, clock=time) -> int:
         import torch
@@ -452,7 +497,8 @@ class Trainer:
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         it = None
         t0, step0 = clock.monotonic(), self.step
-        window: list[torch.Tensor] = []
+        window = None  # the sum of [total, *losses] since the last log step, on the device
+        window_steps = 0
         last_loss = float("nan")
         while self.step < solver.max_iter:
             if it is None:
@@ -463,18 +509,24 @@ class Trainer:
             except StopIteration:
                 self.epoch, self.position, it = self.epoch + 1, 0, None
                 continue
-            self.skipped += sum(len(s["skipped"]) for s in batch)
+            self.skipped += sum(len(m.get("skipped", ())) for m in batch["meta"])
             # stays on the device until a log step: no per-step GPU synchronisation
             losses, stacked = self.train_step(batch, trainable)
-            window.append(stacked)
+            window = stacked if window is None else window + stacked
+            window_steps += 1
             self.step += 1
             step_report.step(self.step)
             self.position += 1
-            # one tiny all-reduce per step: SIGTERM may reach the ranks at different steps
-            stop = self.comm.allreduce_sum(torch.tensor([float(self.stop_requested)])).item() > 0
-            if self.step % cfg.log_period == 0 or self.step == solver.max_iter or stop:
-                mean = self.comm.allreduce_sum(torch.stack(window).mean(0).cpu()) / self.info.world_size
-                window = []
+            stop = False
+            if self.step % cfg.log_period == 0 or self.step == solver.max_iter:
+                # The one host read per log interval (syncs.PERIODIC_SYNCS): the window's mean and
+                # the stop flag in one all-reduce.  SIGTERM may reach the ranks at different steps,
+                # so every rank stops at the first log step after any rank got it (at most
+                # log_period steps later), all at the same step.
+                local = torch.cat([torch.tensor([float(self.stop_requested)]), (window / window_steps).cpu()])
+                reduced = self.comm.allreduce_sum(local)
+                stop, mean = bool(reduced[0] > 0), reduced[1:] / self.info.world_size
+                window, window_steps = None, 0
                 last_loss = float(mean[0])
                 if not math.isfinite(float(mean[0])):
                     raise TrainingDivergedError(f"loss is {float(mean[0])} at step {self.step}; lower solver.base_lr "

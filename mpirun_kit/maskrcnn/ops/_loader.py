@@ -173,11 +173,28 @@ def use_compiled(op: str, device: "torch.device") -> bool:  # noqa: F821 - torch
     """
     key = (op, device.type)
     hit = _decided.get(key)
+    if hit:
+        return hit
+    if _fake_active() and active().available:
+        # fake tensors (FakeTensorMode, torch.compile tracing): the registered fake kernels
+        # (_meta.py) answer for every device type, also where the library has no kernels for the
+        # device itself; the pure-PyTorch references would read data the fake tensors lack.  Not
+        # cached: a real tensor of the same device type may still need the references.
+        return True
     if hit is not None:
         return hit
     decision = _decide(op, device)
     _decided[key] = decision
     return decision
+
+
+def _fake_active() -> bool:
+    """True while a FakeTensorMode is active or torch.compile is tracing."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return True
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None
 
 
 def _decide(op: str, device: "torch.device") -> bool:  # noqa: F821
