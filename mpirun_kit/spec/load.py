@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import difflib
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -521,7 +522,7 @@ def local_channel_findings(job: S.JobSpec, base_dir: Path, pos: dict | None = No
     for ch in job.data:
         if ch.kind != "local" or not ch.local or "${" in ch.local:
             continue
-        where = base_dir / ch.local
+        where = Path(os.path.abspath(base_dir / ch.local))
         if not where.is_dir() and (ch.mode != "rw" or where.exists()):
             what = "is not a directory" if where.exists() else "does not exist"
             out.append(Finding(_line(pos or {}, ("data", ch.name, "local")), render_path(("data", ch.name, "local")),

@@ -64,6 +64,7 @@ def test_relative_paths_resolve_against_the_spec_files_directory(cli, tmp_path, 
         "working_dir: run}\ndata: {d: {local: ../data/d}}\noutput: {local_path: out}\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    (tmp_path / "data" / "d").mkdir(parents=True)  # a local job's data channel must exist (spec/load.py)
     monkeypatch.chdir(elsewhere)
     r = cli("plan", str(Path("..") / "specs" / "j.yaml"), "--json")
     assert r.rc == 0, r.err
