@@ -98,6 +98,8 @@ class _Peer:
         self.buf = bytearray()
         self.lock = threading.Lock()
         self.sender: str | None = None
+        self.tag_sp = b""                 # the sender token and its space, once bound (the hot path's check)
+        self.key = b""                    # the bound sender's key
         self.role: str | None = None
         self.rank: int | None = None
         self.host: str | None = None
@@ -477,6 +479,18 @@ class ResultServer:
             self._drop(peer)
 
     def _line(self, peer: _Peer, line: bytes) -> None:
+        if peer.tag_sp and line[wire.MAC_HEX + 1:wire.MAC_HEX + 1 + len(peer.tag_sp)] == peer.tag_sp:
+            # A bound connection's own sender (nearly every line): its key is known, nothing to parse first.
+            body = peer.session.open_tagged(line, peer.key, peer.tag_sp)
+            if body is None:
+                self._reject(peer.addr, "bad MAC (forged, replayed, reordered, or from another run or job)", "mac")
+                return
+            msg, why = wire.decode_object(body)
+            if msg is None:
+                self._reject(peer.addr, why, "malformed")
+                return
+            self._dispatch(peer, msg)
+            return
         sender = wire.sender_of(line)
         if sender is None:
             self._refuse(peer, "not a signed line (no MAC and sender)", "malformed")
@@ -497,8 +511,13 @@ class ResultServer:
         if msg is None:
             self._refuse(peer, why, "malformed")
             return
-        if peer.sender is None and not self._bind(peer, sender):
-            return
+        if peer.sender is None:
+            if not self._bind(peer, sender):
+                return
+            peer.tag_sp, peer.key = sender.encode() + b" ", key
+        self._dispatch(peer, msg)
+
+    def _dispatch(self, peer: _Peer, msg: dict) -> None:
         kind = msg.get("type")
         if peer.role == "rank":
             if kind != "rank":

@@ -99,13 +99,16 @@ class Session:
 
         Only a valid line moves the counter: a forged or replayed line costs the real sender nothing.
         """
-        tag = sender.encode()
-        start = MAC_HEX + 2 + len(tag)
-        if line[MAC_HEX + 1:start - 1] != tag or line[start - 1:start] != b" ":
+        return self.open_tagged(line, key, sender.encode() + b" ")
+
+    def open_tagged(self, line: bytes, key: bytes, tag_sp: bytes) -> bytes | None:
+        """``open`` with the sender already encoded and followed by its space (the server's hot path)."""
+        start = MAC_HEX + 1 + len(tag_sp)
+        if line[MAC_HEX + 1:start] != tag_sp:
             return None
         body = line[start:]
-        mac = hmac.digest(key, b"%s%s\0%d\0%s" % (self._in, tag, self.received, body), "sha256").hex().encode()
-        if not hmac.compare_digest(line[:MAC_HEX], mac):
+        mac = hmac.digest(key, b"%s%s\0%d\0%s" % (self._in, tag_sp[:-1], self.received, body), "sha256")
+        if not hmac.compare_digest(line[:MAC_HEX], mac.hex().encode()):
             return None
         self.received += 1
         return body
