@@ -31,6 +31,8 @@ def _codes(**notes: str):
 _VPC_DRY_RUN = ("mpirun_kit stack deploy mrk-vpc --template cfn/vpc.yaml --param AvailabilityZone1=us-west-2a "
                 "--param AvailabilityZone2=us-west-2b --dry-run")
 _AWS = "no AWS credentials, AWS refused or unreachable"
+#: `stack down`'s default order (stack/deploy.py TEARDOWN_ORDER; kept literal so --help imports no boto3).
+TEARDOWN_ORDER_TEXT = ("mrk-role", "mrk-efs", "mrk-fsx", "mrk-vpc")
 
 
 def register(subparsers: Any) -> None:
@@ -110,6 +112,25 @@ def register(subparsers: Any) -> None:
     common(r)
     r.set_defaults(func=_delete)
 
+    dn = add_command(sub, "down", help="delete the walk-through's stacks in dependency order; say what stays",
+                     description="Delete the stacks that exist among --stacks, in that order (default: the role, "
+                     "then EFS and FSx, then the VPC: each stack's dependants first), turning termination "
+                     "protection off first, and print what stays: resources a template keeps "
+                     "(DeletionPolicy: Retain, e.g. the EFS file system) with the command that deletes each.",
+                     examples=["mpirun_kit stack down --yes --region us-west-2",
+                               "mpirun_kit stack down --stacks mrk-role,mrk-vpc --yes"],
+                     codes=_codes(ok="every named stack that existed is deleted", declined="not confirmed at the prompt",
+                                  bad="bad stack name, no --yes without a terminal, or no AWS region configured",
+                                  aws=_AWS + ", a deletion failed, or --timeout passed"))
+    dn.add_argument("--stacks", default=",".join(TEARDOWN_ORDER_TEXT), metavar="A,B,...",
+                    help=f"stacks to delete, in this order (default {','.join(TEARDOWN_ORDER_TEXT)})")
+    dn.add_argument("--yes", action="store_true", help="delete without asking (needed without a terminal)")
+    dn.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="seconds to wait per stack (default 3600)")
+    dn.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
+    dn.add_argument("--json", action="store_true", help="print the result as JSON: {deleted, retained}")
+    common(dn)
+    dn.set_defaults(func=_down)
+
     ls = add_command(sub, "list", help="list stacks (not deleted ones)",
                      description="List the stacks of the account and region that are not deleted: name, status, "
                      "last update.",
@@ -120,7 +141,23 @@ def register(subparsers: Any) -> None:
     ls.set_defaults(func=_list)
 
 
-def _client(args: argparse.Namespace) -> Any:
+def _region(args: argparse.Namespace) -> str:
+    """The region every stack command uses: --region, else the AWS configuration; said once (spec/resolve.py)."""
+    from ..spec.resolve import aws_default_region, resolve_region
+    from .plan import say
+
+    if getattr(args, "_region", None):
+        return args._region
+    region, source = resolve_region(args.region, None, aws_default_region())
+    if region is None:
+        raise SpecError("no AWS region configured; pass --region REGION, or set AWS_DEFAULT_REGION (or `region` in "
+                        "~/.aws/config)")
+    say(f"region {region} (from {source})")
+    args._region = region
+    return region
+
+
+def _client(args: argparse.Namespace, service: str = "cloudformation") -> Any:
     import logging
 
     import boto3
@@ -128,7 +165,7 @@ def _client(args: argparse.Namespace) -> Any:
     # "Found credentials in environment variables" on every run is noise, not progress.
     logging.getLogger("botocore").setLevel(logging.WARNING)
     endpoint = args.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
-    return boto3.client("cloudformation", region_name=args.region or None, endpoint_url=endpoint)
+    return boto3.client(service, region_name=_region(args), endpoint_url=endpoint)
 
 
 def _err(line: str) -> None:
@@ -152,15 +189,33 @@ def _deploy(args: argparse.Namespace) -> int:
     from ..exec.clock import SYSTEM_CLOCK
     from ..stack import deploy, load_template, make_deploy_request, parse_param_args
 
+    from ..stack.zones import map_zones, needs_mapping
+    from .plan import say
+
     template = load_template(args.template)
+    params = parse_param_args(args.param)
+    ids = needs_mapping(params) if any(p.name == "AvailabilityZone1" for p in template.parameters) else []
+    if args.dry_run and ids:
+        raise SpecError(f"stack deploy --dry-run: {', '.join(ids)}: a zone id maps to this account's zone name "
+                        "only through AWS (DescribeAvailabilityZones), which a dry run does not call; pass the "
+                        "zone name, or deploy without --dry-run (it prints both)")
     # The change set name is chosen here, not in the library, so a request is reproducible.
     cs_name = "mrk-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(SYSTEM_CLOCK.time()))
-    request = make_deploy_request(args.name, template, parse_param_args(args.param), cs_name,
+    if not ids:  # everything local is checked before any AWS call (zone ids need one to become names)
+        make_deploy_request(args.name, template, params, cs_name, termination_protection=args.termination_protection)
+    if not args.dry_run:
+        _check_name_first(args)
+        _need_terminal_or_yes(args, "deploy")
+        if any(p.name == "AvailabilityZone1" for p in template.parameters):
+            params, lines = map_zones(params, _client(args, "ec2"), _region(args))
+            for line in lines:
+                say(line)
+    request = make_deploy_request(args.name, template, params, cs_name,
                                   termination_protection=args.termination_protection)
     if args.dry_run:
         print(_request_json(request) if args.json else request.render())
         return 0
-    _need_terminal_or_yes(args, "deploy")
+    _preflight(args, template, params)
 
     def confirm(changes: tuple) -> bool:
         return True if args.yes else _ask(f"execute change set {cs_name} on stack {args.name}?")
@@ -177,6 +232,32 @@ def _deploy(args: argparse.Namespace) -> int:
         if result.outcome != "declined":
             print(render_table(dict(result.outputs)))
     return 1 if result.outcome == "declined" else 0
+
+
+def _check_name_first(args: argparse.Namespace) -> None:
+    from ..stack.request import check_stack_name
+
+    check_stack_name(args.name)
+
+
+def _preflight(args: argparse.Namespace, template: Any, params: dict) -> None:
+    """Before the change set: the VPC quota (vpc template) and what the stack will cost each month."""
+    from ..errors import ClusterError
+    from ..stack.cost import stack_monthly
+    from .plan import say
+
+    if any(p.name == "AvailabilityZone1" for p in template.parameters):
+        from ..stack.quotas import vpc_preflight
+
+        short, note = vpc_preflight(_client(args, "service-quotas"), _client(args, "ec2"), _region(args))
+        if short:
+            raise ClusterError(f"stack deploy {args.name}: {short}")
+        if note:
+            say(f"note: {note}")
+    defaults = {p.name: p.default for p in template.parameters if p.default is not None}
+    cost = stack_monthly(args.template, params, defaults, _region(args))
+    if cost:
+        say(cost)
 
 
 def _request_json(request: Any) -> str:
@@ -218,6 +299,36 @@ def _delete(args: argparse.Namespace) -> int:
     final = delete(args.name, _client(args), report=_err, clock=SYSTEM_CLOCK, timeout_s=args.timeout,
                    poll_s=args.poll)
     print(json.dumps({"stack": args.name, "status": final}) if args.json else f"stack {args.name}: {final}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from ..exec.clock import SYSTEM_CLOCK
+    from ..stack import teardown
+    from ..stack.request import check_stack_name
+
+    names = tuple(check_stack_name(n.strip()) for n in args.stacks.split(",") if n.strip())
+    if not names:
+        raise SpecError("stack down --stacks: no stack names; e.g. --stacks mrk-role,mrk-efs,mrk-fsx,mrk-vpc")
+    if not args.yes and not sys.stdin.isatty():
+        raise SpecError("stack down: stdin is not a terminal, so nobody can confirm the deletion; rerun with --yes "
+                        "to delete without asking")
+    region = _region(args)
+    if not args.yes and not _ask(f"delete stacks {', '.join(names)} (in this order) and the resources they own?"):
+        _err("stack down: nothing deleted")
+        return 1
+    deleted, kept = teardown(names, _client(args), report=_err, clock=SYSTEM_CLOCK, timeout_s=args.timeout,
+                             poll_s=args.poll)
+    if args.json:
+        print(json.dumps({"deleted": list(deleted), "retained": [
+            {"stack": k.stack_name, "resource": k.logical_id, "type": k.resource_type, "id": k.physical_id,
+             "delete_with": k.delete_command(region)} for k in kept]}, indent=2))
+        return 0
+    print(f"deleted: {', '.join(deleted) or '(none of them existed)'}")
+    for k in kept:
+        print(f"kept: {k.resource_type} {k.physical_id} (stack {k.stack_name}, {k.logical_id}: DeletionPolicy "
+              f"Retain, so its data outlives the stack; it keeps billing). Delete it once you no longer need it: "
+              f"{k.delete_command(region)}")
     return 0
 
 

@@ -15,8 +15,8 @@ stacks it names: role reach, key channel, KMS, FSx subnet; run by ``plan``).
 from __future__ import annotations
 
 from .aws import StackNotFoundError
-from .deploy import (Change, DeployResult, StackFailedError, StackSummary, StackTimeoutError, delete, deploy,
-                     list_stacks, render_changes)
+from .deploy import (TEARDOWN_ORDER, Change, DeployResult, Retained, StackFailedError, StackSummary,
+                     StackTimeoutError, delete, deploy, list_stacks, render_changes, teardown)
 from .events import StackEvent, first_failure
 from .outputs import OutputNotFoundError, env_name, get_outputs, render_env, resolve_stack_ref
 from .request import DeployRequest, make_deploy_request, parse_param_args, required_capabilities
@@ -24,7 +24,7 @@ from .rules import Finding, check_template
 from .template import Template, check_parameters, load_template, parse_template
 
 __all__ = [
-    "Change", "DeployRequest", "DeployResult", "Finding", "OutputNotFoundError", "StackEvent", "StackFailedError",
+    "TEARDOWN_ORDER", "Change", "DeployRequest", "Retained", "teardown", "DeployResult", "Finding", "OutputNotFoundError", "StackEvent", "StackFailedError",
     "StackNotFoundError", "StackSummary", "StackTimeoutError", "Template", "check_parameters", "check_template",
     "delete", "deploy", "env_name", "first_failure", "get_outputs", "list_stacks", "load_template",
     "make_deploy_request", "parse_param_args", "parse_template", "render_changes", "render_env",

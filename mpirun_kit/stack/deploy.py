@@ -334,3 +334,72 @@ def list_stacks(client: Any) -> tuple[StackSummary, ...]:
         token = page.get("NextToken")
         if not token:
             return tuple(sorted(out, key=lambda s: s.name))
+
+
+#: the walk-through's stacks in teardown order: each one's dependants first (role, storage, then the VPC).
+TEARDOWN_ORDER = ("mrk-role", "mrk-efs", "mrk-fsx", "mrk-vpc")
+#: how to delete what a stack leaves behind (DeletionPolicy: Retain), by resource type.
+_DELETE_RETAINED = {
+    "AWS::EFS::FileSystem": "aws efs delete-file-system --file-system-id {id}",
+    "AWS::S3::Bucket": "aws s3 rb s3://{id} --force",
+    "AWS::FSx::FileSystem": "aws fsx delete-file-system --file-system-id {id}",
+}
+
+
+@dataclass(frozen=True)
+class Retained:
+    """A resource a deleted stack left in place (its template says DeletionPolicy: Retain)."""
+
+    stack_name: str
+    logical_id: str
+    resource_type: str
+    physical_id: str
+
+    def delete_command(self, region: str | None) -> str:
+        cmd = _DELETE_RETAINED.get(self.resource_type)
+        where = f" --region {region}" if region else ""
+        return (cmd.format(id=self.physical_id) + where) if cmd else \
+            f"delete {self.resource_type} {self.physical_id} with its service's console or CLI"
+
+
+def retained_resources(client: Any, stack_name: str) -> tuple[Retained, ...]:
+    """The resources of a live stack its template keeps on delete (GetTemplate + DescribeStackResources)."""
+    from .template import parse_template
+
+    body = call(client, "get_template", stack_name, StackName=stack_name).get("TemplateBody") or ""
+    template = parse_template(f"stack {stack_name}", body if isinstance(body, str) else __import__("json").dumps(body))
+    keep = {lid for lid, r in template.resources.items() if isinstance(r, dict) and r.get("DeletionPolicy") == "Retain"}
+    if not keep:
+        return ()
+    rows = call(client, "describe_stack_resources", stack_name, StackName=stack_name).get("StackResources") or ()
+    return tuple(Retained(stack_name, str(r.get("LogicalResourceId")), str(r.get("ResourceType")),
+                          str(r.get("PhysicalResourceId") or "?")) for r in rows
+                 if r.get("LogicalResourceId") in keep)
+
+
+def teardown(stack_names: tuple[str, ...], client: Any, *, report: Callable[[str], None], clock: Clock,
+             timeout_s: float | None = 3600.0, poll_s: float = 5.0) -> tuple[tuple[str, ...], tuple[Retained, ...]]:
+    """Delete the named stacks that exist, in the order given, termination protection off first.
+
+    Returns (stacks deleted, resources they left behind).  Stops at the first failure
+    (a later stack may depend on the one that failed).
+
+    Raises:
+        StackFailedError, StackTimeoutError, ClusterError: as ``delete``.
+    """
+    deleted: list[str] = []
+    kept: list[Retained] = []
+    for name in stack_names:
+        check_stack_name(name)
+        try:
+            stack = describe_stack(name, client)
+        except StackNotFoundError:
+            report(f"stack {name}: not there, skipped")
+            continue
+        if stack.get("EnableTerminationProtection"):
+            call(client, "update_termination_protection", name, StackName=name, EnableTerminationProtection=False)
+            report(f"stack {name}: termination protection off")
+        kept += retained_resources(client, name)
+        delete(name, client, report=report, clock=clock, timeout_s=timeout_s, poll_s=poll_s)
+        deleted.append(name)
+    return tuple(deleted), tuple(kept)

@@ -206,3 +206,75 @@ def test_nat_gateway_per_zone_routes_each_subnet_to_its_own_zone(cli, cf, ec2, o
         (table,) = ec2.describe_route_tables(RouteTableIds=[table_of[f"PrivateSubnet{i}Routes"]])["RouteTables"]
         (nat,) = [rt["NatGatewayId"] for rt in table["Routes"] if rt.get("DestinationCidrBlock") == "0.0.0.0/0"]
         assert zone_of[nats[nat]] == zone_of[subnet], f"private subnet {i} leaves through another zone's NAT"
+
+
+def test_vpc_takes_zone_ids_and_prints_both(cli, cf, ec2, on_moto):
+    """Issue 21 item 4: zone ids are the same physical zone in every account; names are not (moto maps
+    usw2-az1 to us-west-2b, as an account may)."""
+    r = cli("stack", "deploy", "mrk-vpc", "--template", "cfn/vpc.yaml", "--param", "AvailabilityZone1=usw2-az1",
+            "--param", "AvailabilityZone2=us-west-2a", "--yes", *FAST)
+    assert r.rc == 0, r.err
+    assert "mpirun_kit: zone AvailabilityZone1: us-west-2b = usw2-az1\n" in r.err
+    assert "mpirun_kit: zone AvailabilityZone2: us-west-2a = usw2-az2\n" in r.err
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in _stack(cf, "mrk-vpc")["Parameters"]}
+    assert (params["AvailabilityZone1"], params["AvailabilityZone2"]) == ("us-west-2b", "us-west-2a")
+    subnet = ec2.describe_subnets(SubnetIds=[_tagged(ec2, "subnet", "mrk-vpc-private-1")])["Subnets"][0]
+    assert subnet["AvailabilityZone"] == "us-west-2b"
+
+
+def test_an_unknown_zone_lists_the_regions_zones(cli, on_moto):
+    r = cli("stack", "deploy", "mrk-vpc", "--template", "cfn/vpc.yaml", "--param", "AvailabilityZone1=usw2-az9",
+            "--param", "AvailabilityZone2=us-west-2a", "--yes", *FAST)
+    assert r.rc == 64
+    assert r.err.splitlines()[-1] == (
+        "mpirun_kit: error: --param AvailabilityZone1=usw2-az9: region us-west-2 has no such zone; its zones (name "
+        "(id)) are: us-west-2a (usw2-az2), us-west-2b (usw2-az1), us-west-2c (usw2-az3), us-west-2d (usw2-az4)")
+
+
+def test_dry_run_cannot_map_a_zone_id(cli, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    r = cli("stack", "deploy", "mrk-vpc", "--template", "cfn/vpc.yaml", "--param", "AvailabilityZone1=usw2-az1",
+            "--param", "AvailabilityZone2=us-west-2a", "--dry-run")
+    assert r.rc == 64
+    assert "AvailabilityZone1=usw2-az1: a zone id maps to this account's zone name only through AWS" in r.err
+
+
+def test_deploy_notes_the_monthly_cost_and_the_region(cli, on_moto):
+    r = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--yes", *FAST)
+    assert r.rc == 0, r.err
+    assert r.err.startswith("mpirun_kit: region us-west-2 (from the AWS configuration)\n")
+    assert "mpirun_kit: cost: 1 NAT gateway(s) cost $32.85/month while the stack exists" in r.err
+
+
+def test_stack_down_deletes_in_order_and_says_what_stays(cli, cf, ec2, on_moto):
+    """Issue 21 item 5: EFS is DeletionPolicy Retain; `stack delete` said only DELETE_COMPLETE."""
+    import boto3
+
+    assert cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--yes", *FAST).rc == 0
+    subnets = [_tagged(ec2, "subnet", f"mrk-vpc-private-{i}") for i in (1, 2)]
+    r = cli("stack", "deploy", "mrk-efs", "--template", "cfn/efs.yaml", "--param", f"SubnetId1={subnets[0]}",
+            "--param", f"SubnetId2={subnets[1]}", "--param", f"SecurityGroupId={_tagged(ec2, 'sg', 'mrk-vpc-storage')}",
+            "--yes", *FAST)
+    assert r.rc == 0, r.err
+    efs = boto3.client("efs", region_name="us-west-2", endpoint_url=on_moto)
+    (fs,) = efs.describe_file_systems()["FileSystems"]
+    # stock moto cannot delete the VPC stack (it keeps the S3 endpoint and route tables): the whole
+    # teardown runs in test_walkthrough.py on the patched server; here the role (absent) and EFS.
+    down = cli("stack", "down", "--stacks", "mrk-role,mrk-efs", "--yes", *FAST)
+    assert down.rc == 0, down.err
+    assert "stack mrk-role: not there, skipped" in down.err and "deleting stack mrk-efs" in down.err
+    assert down.out == (
+        "deleted: mrk-efs\n"
+        f"kept: AWS::EFS::FileSystem {fs['FileSystemId']} (stack mrk-efs, FileSystem: DeletionPolicy Retain, so its "
+        "data outlives the stack; it keeps billing). Delete it once you no longer need it: aws efs delete-file-system "
+        f"--file-system-id {fs['FileSystemId']} --region us-west-2\n")
+    assert [s["StackName"] for s in cf.list_stacks(StackStatusFilter=["CREATE_COMPLETE"])["StackSummaries"]] == \
+        ["mrk-vpc"]
+    assert [f["FileSystemId"] for f in efs.describe_file_systems()["FileSystems"]] == [fs["FileSystemId"]]
+
+
+def test_stack_down_needs_yes_without_a_terminal(cli, on_moto):
+    r = cli("stack", "down")
+    assert (r.rc, r.err.splitlines()[-1]) == (64, "mpirun_kit: error: stack down: stdin is not a terminal, so "
+                                                  "nobody can confirm the deletion; rerun with --yes to delete "
+                                                  "without asking")
