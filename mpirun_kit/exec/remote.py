@@ -1,20 +1,32 @@
 """Remote execution over ssh: one implementation (paramiko, host keys verified, keepalives, deadlines).
 
-Place in the data flow: the ssh target (targets/ssh.py) connects, ships files and
-runs the per-host entrypoint through these; every remote wait has a deadline and
-every peer may vanish without a FIN (ssh keepalives plus TCP keepalive).  Host
-keys are checked against known_hosts with paramiko's RejectPolicy: an unknown or
-changed key fails, never prompts, never is added silently.
+Place in the data flow: the ssh target (targets/ssh.py) and the doctor connect, ship files
+and run commands on many hosts at once through these; every remote wait has a deadline and
+every peer may vanish without a FIN (ssh keepalives plus TCP keepalive).  Host keys are
+checked against known_hosts with paramiko's RejectPolicy: an unknown or changed key fails,
+never prompts, never is added silently.  The cross-host work (``on_every_host``,
+``connect_hosts``, ``write_files``, ``run_on_hosts``) returns each host's failure as data;
+the caller words the error, naming the spec fields that fix it.
 """
 from __future__ import annotations
 
+import random
+import shlex
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Callable, Iterable, TypeVar
 
 from .clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError
 
 #: ssh keepalive interval; TCP keepalive probes a silent peer after the same idle time.
 KEEPALIVE_S = 15
+#: hosts worked on at once (threads that mostly wait on the network).
+PARALLEL_HOSTS = 32
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 class HostKeyError(ClusterError):
@@ -145,3 +157,125 @@ def start_remote(settings: dict, host: str, command: str, *, connect=None, clock
     except (OSError, EOFError, paramiko.SSHException) as exc:
         client.close()
         raise ClusterError(f"ssh to {host}:{settings['port']}: could not start a session: {exc}") from None
+
+
+def on_every_host(items: Iterable[tuple[str, _T]], fn: Callable[[str, _T], _R]) -> dict[str, _R]:
+    """``fn(host, item)`` for every host at once (at most PARALLEL_HOSTS threads); host -> its result.
+
+    ``fn`` catches its own host's failures and returns them as its result: one host's error must
+    not stop the visit of the others.
+    """
+    items = list(items)
+    if not items:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_HOSTS, len(items))) as pool:
+        results = list(pool.map(lambda hi: fn(*hi), items))
+    return {host: r for (host, _), r in zip(items, results)}
+
+
+def connect_hosts(hosts: list[str], connect: Callable[[str], Any], timeout_s: float, *, clock: Clock = SYSTEM_CLOCK,
+                  status: Callable[[str], None] | None = None, name: Callable[[str], str] = str,
+                  ) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """Connect to every host at once, retrying each with jittered backoff until ``timeout_s`` pass.
+
+    ``connect(host)`` returns a client (``paramiko_client``) or raises; ``status`` hears the live
+    line (hosts ready, the one being waited for and why); ``name(host)`` is how it names a host.
+
+    Returns:
+        (host -> client, host -> why it never accepted a session, host -> its host-key error).
+        A host-key error is not retried: it will not fix itself.  On any failure the caller closes
+        the clients it got.
+    """
+    import paramiko
+
+    deadline = Deadline(clock, timeout_s)
+    clients: dict[str, Any] = {}
+    unreachable: dict[str, str] = {}
+    bad_keys: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def one(host: str, _: object) -> None:
+        delay = 0.1
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                c = connect(host)
+                with lock:
+                    clients[host] = c
+                    if status:
+                        status(f"ssh: {len(clients)}/{len(hosts)} host(s) ready")
+                return
+            except (paramiko.BadHostKeyException, paramiko.SSHException) as exc:
+                if isinstance(exc, paramiko.BadHostKeyException) or "not found in known_hosts" in str(exc):
+                    with lock:
+                        bad_keys[host] = str(exc)
+                    return
+                last = str(exc)
+            except OSError as exc:
+                last = str(exc) or type(exc).__name__
+            if deadline.remaining() <= 0:
+                with lock:
+                    unreachable[host] = last
+                return
+            if status:
+                # The live line names the host being waited for and why it is not ready yet.
+                with lock:
+                    status(f"ssh: {len(clients)}/{len(hosts)} host(s) ready; waiting for "
+                           f"{name(host)} (attempt {attempt}): {last}")
+            # Jittered backoff 0.1 -> 1 s: many hosts booting together must not retry in lockstep.
+            clock.sleep(min(delay * (0.5 + random.random()), deadline.remaining()))
+            delay = min(delay * 2, 1.0)
+
+    on_every_host(((h, None) for h in hosts), one)
+    return clients, unreachable, bad_keys
+
+
+def atomic_write_command(path: str, host: str) -> str:
+    """The remote side of writing one file: its text arrives on stdin, goes to a temporary name, is renamed."""
+    tmp = f"{path}.tmp.{host}"
+    return (f"mkdir -p {shlex.quote(str(Path(path).parent))} && cat > {shlex.quote(tmp)} && "
+            f"mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+
+
+def write_files(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: float,
+                commands: dict[str, dict[str, str]] | None = None) -> list[str]:
+    """Write ``files`` (path, text) on every host, each atomically; the failures, one line per host.
+
+    Through ``cat`` over an exec channel rather than SFTP: hardened sshd configs often have no
+    sftp subsystem.  ``commands`` (host -> path -> command) are the commands sent, as a dry run
+    printed them; ``atomic_write_command`` builds them when not given.
+    """
+    import paramiko
+
+    def one(host: str, client) -> str | None:
+        for path, text in files:
+            cmd = commands[host][path] if commands else atomic_write_command(path, host)
+            try:
+                stdin, stdout, stderr = client.exec_command(cmd, timeout=timeout)
+                stdin.write(text)
+                stdin.channel.shutdown_write()
+                code = wait_exit(stdout.channel, timeout)
+                err = stderr.read().decode(errors="replace").strip()
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                code, err = -1, str(exc) or type(exc).__name__
+            if code != 0:
+                return f"{host}: {path}: exit {code} {err[-200:]}"
+        return None
+
+    return [bad for bad in on_every_host(clients.items(), one).values() if bad]
+
+
+def run_on_hosts(clients: dict[str, Any], command: str, timeout: float) -> dict[str, tuple[int, str]]:
+    """Run ``command`` on every host at once; host -> (exit code, stdout and stderr), -1 when the session failed."""
+    import paramiko
+
+    def one(host: str, client) -> tuple[int, str]:
+        try:
+            _, stdout, stderr = client.exec_command(command, timeout=timeout)
+            code = wait_exit(stdout.channel, timeout)
+            return code, (stdout.read() + stderr.read()).decode(errors="replace").strip()
+        except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
+            return -1, str(exc) or type(exc).__name__
+
+    return on_every_host(clients.items(), one)

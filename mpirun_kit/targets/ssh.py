@@ -28,25 +28,25 @@ gone: a cancel that arrives before the pid file exists waits for it, and an
 entrypoint that outlives the grace period is killed.
 
 The remote command is the one place a shell string exists (ssh exec takes
-one): built with ``shlex.join`` from an argv.
+one): built with ``shlex.join`` from an argv.  The work on every host at once
+(connecting, writing files, running a command) is exec/remote.py's; this module
+says what to send and words the errors.
 """
 from __future__ import annotations
 
 import os
-import random
 import shlex
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import copy_prefixed
-# ssh sessions: one implementation in exec/remote.py (paramiko, host keys verified).
-from ..exec.remote import HostKeyError, paramiko_client, wait_exit
+# ssh sessions and the work on every host at once: exec/remote.py (paramiko, host keys verified).
+from ..exec.remote import (HostKeyError, atomic_write_command, connect_hosts, on_every_host, paramiko_client,
+                           run_on_hosts, wait_exit, write_files)
 from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
@@ -104,7 +104,8 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True) -> DryRu
     # preflight, then ship (each file's text goes to the command's stdin), start (``commands``), and on a
     # stop or deadline the cancel.
     request["preflight"] = preflight_command(s.python)
-    request["ship"] = {h.name: {name: ship_command(name, h.name) for name, _ in files} for h in compiled.hosts}
+    request["ship"] = {h.name: {name: atomic_write_command(name, h.name) for name, _ in files}
+                       for h in compiled.hosts}
     request["cancel"] = {h.name: cancel_script(f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
                          for h in compiled.hosts}
     # After a failure, the master's failure report is read back over its open session, so --json's source and
@@ -113,13 +114,6 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True) -> DryRu
     request["failure_file"] = f"{workdir}/{master}/output/failure"
     request["fetch_failure"] = {master: fetch_command(request["failure_file"])}
     return DryRun("ssh", job.name, request, files=files)
-
-
-def ship_command(name: str, host: str) -> str:
-    """The remote side of shipping one file: its text arrives on stdin, is written to a temporary name, renamed."""
-    tmp = f"{name}.tmp.{host}"
-    return (f"mkdir -p {shlex.quote(str(Path(name).parent))} && cat > {shlex.quote(tmp)} && "
-            f"mv -f {shlex.quote(tmp)} {shlex.quote(name)}")
 
 
 #: the most of a failure report read back (the launcher writes a few KiB; a hostile host could send more).
@@ -152,56 +146,16 @@ def preflight_command(python: str) -> str:
 
 def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
                 progress: Progress | None = None) -> dict[str, Any]:
-    """Connect to every host in parallel, retrying each until the readiness deadline.
+    """Connect to every host at once (exec/remote.connect_hosts), retrying each until the readiness deadline.
 
     Raises:
         HostKeyError: a host key is unknown or changed (not retried: it will not fix itself).
         SSHUnreachableError: hosts that never accepted a session, all named.
     """
-    import paramiko
-
-    deadline = Deadline(clock, req["ready_timeout_s"])
     hosts = [h["name"] for h in req["hosts"]]
-    clients: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    lock = threading.Lock()
-
-    def one(host: str) -> None:
-        delay = 0.1
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                c = connect(req, host)
-                with lock:
-                    clients[host] = c
-                    if progress:
-                        progress.update(f"ssh: {len(clients)}/{len(hosts)} host(s) ready")
-                return
-            except (paramiko.BadHostKeyException, paramiko.SSHException) as exc:
-                if isinstance(exc, paramiko.BadHostKeyException) or "not found in known_hosts" in str(exc):
-                    with lock:
-                        errors[host] = f"hostkey: {exc}"
-                    return
-                last = str(exc)
-            except OSError as exc:
-                last = str(exc) or type(exc).__name__
-            if deadline.remaining() <= 0:
-                with lock:
-                    errors[host] = last
-                return
-            if progress:
-                # The live line names the host being waited for and why it is not ready yet.
-                with lock:
-                    progress.update(f"ssh: {len(clients)}/{len(hosts)} host(s) ready; waiting for "
-                                    f"{req['user']}@{host}:{req['port']} (attempt {attempt}): {last}")
-            # Jittered backoff 0.1 -> 1 s: many hosts booting together must not retry in lockstep.
-            clock.sleep(min(delay * (0.5 + random.random()), deadline.remaining()))
-            delay = min(delay * 2, 1.0)
-
-    with ThreadPoolExecutor(max_workers=min(32, len(hosts))) as pool:
-        list(pool.map(one, hosts))
-    bad_keys = {h: e for h, e in errors.items() if e.startswith("hostkey: ")}
+    clients, errors, bad_keys = connect_hosts(
+        hosts, lambda host: connect(req, host), req["ready_timeout_s"], clock=clock,
+        status=progress.update if progress else None, name=lambda host: f"{req['user']}@{host}:{req['port']}")
     if bad_keys or errors:
         for c in clients.values():
             c.close()
@@ -221,35 +175,12 @@ def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_cli
 
 def ship(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: float,
          commands: dict[str, dict[str, str]] | None = None) -> None:
-    """Write the files on every host, each atomically (temp name, then rename).
-
-    Through ``cat`` over an exec channel rather than SFTP: hardened sshd configs
-    often have no sftp subsystem.  ``commands`` (host -> file -> command, the dry run's
-    ``ship``) are the commands sent; ``ship_command`` builds them when not given.
+    """Write the launch files on every host, each atomically (exec/remote.write_files).
 
     Raises:
         ClusterError: names the host and file that could not be written.
     """
-    import paramiko
-
-    def one(item) -> str | None:
-        host, client = item
-        for name, text in files:
-            cmd = commands[host][name] if commands else ship_command(name, host)
-            try:
-                stdin, stdout, stderr = client.exec_command(cmd, timeout=timeout)
-                stdin.write(text)
-                stdin.channel.shutdown_write()
-                code = wait_exit(stdout.channel, timeout)
-                err = stderr.read().decode(errors="replace").strip()
-            except (OSError, EOFError, paramiko.SSHException) as exc:
-                code, err = -1, str(exc) or type(exc).__name__
-            if code != 0:
-                return f"{host}: {name}: exit {code} {err[-200:]}"
-        return None
-
-    with ThreadPoolExecutor(max_workers=min(32, len(clients))) as pool:
-        bad = [b for b in pool.map(one, clients.items()) if b]
+    bad = write_files(clients, files, timeout, commands)
     if bad:
         raise ClusterError(f"could not write the launch files ({'; '.join(bad)}); check that target.ssh.workdir "
                            "is writable by the ssh user on every host")
@@ -307,11 +238,8 @@ def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req:
     import paramiko
 
     limit = pid_wait_s + grace_s + CANCEL_MARGIN_S
-    failures: dict[str, str] = {}
-    lock = threading.Lock()
 
-    def one(item) -> None:
-        host, client = item
+    def one(host: str, client) -> str | None:
         deadline = Deadline(clock, limit)
         cmd = (req or {}).get("cancel", {}).get(host) or cancel_script(f"{workdir}/{host}.pid", grace_s, pid_wait_s)
         why = "not tried"
@@ -323,7 +251,7 @@ def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req:
                 code = wait_exit(stdout.channel, max(1.0, deadline.remaining()), clock)
                 text = stdout.read().decode(errors="replace").strip()
                 if code == 0 and text.endswith("gone"):
-                    return
+                    return None
                 why = f"no entrypoint pid file {workdir}/{host}.pid" if code == 3 else f"exit {code} {text[-200:]}"
                 if code == 3:
                     break
@@ -335,12 +263,9 @@ def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req:
             if deadline.remaining() <= 0:
                 break
             clock.sleep(min(1.0, max(0.0, deadline.remaining())))
-        with lock:
-            failures[host] = why
+        return why
 
-    with ThreadPoolExecutor(max_workers=max(1, min(32, len(clients)))) as pool:
-        list(pool.map(one, clients.items()))
-    return failures
+    return {host: why for host, why in on_every_host(clients.items(), one).items() if why is not None}
 
 
 def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
@@ -349,21 +274,8 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
     Raises:
         ClusterError: names each host where it cannot, with what it printed.
     """
-    cmd = preflight_command(python)
-
-    import paramiko
-
-    def one(item):
-        host, client = item
-        try:
-            _, stdout, stderr = client.exec_command(cmd, timeout=timeout)
-            code = wait_exit(stdout.channel, timeout)
-            return host, code, (stdout.read() + stderr.read()).decode(errors="replace").strip()
-        except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
-            return host, -1, str(exc) or type(exc).__name__
-
-    with ThreadPoolExecutor(max_workers=min(32, len(clients))) as pool:
-        bad = [(h, c, text) for h, c, text in pool.map(one, clients.items()) if c != 0]
+    results = run_on_hosts(clients, preflight_command(python), timeout)
+    bad = [(h, c, text) for h, (c, text) in results.items() if c != 0]
     if bad:
         detail = "; ".join(f"{h}: exit {c}: {text[-200:]}" for h, c, text in sorted(bad))
         raise ClusterError(f"mpirun_kit is not importable with {python!r} on {len(bad)} host(s) ({detail}); install "

@@ -1,0 +1,85 @@
+"""exec/remote.py's work on every host at once: per-host results as data, concurrency, retries to a deadline.
+
+The sessions themselves are exercised against real sshd by tests/targets/test_ssh.py (simulated
+hosts); here ``connect`` is injected so that a host that refuses, one with a bad key and one that
+answers late can be had on one machine without a network.
+"""
+from __future__ import annotations
+
+import threading
+
+import paramiko
+import pytest
+
+from mpirun_kit.exec.remote import PARALLEL_HOSTS, atomic_write_command, connect_hosts, on_every_host
+
+
+class StepClock:
+    """Time moves only when someone sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self.lock:
+            self.now += max(0.0, seconds)
+
+
+def test_on_every_host_runs_them_at_once_and_keeps_each_result():
+    hosts = [f"h{i}" for i in range(8)]
+    # Every call waits for all the others: a one-at-a-time loop would break the barrier.
+    barrier = threading.Barrier(len(hosts), timeout=30)
+
+    def fn(host: str, item: int) -> str:
+        barrier.wait()
+        return f"{host}:{item}"
+
+    assert on_every_host([(h, i) for i, h in enumerate(hosts)], fn) == {h: f"{h}:{i}" for i, h in enumerate(hosts)}
+    assert on_every_host([], fn) == {}
+    assert PARALLEL_HOSTS >= len(hosts)
+
+
+def test_connect_hosts_sorts_hosts_into_ready_unreachable_and_bad_keys():
+    clock = StepClock()
+    calls: dict[str, int] = {}
+    lines: list[str] = []
+
+    def connect(host: str):
+        calls[host] = calls.get(host, 0) + 1
+        if host == "late" and calls[host] < 3:
+            raise ConnectionRefusedError("Connection refused")
+        if host == "down":
+            raise OSError("No route to host")
+        if host == "stranger":
+            raise paramiko.SSHException("Server 'stranger' not found in known_hosts")
+        return f"client-{host}"
+
+    clients, unreachable, bad_keys = connect_hosts(["up", "late", "down", "stranger"], connect, 5.0, clock=clock,
+                                                   status=lines.append, name=lambda h: f"root@{h}:22")
+    assert clients == {"up": "client-up", "late": "client-late"}
+    assert unreachable == {"down": "No route to host"}
+    assert bad_keys == {"stranger": "Server 'stranger' not found in known_hosts"}
+    assert calls["stranger"] == 1                        # a key problem is not retried
+    assert calls["late"] == 3 and calls["down"] > 3      # the others are, until the deadline
+    assert clock.now >= 5.0
+    assert any(line.startswith("ssh: ") and "waiting for root@down:22 (attempt 1): No route to host" in line
+               for line in lines)
+
+
+def test_atomic_write_command_renames_a_temporary_file():
+    assert atomic_write_command("/w/run 1/launch-spec.json", "algo-1") == (
+        "mkdir -p '/w/run 1' && cat > '/w/run 1/launch-spec.json.tmp.algo-1' && "
+        "mv -f '/w/run 1/launch-spec.json.tmp.algo-1' '/w/run 1/launch-spec.json'")
+
+
+@pytest.mark.parametrize("n", [1, PARALLEL_HOSTS + 3])
+def test_on_every_host_visits_every_host(n):
+    seen = on_every_host([(f"h{i}", i) for i in range(n)], lambda host, i: i * 2)
+    assert seen == {f"h{i}": i * 2 for i in range(n)}
