@@ -77,7 +77,8 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
     }
     where = str(root) if root else f"{tempfile.gettempdir()}/{TEMP_ROOT_PREFIX}XXXXXXXX (made at start)"
     return DryRun("sim", compiled.job.name, request, notes=(
-        f"per-host logs: {where}/attempt-<N>/<host>/entrypoint.log (N = 0, then 1.. for retries)",
+        f"per-host logs: {where}/attempt-<N>/<host>/entrypoint.log (N = 0, then 1.. for retries); what the "
+        "ranks printed: entrypoint.out beside it",
         f"{HOST_OPT_ML} = {where}/attempt-<N>/<host>/opt_ml, that host's /opt/ml",
         "a temporary root is removed when the job succeeds and kept (and named) when it fails"
         if root is None else f"{root} is kept"))

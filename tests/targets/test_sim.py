@@ -70,9 +70,10 @@ def test_failing_rank_exit_code_comes_back_from_the_sim(tmp_path, capfd):
     assert failure.read_text().startswith("mpirun_kit exit_code=7\n")
     # The dry run's note names the log directory that was used.
     dry = json.loads(_dry_run(spec, capfd))
-    assert f"per-host logs: {tmp_path / 'sim'}/attempt-<N>/<host>/entrypoint.log (N = 0, then 1.. for retries)" \
-        in dry["notes"]
+    assert f"per-host logs: {tmp_path / 'sim'}/attempt-<N>/<host>/entrypoint.log (N = 0, then 1.. for retries); " \
+           "what the ranks printed: entrypoint.out beside it" in dry["notes"]
     assert (tmp_path / "sim" / "attempt-0" / "algo-2" / "entrypoint.log").is_file()
+    assert (tmp_path / "sim" / "attempt-0" / "algo-1" / "entrypoint.out").is_file()
 
 
 def _dry_run(spec: Path, capfd) -> str:
@@ -95,7 +96,7 @@ def test_dry_run_writes_nothing(tmp_path, capfd, monkeypatch):
     assert dry["request"]["root"] is None
     assert dry["request"]["entrypoint"][-2:] == ["--opt-ml", "${host_opt_ml}"]
     assert f"per-host logs: {temp}/mrk-sim-XXXXXXXX (made at start)/attempt-<N>/<host>/entrypoint.log " \
-           "(N = 0, then 1.. for retries)" in dry["notes"]
+           "(N = 0, then 1.. for retries); what the ranks printed: entrypoint.out beside it" in dry["notes"]
 
 
 def test_ctrl_c_stops_the_ranks_with_sigterm_and_a_grace_period(tmp_path):
