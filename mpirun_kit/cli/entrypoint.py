@@ -10,14 +10,15 @@ import os
 from pathlib import Path
 
 def _codes(bad_input: str, unreachable: str) -> str:
+    """The exit codes of entrypoint and launch; 64 and 69 worded for each."""
     from ..errors import ExitCode
     from .main import exit_codes
 
-    """The exit codes of entrypoint and launch; 64 and 69 worded for each."""
     return exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED, ExitCode.HOST_LOST,
-                      ExitCode.MASTER_LOST, ExitCode.HUNG, ExitCode.TIMEOUT, job=True, notes={
+                      ExitCode.MASTER_LOST, ExitCode.HUNG, ExitCode.TIMEOUT, ExitCode.CANNOT_START, job=True, notes={
                           0: "the job succeeded (--dry-run: the plan was printed)",
                           70: "launcher failure (MPI daemon never started, result port taken)",
+                          127: "a rank's program could not be executed (not found or not executable)",
                           64: bad_input, 69: unreachable})
 
 
