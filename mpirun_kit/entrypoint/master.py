@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 #: after mpirun fails, how long to wait for rank exit reports still in flight.
 REPORT_GRACE_S = 1.0
+#: once some worker's entrypoint said hello, how long the master waits for the others' before mpirun (their hello
+#: brings their host's seed for the ranks' key files; sshd may have answered the master's probe first).
+HELLO_WAIT_S = 2.0
 #: how long the master waits for workers to acknowledge the result before it exits.
 ACK_WAIT_S = 2.0
 
@@ -144,6 +147,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                 if not latch.received:
                     result = JobResult(exc.exit_code, summary=str(exc))
                     raise
+        if workers and server.connected_workers():     # entrypoints run on the workers (not `mpirun_kit launch`)
+            server.wait_rank_events(lambda _: set(workers) <= server.connected_workers(), HELLO_WAIT_S)
         rec.mark("ready")
         if latch.received:
             result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value),
@@ -151,7 +156,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             finishing = True
             return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=True)
         # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
-        env = {**launcher_env(environ, plan.env), RUN_NONCE_VAR: server.run_nonce.hex()}
+        env = {**launcher_env(environ, plan.env), RUN_NONCE_VAR: _run_nonce_value(server, plan)}
         say(out, f"launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)")
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")
@@ -189,6 +194,19 @@ def _finished(server: ResultServer, plan: LaunchPlan, keys: str, result: JobResu
     result = with_rejections(result, counts)
     _finish(server, plan, result, opt_ml, out, rec, everyone=everyone)
     return result
+
+
+def _run_nonce_value(server: ResultServer, plan: LaunchPlan) -> str:
+    """What the ranks get in MPIRUN_KIT_RUN_NONCE: the run nonce, and, when some host's entrypoint has not said
+    hello (``mpirun_kit launch`` runs none on the other hosts), ``@`` and the hosts whose ranks have key files
+    coming: ranks elsewhere then start at once without reports instead of waiting for a key file."""
+    keyed = {plan.master} | set(server.connected_workers())
+    missing = sorted(h.name for h in plan.hosts if h.name not in keyed)
+    if not missing:
+        return server.run_nonce.hex()
+    log.warning("result channel: no entrypoint said hello from %d host(s) (%s%s) before mpirun: their ranks run "
+                "without reports to the master", len(missing), ", ".join(missing[:10]), " ..." if len(missing) > 10 else "")
+    return server.run_nonce.hex() + "@" + ",".join(sorted(keyed))
 
 
 def _write_own_rank_keys(server: ResultServer, plan: LaunchPlan, directory: str, job: str) -> None:

@@ -104,13 +104,16 @@ def channel_link(env: dict, rank: int, host: str, wait_s: float | None = None) -
 
     Takes this rank's key file (and removes it) before the program starts (exec/channel/keys.py).
     """
-    addr, nonce = env.get(RESULT_ADDR_VAR), env.get(RUN_NONCE_VAR, "")
+    addr, value = env.get(RESULT_ADDR_VAR), env.get(RUN_NONCE_VAR, "")
     if not addr:
         return None, ""
+    nonce, at, keyed = value.partition("@")
     if len(nonce) != 32 or any(c not in "0123456789abcdef" for c in nonce):
         return None, f"{RUN_NONCE_VAR} is missing or not 32 hex digits: no reports to the master"
     if rank < 0:
         return None, "no rank number from the MPI: no reports to the master"
+    if at and host not in keyed.split(","):
+        return None, f"no entrypoint on {host} handed out keys before mpirun started: no reports to the master"
     directory = key_dir(nonce)
     got = take_rank_key(directory, host, rank) if wait_s is None else take_rank_key(directory, host, rank, wait_s)
     if got is None:

@@ -121,3 +121,20 @@ def test_wrapper_forwards_sigterm_and_reraises(tmp_path):
 def test_usage():
     res = subprocess.run([PY, "-m", "mpirun_kit.rank"], capture_output=True, text=True)
     assert (res.returncode, res.stderr.strip()) == (2, "usage: python -m mpirun_kit.rank -- PROGRAM [ARGS...]")
+
+
+def test_channel_link_needs_a_key_file_and_says_why_not(tmp_path):
+    """No key file for a rank (its host's entrypoint never handed one out) means no reports, and a line saying
+    so; a host the master did not list as keyed is not waited for at all."""
+    from mpirun_kit.rank.wrapper import channel_link
+
+    env = {"MPIRUN_KIT_RESULT_ADDR": "127.0.0.1:1", RUN_NONCE_VAR: "ab" * 16}
+    assert channel_link({}, 0, "h") == (None, "")
+    assert channel_link({**env, RUN_NONCE_VAR: "zz"}, 0, "h") == (
+        None, "MPIRUN_KIT_RUN_NONCE is missing or not 32 hex digits: no reports to the master")
+    link, why = channel_link({**env, RUN_NONCE_VAR: "ab" * 16 + "@algo-1"}, 0, "algo-2")
+    assert (link, why) == (None, "no entrypoint on algo-2 handed out keys before mpirun started: no reports to "
+                                 "the master")
+    link, why = channel_link(env, 0, "algo-9", wait_s=0)
+    assert link is None and why.startswith("no key file for rank 0 under ") and why.endswith("/algo-9 (written by "
+                                                                                              "this host's entrypoint): no reports to the master")
