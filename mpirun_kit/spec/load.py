@@ -419,7 +419,7 @@ def check_spec(job: S.JobSpec, pos: dict | None = None) -> list[Finding]:
         set_kinds = [k for k, v in (("s3", ch.s3), ("efs", ch.efs_id), ("fsx", ch.fsx_id), ("local", ch.local))
                      if v is not None]
         if len(set_kinds) != 1:
-            add(("data", ch.name), f"set exactly one of s3, efs, fsx, local; got {set_kinds or 'none'}")
+            add(("data", ch.name), f"set exactly one of s3, efs, fsx, local; got {' and '.join(set_kinds) or 'none'}")
             continue
         if target == "sagemaker" and ch.kind == "local":
             add(("data", ch.name, "local"), "a local directory channel cannot reach SageMaker hosts; "

@@ -259,6 +259,9 @@ def test_published_schema_file_is_current():
 def test_more_contradictions():
     assert errors(HEAD + PROG + "data:\n  d: {mode: ro}\n") == [
         "job.yaml:7: data.d: set exactly one of s3, efs, fsx, local; got none"]
+    # words, not a Python list (issue 22 defect 7: no Python reprs in messages)
+    assert errors(HEAD + PROG + "data:\n  d: {s3: 's3://bucket/x', local: /tmp}\n") == [
+        "job.yaml:7: data.d: set exactly one of s3, efs, fsx, local; got s3 and local"]
     assert errors(SM + "data:\n  d: {s3: 's3://bucket/x', mode: rw}\n") == [
         "job.yaml:12: data.d.mode: S3 channels are read-only (File mode); use mode: ro or an EFS/FSx channel"]
     assert errors(HEAD + PROG + "target:\n  type: ssh\n  ssh: {hosts: [a]}\nretries: 2\n") == [
