@@ -17,6 +17,11 @@ implementation: timing the pure-PyTorch references would be a meaningless number
     python benchmarks/bench_maskrcnn_gpu.py                       # r50_fpn_1x preset, 4 images/GPU
     python benchmarks/bench_maskrcnn_gpu.py --set solver.amp=fp16 --set solver.ims_per_gpu=8
     python benchmarks/bench_maskrcnn_gpu.py --device cpu --size 128 --images 8 --warmup 1 --steps 2 --window 1   # smoke
+    python benchmarks/bench_maskrcnn_gpu.py --cost [--cost-baseline model.roi_heads.mask_rois_per_image=0]
+
+``--cost`` runs no GPU: it prints the step cost model of the same config (mpirun_kit/maskrcnn/cost.py:
+FLOPs and bytes per image per component counted on the meta device, and an H100 roofline bound
+next to the bar), with a "before" column for the config with ``--cost-baseline`` overrides.
 
 Bar (issue #11, maskrcnn-anchors.md): >= 30 images/s per H100; NVIDIA DLE with AMP ~26 per A100;
 MLPerf H100 submissions ~179 per GPU with a sync-free step and CUDA graphs.
@@ -54,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="trainer config override, as train.py's --set (e.g. solver.ims_per_gpu=8)")
     p.add_argument("--json", type=Path, default=None, help="also write the result here")
+    p.add_argument("--cost", action="store_true",
+                   help="print the step cost model (FLOPs, bytes, H100 roofline) at --size; no GPU needed")
+    p.add_argument("--cost-baseline", action="append", default=[], metavar="KEY=VALUE",
+                   help="--cost: also count the config with this override, as a 'before' column")
     return p
 
 
@@ -255,10 +264,42 @@ def _batches(t):
         epoch += 1
 
 
+def cost(args: argparse.Namespace) -> tuple[str, dict]:
+    """The cost model of the benchmark's config at --size x 1333/800 (rounded up to 32)."""
+    from mpirun_kit.maskrcnn.config import ConfigError, resolve_config
+    from mpirun_kit.maskrcnn.cost import step_cost, format_cost
+
+    def config(extra: list[str]):
+        for kv in [*args.overrides, *extra]:
+            if "=" not in kv:
+                raise BenchError(f"--set/--cost-baseline {kv!r}: expected KEY=VALUE, e.g. model.roi_heads.mask_rois_per_image=0")
+        try:
+            return resolve_config("r50_fpn_1x", dict(kv.split("=", 1) for kv in [*args.overrides, *extra]))[0]
+        except (ConfigError, ValueError) as exc:
+            raise BenchError(f"--set/--cost-baseline: {exc}") from exc
+
+    h, w = args.size, -(-int(round(args.size * 1333 / 800)) // 32) * 32
+    after = step_cost(config([]), height=h, width=w)
+    before = step_cost(config(args.cost_baseline), height=h, width=w) if args.cost_baseline else None
+    result = {"images": after.images, "canvas": list(after.canvas), "mask_slots": after.mask_slots,
+              "gflop_per_image": {k: round(v / 1e9, 2) for k, v in after.flops.items()},
+              "gb_per_image": {k: round(v / 1e9, 3) for k, v in after.bytes.items()},
+              "roofline_images_per_s": round(after.images_per_s, 1), "peak": after.peak.name, "bar_images_per_s": 30}
+    if before:
+        result["before"] = {"overrides": args.cost_baseline, "mask_slots": before.mask_slots,
+                            "gflop_per_image": {k: round(v / 1e9, 2) for k, v in before.flops.items()},
+                            "roofline_images_per_s": round(before.images_per_s, 1)}
+    return format_cost(after, before=before), result
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         args = parse_args(argv)
-        result = run(args)
+        if args.cost:
+            table, result = cost(args)
+            print(table)
+        else:
+            result = run(args)
     except BenchError as exc:
         print(f"bench_maskrcnn_gpu: error: {exc}", file=sys.stderr)
         return 70

@@ -61,3 +61,28 @@ def test_the_synthetic_set_is_coco_shaped_and_loads(tmp_path):
     s = ds[(0, 0)]
     assert tuple(s["image"].shape) == (3, 80, 133) and s["boxes"].shape[0] >= 3
     assert s["masks"].shape == (s["boxes"].shape[0], 80, 133) and s["masks"].sum() > 0
+
+
+def test_cost_prints_the_step_cost_model_without_a_gpu(capsys):
+    """--cost: the cost model of the benchmark's own config (meta device), with the before column."""
+    assert bench.main(["--cost", "--size", "128", "--cost-baseline", "model.roi_heads.mask_rois_per_image=0"]) == 0
+    out = capsys.readouterr().out
+    assert "step cost per image: 4 images of 128x224, forward + backward + SGD, 128 mask slots per batch" in out
+    table, result = out.split("\n{", 1)
+    assert "roofline on H100 SXM, bf16 dense 989 TFLOP/s, HBM3 3.35 TB/s (assumed peaks)" in table
+    assert "(bar: 30 img/s per GPU)" in table
+    result = __import__("json").loads("{" + result)
+    assert (result["mask_slots"], result["before"]["mask_slots"]) == (128, 512)
+    # the mask head runs on a quarter of the slots: a quarter of its FLOPs, nothing else changes
+    assert result["gflop_per_image"]["mask_head"] * 4 == pytest.approx(result["before"]["gflop_per_image"]["mask_head"],
+                                                                       rel=1e-3)
+    assert result["gflop_per_image"]["backbone"] == result["before"]["gflop_per_image"]["backbone"]
+
+
+def test_cost_reports_a_bad_override(capsys):
+    assert bench.main(["--cost", "--size", "64", "--cost-baseline", "model.roi_heads.mask_rois_per_imag=0"]) == 70
+    err = capsys.readouterr().err
+    assert "bench_maskrcnn_gpu: error: --set/--cost-baseline:" in err and "mask_rois_per_imag" in err
+    assert bench.main(["--cost", "--size", "64", "--cost-baseline", "mask_rois_per_image"]) == 70
+    assert ("--set/--cost-baseline 'mask_rois_per_image': expected KEY=VALUE, e.g. "
+            "model.roi_heads.mask_rois_per_image=0") in capsys.readouterr().err
