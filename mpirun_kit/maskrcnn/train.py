@@ -19,6 +19,7 @@ current step and writing a checkpoint -- rerun with ``--resume auto`` to continu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -451,8 +452,11 @@ class Trainer:
         import torch
 
         batch = self.to_device(batch)
-        with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                            enabled=self.amp_dtype is not None):
+        # no autocast context at all without amp: the meta-device gate runs this, and autocast
+        # refuses device types it has no policy for
+        amp = (torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype is not None
+               else contextlib.nullcontext())
+        with amp:
             losses = self.ddp_model(batch)
         loss = sum(losses.values())
         return losses, loss, torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float()

@@ -175,7 +175,7 @@ def use_compiled(op: str, device: "torch.device") -> bool:  # noqa: F821 - torch
     hit = _decided.get(key)
     if hit:
         return hit
-    if _fake_active() and active().available:
+    if _fake_active() and _loaded():
         # fake tensors (FakeTensorMode, torch.compile tracing): the registered fake kernels
         # (_meta.py) answer for every device type, also where the library has no kernels for the
         # device itself; the pure-PyTorch references would read data the fake tensors lack.  Not
@@ -186,6 +186,22 @@ def use_compiled(op: str, device: "torch.device") -> bool:  # noqa: F821 - torch
     decision = _decide(op, device)
     _decided[key] = decision
     return decision
+
+
+def _loaded() -> bool:
+    """The active library loaded, read without the lock (torch.compile cannot trace a lock).
+
+    Loads it first outside a trace; inside one an unloaded library reads as absent, so call
+    ``active().load()`` before compiling (the trainer does).
+    """
+    import torch
+
+    loader = _active
+    if loader is None or not loader._done:
+        if torch.compiler.is_compiling():
+            return False
+        return active().available
+    return loader._error is None
 
 
 def _fake_active() -> bool:

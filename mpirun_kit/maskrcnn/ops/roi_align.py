@@ -132,7 +132,7 @@ def _tile_layout(sizes: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], lis
     for h, _ in sizes[1:]:
         origins.append((y + 1, w0 + 3))
         y += h + 2
-    right_w = max((w + 2 for _, w in sizes[1:]), default=0)
+    right_w = max([w + 2 for _, w in sizes[1:]] or [0])  # a list, not a generator: torch.compile traces it
     return (max(h0 + 2, y), w0 + 2 + right_w), origins
 
 
