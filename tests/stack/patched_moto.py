@@ -91,7 +91,7 @@ def _patch() -> None:
         def delete(self, account_id: str, region_name: str) -> None:
             from moto.fsx.models import fsx_backends
 
-            fsx_backends[account_id][region_name].delete_file_system(self.fs.file_system_id)
+            fsx_backends[account_id][region_name].delete_file_system(self.fs.file_system_id, "", None, None, None)
 
     for cached in (parsing.get_model_list, parsing.get_model_map, parsing.get_name_type_map):
         cached.cache_clear()
