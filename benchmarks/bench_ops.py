@@ -12,7 +12,9 @@ lower bound (">=").
 CUDA (``--device cuda``, needs a GPU and torchvision): the compiled CUDA kernels
 against torchvision.ops on the same inputs (nms, roi_align forward+backward), and
 the fused proposal step against the same pipeline built from separate
-torchvision ops.  Targets: >= 1.0x for nms and roi_align, >= 2x for proposals.
+torchvision ops.  Targets: >= 1.0x for nms and roi_align, >= 2x for proposals.  A last
+row prices the deterministic RoIAlign backward (torch.use_deterministic_algorithms) against
+the default atomic one (no target: below 1x is expected).
 
     python benchmarks/bench_ops.py                 # CPU table
     python benchmarks/bench_ops.py --json          # machine-readable
@@ -289,6 +291,18 @@ def bench_cuda(repeats: int, seed: int) -> list[Row]:
     )
     rows.append(Row("multiscale_roi_align_packed fwd+bwd", "2048 RoIs x 256 ch, P2-P5 of 4x800x1344, channels-last",
                     "multiscale_roi_align", t_t, t_c, ratio))
+    # what the deterministic RoIAlign backward (no atomics) costs against the default atomic one
+    packed = fwd_bwd(lambda: ops.multiscale_roi_align_packed(feats, rois, 7, 2, [4, 8, 16, 32]))
+
+    def deterministic():
+        torch.use_deterministic_algorithms(True)
+        try:
+            packed()
+        finally:
+            torch.use_deterministic_algorithms(False)
+
+    t_t, t_c, ratio = _compare(packed, deterministic, repeats, sync)
+    rows.append(Row("multiscale_roi_align_packed fwd+bwd, deterministic", "as above", "atomic backward", t_t, t_c, ratio))
     return rows
 
 

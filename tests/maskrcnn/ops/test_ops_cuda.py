@@ -227,3 +227,93 @@ def test_training_step_passes_sync_debug_mode_error(tmp_path):
     torch.cuda.synchronize()
     assert window.is_cuda and bool(torch.isfinite(window).all()), window  # the step ran and its losses are real
     assert {"loss_objectness", "loss_mask"} <= set(losses), sorted(losses)
+
+
+_BAD_BATCH_CALLS = {
+    "forward": "torch.ops.mpirun_kit.roi_align(x, rois, 1.0, 2, 2, 2, True)",
+    "backward": "torch.ops.mpirun_kit._roi_align_backward(g, rois, 1.0, 2, 2, 2, 3, 8, 8, 2, True)",
+    "deterministic backward": "torch.use_deterministic_algorithms(True); "
+                              "torch.ops.mpirun_kit._roi_align_backward(g, rois, 1.0, 2, 2, 2, 3, 8, 8, 2, True)",
+}
+
+
+@pytest.mark.parametrize("call", sorted(_BAD_BATCH_CALLS))
+def test_roi_align_cuda_bad_batch_index_raises(call):
+    """A RoI with batch index >= N is a device-side assert naming the rule, not an out-of-bounds
+    read or write.  Run in a child process: a device-side assert leaves the CUDA context unusable."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = "\n".join([
+        "import torch",
+        "from mpirun_kit.maskrcnn import ops",
+        "ops.ops_available()",
+        "x = torch.randn(2, 3, 8, 8, device='cuda')",
+        "g = torch.ones(2, 3, 2, 2, device='cuda')",
+        "rois = torch.tensor([[0.0, 1, 1, 5, 5], [2.0, 1, 1, 5, 5]], device='cuda')",
+        _BAD_BATCH_CALLS[call],
+        "torch.cuda.synchronize()",
+    ])
+    root = Path(__file__).resolve().parents[3]
+    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "device-side assert" in proc.stderr, proc.stderr
+    assert "rois[:, 0] must be batch indices in [0, N - 1]" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_roi_align_cuda_deterministic_backward_is_bitwise_repeatable(gen, dtype, channels_last):
+    """torch.use_deterministic_algorithms(True) selects the backward without atomics: two runs give
+    the same bits, and the result is the atomic path's up to the order of float additions."""
+    x = torch.randn(3, 16, 40, 52, generator=gen).to(dtype).cuda()
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    # many overlapping RoIs, so atomics on one cell race
+    rois = rand_rois(gen, 300, 3, 40.0).to(dtype).cuda()
+    grad = torch.randn(300, 16, 7, 7, generator=gen).to(dtype).cuda()
+    args = (rois, 0.5, 7, 7, 3, 16, 40, 52, 2, True)
+    fast = M._roi_align_backward(grad, *args)
+    torch.use_deterministic_algorithms(True)
+    try:
+        first = M._roi_align_backward(grad, *args)
+        second = M._roi_align_backward(grad, *args)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert torch.equal(first, second)
+    assert first.dtype == dtype and first.is_contiguous(memory_format=torch.channels_last) == channels_last
+    torch.testing.assert_close(first.float(), fast.float(), **{k: v * 10 for k, v in tol(dtype).items()})
+    od = _oracle_dtype(dtype)
+    xr = x.detach().cpu().to(od).requires_grad_(True)
+    reference.roi_align(xr, rois.cpu().to(od), (7, 7), 0.5, 2, True).backward(grad.cpu().to(od))
+    torch.testing.assert_close(first.cpu().to(od), xr.grad, **{k: v * 10 for k, v in tol(dtype).items()})
+
+
+@pytest.mark.parametrize("images", [1, 5])
+@pytest.mark.parametrize("pre", [100, 300])
+def test_per_image_nms_masks_match_the_cpu_kernel(gen, images, pre):
+    """The proposal step's NMS builds one suppression bitmask per image (segments not a multiple of
+    64 boxes included); every image keeps what the CPU kernel keeps."""
+    sizes = [(16, 20), (8, 10), (4, 5)]
+    per = ops.generate_anchors(sizes, [4, 8, 16], ((32,), (64,), (128,)), (0.5, 1.0, 2.0))
+    anchors = torch.cat(per)
+    obj = torch.randn(images, anchors.shape[0], generator=gen)
+    deltas = torch.randn(images, anchors.shape[0], 4, generator=gen) * 0.3
+    args = ([(64, 80)] * images, pre, 150, 0.6, 1.0, [len(a) for a in per])
+    want = ops.generate_proposals_padded(anchors, obj, deltas, *args)
+    got = ops.generate_proposals_padded(anchors.cuda(), obj.cuda(), deltas.cuda(), *args)
+    torch.testing.assert_close(got[2].cpu(), want[2])
+    torch.testing.assert_close(got[1].cpu(), want[1])
+    torch.testing.assert_close(got[0].cpu(), want[0], rtol=1e-5, atol=1e-4)
+
+
+def test_roi_align_under_cuda_autocast_runs_in_float32(gen):
+    x = torch.randn(2, 8, 20, 24, generator=gen).cuda().to(torch.bfloat16).requires_grad_(True)
+    rois = rand_rois(gen, 10, 2, 20.0).cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = ops.roi_align(x, rois, 7, 1.0, 2, True)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, M.roi_align(x.detach().float(), rois, 1.0, 7, 7, 2, True))
+    out.sum().backward()
+    assert x.grad.dtype == torch.bfloat16

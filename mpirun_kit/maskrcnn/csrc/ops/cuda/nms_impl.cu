@@ -15,18 +15,34 @@ namespace {
 
 constexpr int kNmsBlock = 64;
 
+// Masks per segment: the boxes are cut into segments of seg_len consecutive sorted positions (one
+// per image for the proposal step; one segment of n for plain NMS), and block (x, y, z) compares
+// row block y with column block x of segment z only.  Segment z's masks are rows
+// [z * seg_len, z * seg_len + len_z) of a [n, cb] array, cb = ceil(seg_len / 64) words per row,
+// bit k of word j = "suppresses the segment's box 64 * j + k": n * cb words in all, not the
+// n * ceil(n / 64) of one mask over the whole batch (4 images of 10k boxes: 50 MB, not 200 MB).
 template <typename T>
 __global__ void nms_mask_kernel(
-    int64_t n, at::opmath_type<T> thr, const T* __restrict__ boxes, const int64_t* __restrict__ groups,
+    int64_t n, int64_t seg_len, at::opmath_type<T> thr, const T* __restrict__ boxes, const int64_t* __restrict__ groups,
     unsigned long long* __restrict__ mask) {
   using acc_t = at::opmath_type<T>;
   const int64_t row_start = blockIdx.y, col_start = blockIdx.x;
   if (row_start > col_start) {
     return;
   }
-  const int64_t col_blocks = (n + kNmsBlock - 1) / kNmsBlock;
-  const int row_size = static_cast<int>(min(n - row_start * kNmsBlock, static_cast<int64_t>(kNmsBlock)));
-  const int col_size = static_cast<int>(min(n - col_start * kNmsBlock, static_cast<int64_t>(kNmsBlock)));
+  const int64_t seg0 = static_cast<int64_t>(blockIdx.z) * seg_len;
+  const int64_t len = min(seg_len, n - seg0);
+  if (row_start * kNmsBlock >= len || col_start * kNmsBlock >= len) {
+    return;  // the last segment may be shorter than seg_len
+  }
+  boxes += 4 * seg0;
+  if (groups != nullptr) {
+    groups += seg0;
+  }
+  const int64_t col_blocks = (seg_len + kNmsBlock - 1) / kNmsBlock;
+  mask += seg0 * col_blocks;
+  const int row_size = static_cast<int>(min(len - row_start * kNmsBlock, static_cast<int64_t>(kNmsBlock)));
+  const int col_size = static_cast<int>(min(len - col_start * kNmsBlock, static_cast<int64_t>(kNmsBlock)));
   __shared__ acc_t cb[kNmsBlock * 5];
   __shared__ int64_t cg[kNmsBlock];
   if (threadIdx.x < col_size) {
@@ -97,51 +113,54 @@ __global__ void nms_gather_keep_kernel(int64_t n, const unsigned long long* __re
   }
 }
 
-// Greedy pass per segment: block s walks sorted positions [s * seg_len, (s + 1) * seg_len).
-// Boxes of different segments never share a group, so their mask bits are zero and
-// a segment only needs the "removed" words of its own column blocks.
+// Greedy pass per segment: block s walks sorted positions [s * seg_len, (s + 1) * seg_len) over
+// the segment's own masks (nms_mask_kernel's layout), keeping its "removed" words in shared memory.
 __global__ void nms_gather_keep_segments_kernel(int64_t n, int64_t seg_len, const unsigned long long* __restrict__ mask,
                                                 uint8_t* __restrict__ keep) {
   extern __shared__ unsigned long long removed[];
-  const int64_t col_blocks = (n + kNmsBlock - 1) / kNmsBlock;
+  const int64_t col_blocks = (seg_len + kNmsBlock - 1) / kNmsBlock;
   const int64_t lo = static_cast<int64_t>(blockIdx.x) * seg_len;
-  const int64_t hi = min(lo + seg_len, n);
-  if (lo >= hi) {
+  const int64_t len = min(seg_len, n - lo);
+  if (len <= 0) {
     return;  // uniform over the block: no barrier is skipped by some threads only
   }
-  const int64_t cb0 = lo / kNmsBlock, cb1 = (hi - 1) / kNmsBlock;
-  for (int64_t j = threadIdx.x; j <= cb1 - cb0; j += blockDim.x) {
+  const int64_t words = (len + kNmsBlock - 1) / kNmsBlock;
+  for (int64_t j = threadIdx.x; j < words; j += blockDim.x) {
     removed[j] = 0;
   }
   __syncthreads();
-  for (int64_t i = lo; i < hi; ++i) {
+  for (int64_t i = 0; i < len; ++i) {
     const int64_t nb = i / kNmsBlock;
-    const unsigned long long rv = removed[nb - cb0];
+    const unsigned long long rv = removed[nb];
     // every thread has read rv before anyone ORs in this row
     __syncthreads();
     if (!(rv & (1ULL << (i % kNmsBlock)))) {
       if (threadIdx.x == 0) {
-        keep[i] = 1;
+        keep[lo + i] = 1;
       }
-      const unsigned long long* p = mask + i * col_blocks;
-      for (int64_t j = nb + threadIdx.x; j <= cb1; j += blockDim.x) {
-        removed[j - cb0] |= p[j];
+      const unsigned long long* p = mask + (lo + i) * col_blocks;
+      for (int64_t j = nb + threadIdx.x; j < words; j += blockDim.x) {
+        removed[j] |= p[j];
       }
       __syncthreads();
     }
   }
 }
 
-// [n * col_blocks] suppression bitmasks of the sorted boxes (groups may be undefined).
-at::Tensor nms_masks(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr) {
+// [n * ceil(seg_len / 64)] suppression bitmasks of the sorted boxes, per segment of seg_len
+// positions (nms_mask_kernel's layout; seg_len = n: one mask over all boxes).  groups may be undefined.
+at::Tensor nms_masks(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr, int64_t seg_len) {
   const int64_t n = sorted_boxes.size(0);
-  const int64_t col_blocks = (n + kNmsBlock - 1) / kNmsBlock;
+  const int64_t col_blocks = (seg_len + kNmsBlock - 1) / kNmsBlock;
+  const int64_t segments = (n + seg_len - 1) / seg_len;
+  TORCH_CHECK(col_blocks <= 65535 && segments <= 65535, "mpirun_kit NMS: ", n, " boxes in segments of ", seg_len,
+              " is more than one launch covers; lower pre_nms_top_n");
   auto mask = at::empty({n * col_blocks}, sorted_boxes.options().dtype(at::kLong));
-  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(col_blocks));
+  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(col_blocks), static_cast<unsigned>(segments));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, sorted_boxes.scalar_type(), "mpirun_kit::nms_mask", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     nms_mask_kernel<scalar_t><<<grid, kNmsBlock, 0, c10::cuda::getCurrentCUDAStream()>>>(
-        n, static_cast<acc_t>(thr), sorted_boxes.data_ptr<scalar_t>(),
+        n, seg_len, static_cast<acc_t>(thr), sorted_boxes.data_ptr<scalar_t>(),
         sorted_groups.defined() ? sorted_groups.data_ptr<int64_t>() : nullptr,
         reinterpret_cast<unsigned long long*>(mask.data_ptr<int64_t>()));
   });
@@ -163,7 +182,7 @@ at::Tensor nms_keep_mask_segments(const at::Tensor& sorted_boxes, const at::Tens
   const size_t shmem = static_cast<size_t>(words) * sizeof(unsigned long long);
   TORCH_CHECK(shmem <= 48 * 1024, "generate_proposals_padded: ", seg_len,
               " boxes per image is more than one CUDA block can walk (393k); lower pre_nms_top_n");
-  const auto mask = nms_masks(sorted_boxes, sorted_groups, thr);
+  const auto mask = nms_masks(sorted_boxes, sorted_groups, thr, seg_len);
   auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t segments = (n + seg_len - 1) / seg_len;
   nms_gather_keep_segments_kernel<<<static_cast<unsigned>(segments), 256, shmem, stream>>>(
@@ -180,7 +199,7 @@ at::Tensor nms_sorted_positions(const at::Tensor& sorted_boxes, const at::Tensor
     return at::empty({0}, long_opts);
   }
   const int64_t col_blocks = (n + kNmsBlock - 1) / kNmsBlock;
-  const auto mask = nms_masks(sorted_boxes, sorted_groups, thr);
+  const auto mask = nms_masks(sorted_boxes, sorted_groups, thr, n);
   auto stream = c10::cuda::getCurrentCUDAStream();
   const size_t shmem = static_cast<size_t>(col_blocks) * sizeof(unsigned long long);
   if (shmem <= 48 * 1024) {

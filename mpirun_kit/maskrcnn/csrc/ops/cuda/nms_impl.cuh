@@ -23,7 +23,8 @@ namespace cuda {
 at::Tensor nms_sorted_positions(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr);
 
 // Keep flags (uint8 [n], 1 = kept) for sorted boxes cut into segments of seg_len
-// consecutive positions that share no group (e.g. one segment per image): one CUDA
+// consecutive positions that share no group (e.g. one segment per image): the masks are
+// built per segment (n * ceil(seg_len / 64) words, not n * ceil(n / 64)), one CUDA
 // block walks each segment, nothing is read back to the host.
 at::Tensor nms_keep_mask_segments(const at::Tensor& sorted_boxes, const at::Tensor& sorted_groups, double thr,
                                   int64_t seg_len);

@@ -140,8 +140,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> generate_proposals_kernel(
 
 // The training step's variant: every shape is known on the host, nothing is read
 // back.  Level ranges come from level_sizes (host ints) and are sliced, top-k per
-// slice; one bitmask NMS covers all (image, level) groups, one CUDA block per
-// image walking its segment; the post-NMS top-k is a top-k over the kept scores,
+// slice; one bitmask NMS covers all (image, level) groups, with a suppression
+// bitmask per image and one CUDA block per image walking its segment; the post-NMS top-k is a top-k over the kept scores,
 // so the outputs have fixed sizes plus per-image counts.  Same proposals as
 // generate_proposals up to the order of exactly tied scores.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> generate_proposals_padded_kernel(

@@ -6,10 +6,28 @@
 // the channel fastest, so neighbouring threads read neighbouring memory.
 // Backward scatters with atomicAdd into a float (opmath) buffer, cast to the
 // input dtype at the end, so half-precision gradients do not lose the sum.
+//
+// Two backward paths:
+//   default: one thread per output gradient element, atomicAdd into a zero-filled buffer; fast,
+//     but float additions in a varying order: not bitwise repeatable.
+//   deterministic (torch.use_deterministic_algorithms(True)): one thread per (image, band of
+//     rows, channel) owns those gradient cells, zeroes them and adds every contribution landing
+//     there in a fixed order (RoI, then bin, then sample, then corner): no atomics, bitwise
+//     repeatable, and no separate fill of the whole canvas; slower (each thread walks all RoIs).
+//
+// A RoI whose batch index is not an integer in [0, N) would read (forward) or write (backward)
+// outside the input: both kernels check it on the device (CUDA_KERNEL_ASSERT_MSG: a device-side
+// assert the host sees at its next synchronisation, as torch's own index kernels do; checking
+// on the host would wait for the device every step), and skip the RoI where asserts are
+// compiled out (forward: NaN output).  The CPU kernel checks on the host (TORCH_CHECK).
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/OpMathType.h>
 #include <ATen/cuda/Atomic.cuh>
+#include <ATen/cuda/EmptyTensor.h>
 #include <torch/library.h>
+
+#include <cmath>
 
 #include "../checks.h"
 #include "cuda_utils.cuh"
@@ -63,15 +81,18 @@ __device__ __forceinline__ Corners<acc_t> corners(int64_t height, int64_t width,
   return c;
 }
 
-// Geometry of one RoI, computed in opmath precision.
+// Geometry of one RoI, computed in opmath precision.  batch is -1 when roi[0] is not an
+// integer in [0, num_images) (NaN included): the callers must not touch the input then.
 template <typename T, typename acc_t>
 struct Roi {
   int64_t batch, grid_h, grid_w;
   acc_t y1, x1, bin_h, bin_w, count;
 
-  __device__ __forceinline__ Roi(const T* roi, acc_t scale, int64_t ph, int64_t pw, int64_t sampling_ratio, bool aligned) {
+  __device__ __forceinline__ Roi(const T* roi, acc_t scale, int64_t ph, int64_t pw, int64_t sampling_ratio, bool aligned,
+                                 int64_t num_images) {
     const acc_t offset = aligned ? acc_t(0.5) : acc_t(0);
-    batch = static_cast<int64_t>(static_cast<acc_t>(roi[0]));
+    const acc_t b = static_cast<acc_t>(roi[0]);
+    batch = (b >= acc_t(0) && b < static_cast<acc_t>(num_images) && b == floor(b)) ? static_cast<int64_t>(b) : -1;
     x1 = static_cast<acc_t>(roi[1]) * scale - offset;
     y1 = static_cast<acc_t>(roi[2]) * scale - offset;
     acc_t roi_w = static_cast<acc_t>(roi[3]) * scale - offset - x1;
@@ -114,15 +135,23 @@ __device__ __forceinline__ void unravel(int64_t idx, int64_t c, int64_t ph, int6
   }
 }
 
+#define MRK_BATCH_INDEX_MESSAGE "mpirun_kit::roi_align: rois[:, 0] must be batch indices in [0, N - 1] (N = input.size(0))"
+
 template <typename T, bool CL>
 __global__ void roi_align_forward_cuda(
-    int64_t total, const T* __restrict__ input, const T* __restrict__ rois, at::opmath_type<T> scale, int64_t channels,
-    int64_t height, int64_t width, int64_t ph, int64_t pw, int64_t sampling_ratio, bool aligned, T* __restrict__ out) {
+    int64_t total, const T* __restrict__ input, const T* __restrict__ rois, at::opmath_type<T> scale, int64_t num_images,
+    int64_t channels, int64_t height, int64_t width, int64_t ph, int64_t pw, int64_t sampling_ratio, bool aligned,
+    T* __restrict__ out) {
   using acc_t = at::opmath_type<T>;
   MRK_CUDA_1D_LOOP(idx, total) {
     int64_t k, c, oy, ox;
     unravel<CL>(idx, channels, ph, pw, k, c, oy, ox);
-    const Roi<T, acc_t> r(rois + 5 * k, scale, ph, pw, sampling_ratio, aligned);
+    const Roi<T, acc_t> r(rois + 5 * k, scale, ph, pw, sampling_ratio, aligned, num_images);
+    CUDA_KERNEL_ASSERT_MSG(r.batch >= 0, MRK_BATCH_INDEX_MESSAGE);
+    if (r.batch < 0) {
+      out[idx] = static_cast<T>(NAN);  // reached only where device asserts are compiled out
+      continue;
+    }
     // Offset of (batch, channel, 0, 0) and the distance between two pixels.
     const int64_t base = CL ? r.batch * height * width * channels + c : (r.batch * channels + c) * height * width;
     const int64_t step = CL ? channels : 1;
@@ -144,14 +173,18 @@ __global__ void roi_align_forward_cuda(
 
 template <typename T, bool CL>
 __global__ void roi_align_backward_cuda(
-    int64_t total, const T* __restrict__ grad, const T* __restrict__ rois, at::opmath_type<T> scale, int64_t channels,
-    int64_t height, int64_t width, int64_t ph, int64_t pw, int64_t sampling_ratio, bool aligned,
+    int64_t total, const T* __restrict__ grad, const T* __restrict__ rois, at::opmath_type<T> scale, int64_t num_images,
+    int64_t channels, int64_t height, int64_t width, int64_t ph, int64_t pw, int64_t sampling_ratio, bool aligned,
     at::opmath_type<T>* __restrict__ grad_input) {
   using acc_t = at::opmath_type<T>;
   MRK_CUDA_1D_LOOP(idx, total) {
     int64_t k, c, oy, ox;
     unravel<CL>(idx, channels, ph, pw, k, c, oy, ox);
-    const Roi<T, acc_t> r(rois + 5 * k, scale, ph, pw, sampling_ratio, aligned);
+    const Roi<T, acc_t> r(rois + 5 * k, scale, ph, pw, sampling_ratio, aligned, num_images);
+    CUDA_KERNEL_ASSERT_MSG(r.batch >= 0, MRK_BATCH_INDEX_MESSAGE);
+    if (r.batch < 0) {
+      continue;  // reached only where device asserts are compiled out
+    }
     const int64_t base = CL ? r.batch * height * width * channels + c : (r.batch * channels + c) * height * width;
     const int64_t step = CL ? channels : 1;
     const acc_t g = static_cast<acc_t>(grad[idx]) / r.count;
@@ -171,6 +204,76 @@ __global__ void roi_align_backward_cuda(
   }
 }
 
+// Rows of the gradient one thread of the deterministic backward owns (per image and channel).
+constexpr int64_t kBandRows = 8;
+
+// Deterministic backward: thread (n, band, c) owns grad_input[n, c, band rows, :], zeroes it and
+// adds, RoI by RoI in index order, then by sample row (bin row, sample), bin column, sample
+// column, the corner terms of every sample that lands in its rows: the same terms as
+// roi_align_backward_cuda, in a fixed order.  Sample rows that miss the band are skipped before
+// the columns are walked.
+template <typename T, bool CL>
+__global__ void roi_align_backward_deterministic_cuda(
+    int64_t total, const T* __restrict__ grad, const T* __restrict__ rois, int64_t num_rois, at::opmath_type<T> scale,
+    int64_t num_images, int64_t channels, int64_t height, int64_t width, int64_t ph, int64_t pw, int64_t sampling_ratio,
+    bool aligned, at::opmath_type<T>* __restrict__ grad_input) {
+  using acc_t = at::opmath_type<T>;
+  const int64_t bands = (height + kBandRows - 1) / kBandRows;
+  MRK_CUDA_1D_LOOP(idx, total) {
+    // channel fastest: neighbouring threads touch neighbouring memory in channels-last
+    const int64_t c = idx % channels;
+    const int64_t band = (idx / channels) % bands;
+    const int64_t n = idx / channels / bands;
+    const int64_t row0 = band * kBandRows, row1 = min(row0 + kBandRows, height);
+    const int64_t base = CL ? n * height * width * channels + c : (n * channels + c) * height * width;
+    const int64_t step = CL ? channels : 1;
+    for (int64_t p = row0 * width; p < row1 * width; ++p) {
+      grad_input[base + p * step] = acc_t(0);
+    }
+    for (int64_t k = 0; k < num_rois; ++k) {
+      const Roi<T, acc_t> r(rois + 5 * k, scale, ph, pw, sampling_ratio, aligned, num_images);
+      CUDA_KERNEL_ASSERT_MSG(r.batch >= 0, MRK_BATCH_INDEX_MESSAGE);
+      if (r.batch != n) {
+        continue;
+      }
+      for (int64_t oy = 0; oy < ph; ++oy) {
+        for (int64_t iy = 0; iy < r.grid_h; ++iy) {
+          const acc_t yy = r.y(oy, iy);
+          // the rows this sample row reaches (corners()'s clamping); most miss the band
+          const auto rows = corners<acc_t>(height, width, yy, acc_t(0));
+          if (!rows.valid) {
+            continue;
+          }
+          const int64_t y_low = rows.p1 / width, y_high = rows.p3 / width;
+          const bool low_in = y_low >= row0 && y_low < row1, high_in = y_high >= row0 && y_high < row1;
+          if (!low_in && !high_in) {
+            continue;
+          }
+          for (int64_t ox = 0; ox < pw; ++ox) {
+            const int64_t gi = CL ? ((k * ph + oy) * pw + ox) * channels + c : ((k * channels + c) * ph + oy) * pw + ox;
+            const acc_t g = static_cast<acc_t>(grad[gi]) / r.count;
+            for (int64_t ix = 0; ix < r.grid_w; ++ix) {
+              const auto q = corners<acc_t>(height, width, yy, r.x(ox, ix));
+              if (!q.valid) {
+                continue;
+              }
+              // p1, p2 lie on row y_low, p3, p4 on row y_high
+              if (low_in) {
+                grad_input[base + q.p1 * step] += g * q.w1;
+                grad_input[base + q.p2 * step] += g * q.w2;
+              }
+              if (high_in) {
+                grad_input[base + q.p3 * step] += g * q.w3;
+                grad_input[base + q.p4 * step] += g * q.w4;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 at::Tensor roi_align_forward_kernel(
     const at::Tensor& input_in, const at::Tensor& rois_in, double spatial_scale, int64_t pooled_h, int64_t pooled_w,
     int64_t sampling_ratio, bool aligned) {
@@ -181,7 +284,7 @@ at::Tensor roi_align_forward_kernel(
   check_cuda_dtype(input_in, "input");
   TORCH_CHECK(pooled_h > 0 && pooled_w > 0, "output size must be positive, got (", pooled_h, ", ", pooled_w, ")");
   const c10::cuda::CUDAGuard guard(input_in.device());
-  const int64_t c = input_in.size(1), h = input_in.size(2), w = input_in.size(3), k = rois_in.size(0);
+  const int64_t n = input_in.size(0), c = input_in.size(1), h = input_in.size(2), w = input_in.size(3), k = rois_in.size(0);
   TORCH_CHECK(k == 0 || (h > 0 && w > 0), "input must have a non-empty H x W map, got ", shape_str(input_in));
   const bool cl = use_channels_last(input_in);
   const auto fmt = cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
@@ -198,11 +301,11 @@ at::Tensor roi_align_forward_kernel(
     const acc_t scale = static_cast<acc_t>(spatial_scale);
     if (cl) {
       roi_align_forward_cuda<scalar_t, true><<<cuda::blocks_for(total), cuda::kThreads, 0, stream>>>(
-          total, input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), scale, c, h, w, pooled_h, pooled_w,
+          total, input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), scale, n, c, h, w, pooled_h, pooled_w,
           sampling_ratio, aligned, out.data_ptr<scalar_t>());
     } else {
       roi_align_forward_cuda<scalar_t, false><<<cuda::blocks_for(total), cuda::kThreads, 0, stream>>>(
-          total, input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), scale, c, h, w, pooled_h, pooled_w,
+          total, input.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), scale, n, c, h, w, pooled_h, pooled_w,
           sampling_ratio, aligned, out.data_ptr<scalar_t>());
     }
   });
@@ -228,21 +331,47 @@ at::Tensor roi_align_backward_kernel(
   const auto grad = grad_in.contiguous(fmt);
   const auto rois = rois_in.contiguous();
   const auto acc_type = at::toOpMathType(grad.scalar_type());
-  // at::zeros ignores a memory format in its options; empty + zero_ keeps it.
-  auto grad_input = at::empty({batch, channels, height, width}, grad.options().dtype(acc_type).memory_format(fmt)).zero_();
+  const auto acc_options = grad.options().dtype(acc_type).memory_format(fmt);
+  auto stream = c10::cuda::getCurrentCUDAStream();
+  if (at::globalContext().deterministicAlgorithms()) {
+    // every cell is zeroed and summed by the one thread that owns it: no fill pass, no atomics.
+    // at::detail::empty_cuda, not at::empty: in deterministic mode at::empty fills new memory
+    // with NaN (torch.utils.deterministic.fill_uninitialized_memory), a full pass for nothing here
+    auto grad_input = at::Tensor(at::detail::empty_cuda({batch, channels, height, width}, acc_options));
+    const int64_t total = batch * ((height + kBandRows - 1) / kBandRows) * channels;
+    if (total > 0 && width > 0) {
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "mpirun_kit::roi_align_backward_deterministic_cuda", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        const acc_t scale = static_cast<acc_t>(spatial_scale);
+        if (cl) {
+          roi_align_backward_deterministic_cuda<scalar_t, true><<<cuda::blocks_for(total), cuda::kThreads, 0, stream>>>(
+              total, grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), k, scale, batch, channels, height, width,
+              pooled_h, pooled_w, sampling_ratio, aligned, grad_input.data_ptr<acc_t>());
+        } else {
+          roi_align_backward_deterministic_cuda<scalar_t, false><<<cuda::blocks_for(total), cuda::kThreads, 0, stream>>>(
+              total, grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), k, scale, batch, channels, height, width,
+              pooled_h, pooled_w, sampling_ratio, aligned, grad_input.data_ptr<acc_t>());
+        }
+      });
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    return grad_input.to(grad.scalar_type());
+  }
+  // atomics add into the buffer, so it starts at zero (at::zeros ignores a memory format in
+  // its options; empty + zero_ keeps it)
+  auto grad_input = at::empty({batch, channels, height, width}, acc_options).zero_();
   const int64_t total = grad.numel();
   if (total > 0) {
-    auto stream = c10::cuda::getCurrentCUDAStream();
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, grad.scalar_type(), "mpirun_kit::roi_align_backward_cuda", [&] {
       using acc_t = at::opmath_type<scalar_t>;
       const acc_t scale = static_cast<acc_t>(spatial_scale);
       if (cl) {
         roi_align_backward_cuda<scalar_t, true><<<cuda::blocks_for(total), cuda::kThreads, 0, stream>>>(
-            total, grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), scale, channels, height, width, pooled_h,
+            total, grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), scale, batch, channels, height, width, pooled_h,
             pooled_w, sampling_ratio, aligned, grad_input.data_ptr<acc_t>());
       } else {
         roi_align_backward_cuda<scalar_t, false><<<cuda::blocks_for(total), cuda::kThreads, 0, stream>>>(
-            total, grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), scale, channels, height, width, pooled_h,
+            total, grad.data_ptr<scalar_t>(), rois.data_ptr<scalar_t>(), scale, batch, channels, height, width, pooled_h,
             pooled_w, sampling_ratio, aligned, grad_input.data_ptr<acc_t>());
       }
     });
