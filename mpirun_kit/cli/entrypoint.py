@@ -104,7 +104,7 @@ def options_from_args(args):
         opt_ml=args.opt_ml, role=args.role, dry_run=args.dry_run, json=args.json, start_sshd=not args.no_sshd,
         sshd_config=args.sshd_config, hosts=args.hosts, hostfile=args.hostfile, current_host=args.current_host,
         spec_file=args.spec, secret_file=args.secret_file, program=program, overrides=tuple(overrides.items()),
-        job=args.job if args.job is not None else os.environ.get("TRAINING_JOB_NAME", ""))
+        job=args.job if args.job is not None else os.environ.get("TRAINING_JOB_NAME", ""), launch=args.launch)
     return opts, args.grace
 
 

@@ -60,6 +60,8 @@ class EntrypointOptions:
     program: tuple[str, ...] = ()
     #: the job's name, inside every result-channel key and MAC (exec/channel/); the same on every host.
     job: str = ""
+    #: `mpirun_kit launch`: no entrypoint runs on the other hosts (none hands out its ranks' keys).
+    launch: bool = False
     #: LaunchSpec fields given on the command line (name -> value); they win.
     overrides: tuple[tuple[str, object], ...] = ()
 
@@ -228,7 +230,8 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
             from .master import run_master
 
             plan = planned()
-            result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key, job=opts.job)
+            result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key, job=opts.job,
+                                workers_run_entrypoints=not opts.launch)
         else:
             from .worker import run_worker
 

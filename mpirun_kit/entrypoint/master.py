@@ -47,9 +47,6 @@ log = logging.getLogger(__name__)
 
 #: after mpirun fails, how long to wait for rank exit reports still in flight.
 REPORT_GRACE_S = 1.0
-#: once some worker's entrypoint said hello, how long the master waits for the others' before mpirun (their hello
-#: brings their host's seed for the ranks' key files; sshd may have answered the master's probe first).
-HELLO_WAIT_S = 2.0
 #: how long the master waits for workers to acknowledge the result before it exits.
 ACK_WAIT_S = 2.0
 
@@ -91,12 +88,14 @@ def with_rejections(result: JobResult, counts: Mapping[str, int]) -> JobResult:
 
 def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch: SignalLatch, *,
                clock: Clock = SYSTEM_CLOCK, bind: str | None = None, log_stream: TextIO | None = None,
-               worker_key: bytes | None = None, job: str = "") -> JobResult:
+               worker_key: bytes | None = None, job: str = "", workers_run_entrypoints: bool = True) -> JobResult:
     """Run the job as master; return the JobResult every host exits with.
 
     Args:
         worker_key: the workers' channel key (entrypoint/common.py); None = the job has no secret.
         job: the job's name (inside every channel MAC and key, exec/channel/).
+        workers_run_entrypoints: False for `mpirun_kit launch`: no worker hands its ranks their keys, so ranks
+            on other hosts are told not to wait for a key file (they run without reports).
 
     Raises:
         LaunchError: the result channel cannot be opened (port taken, name unresolvable).
@@ -147,8 +146,6 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                 if not latch.received:
                     result = JobResult(exc.exit_code, summary=str(exc))
                     raise
-        if workers and server.connected_workers():     # entrypoints run on the workers (not `mpirun_kit launch`)
-            server.wait_rank_events(lambda _: set(workers) <= server.connected_workers(), HELLO_WAIT_S)
         rec.mark("ready")
         if latch.received:
             result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value),
@@ -156,7 +153,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             finishing = True
             return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=True)
         # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
-        env = {**launcher_env(environ, plan.env), RUN_NONCE_VAR: _run_nonce_value(server, plan)}
+        env = {**launcher_env(environ, plan.env),
+               RUN_NONCE_VAR: _run_nonce_value(server, plan, workers_run_entrypoints)}
         say(out, f"launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)")
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")
@@ -196,16 +194,17 @@ def _finished(server: ResultServer, plan: LaunchPlan, keys: str, result: JobResu
     return result
 
 
-def _run_nonce_value(server: ResultServer, plan: LaunchPlan) -> str:
-    """What the ranks get in MPIRUN_KIT_RUN_NONCE: the run nonce, and, when some host's entrypoint has not said
-    hello (``mpirun_kit launch`` runs none on the other hosts), ``@`` and the hosts whose ranks have key files
-    coming: ranks elsewhere then start at once without reports instead of waiting for a key file."""
-    keyed = {plan.master} | set(server.connected_workers())
-    missing = sorted(h.name for h in plan.hosts if h.name not in keyed)
-    if not missing:
+def _run_nonce_value(server: ResultServer, plan: LaunchPlan, workers_run_entrypoints: bool) -> str:
+    """What the ranks get in MPIRUN_KIT_RUN_NONCE: the run nonce; for `mpirun_kit launch` (no entrypoint on the
+    other hosts, so no key files there), ``@`` and the hosts whose ranks do get key files: ranks elsewhere start at
+    once without reports instead of waiting for a key file.  With entrypoints everywhere, a worker whose hello is
+    still on its way writes its ranks' files as soon as its seed arrives; its wrappers wait for them
+    (keys.KEY_WAIT_S), never mpirun."""
+    if workers_run_entrypoints or not plan.workers:
         return server.run_nonce.hex()
-    log.warning("result channel: no entrypoint said hello from %d host(s) (%s%s) before mpirun: their ranks run "
-                "without reports to the master", len(missing), ", ".join(missing[:10]), " ..." if len(missing) > 10 else "")
+    keyed = {plan.master} | set(server.connected_workers())
+    log.info("result channel: ranks on %d host(s) without an entrypoint run without reports to the master",
+             len([h for h in plan.hosts if h.name not in keyed]))
     return server.run_nonce.hex() + "@" + ",".join(sorted(keyed))
 
 

@@ -12,6 +12,7 @@ reaches the master).  Stdlib only: every rank imports this at start, on the laun
 from __future__ import annotations
 
 import socket
+import threading
 
 from . import wire
 
@@ -25,6 +26,9 @@ class RankLink:
         self.sock: socket.socket | None = None
         self.session: wire.Session | None = None
         self._inbuf = b""
+        # Sealed and sent under one lock: lines are numbered, and the wrapper's main thread, its relay thread
+        # and a stack dump's thread all send.
+        self._lock = threading.Lock()
 
     def _connect(self) -> bool:
         host, _, port = self.addr.rpartition(":")
@@ -51,6 +55,10 @@ class RankLink:
 
     def send(self, msg: dict) -> bool:
         """Send one report (``{"type": "rank", **msg}``); False when the master cannot be reached."""
+        with self._lock:
+            return self._send(msg)
+
+    def _send(self, msg: dict) -> bool:
         for _ in range(2):      # once on the open connection, once more on a new one if that one broke
             if self.sock is None and not self._connect():
                 return False
