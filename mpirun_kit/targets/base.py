@@ -30,6 +30,11 @@ class DryRun:
 
     ``request`` is JSON-ready (dicts, lists, strings); ``files`` maps a path
     relative to the run directory to the text ``run`` writes there first.
+    ``warnings`` are what the user must hear before it runs (the CLI prints them on
+    stderr; ``to_json`` carries them): a target returns them, it never prints.
+    ``redact`` is the one printer's redaction hook: what a printed value becomes
+    (redact.py's ``redact_value`` unless a target's request has secrets of its own
+    shape); ``run`` always sends ``request`` itself.
     """
 
     target: str
@@ -37,21 +42,28 @@ class DryRun:
     request: Any
     files: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    redact: Callable[[Any], Any] = field(default=redact_value, compare=False, repr=False)
+
+    def shown(self) -> dict:
+        """What the printers show: the request and files through ``redact``, then notes and warnings."""
+        return {"target": self.target, "job": self.job, "request": self.redact(self.request),
+                "files": {p: self.redact(t) for p, t in self.files}, "notes": list(self.notes),
+                "warnings": list(self.warnings)}
 
     def render(self) -> str:
         """The request for people: exactly what runs, except secret-looking values shown as ``***``."""
+        shown = self.shown()
         lines = [f"target {self.target}: job {self.job}",
-                 json.dumps(redact_value(self.request), indent=2, sort_keys=True, default=str)]
-        for path, text in self.files:
+                 json.dumps(shown["request"], indent=2, sort_keys=True, default=str)]
+        for path, text in shown["files"].items():
             lines.append(f"--- file {path}")
-            lines.append(redact_value(text).rstrip("\n"))
+            lines.append(text.rstrip("\n"))
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> str:
-        return json.dumps({"target": self.target, "job": self.job, "request": redact_value(self.request),
-                           "files": {p: redact_value(t) for p, t in self.files}, "notes": list(self.notes)},
-                          indent=2, sort_keys=True, default=str)
+        return json.dumps(self.shown(), indent=2, sort_keys=True, default=str)
 
 
 @dataclass

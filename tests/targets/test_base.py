@@ -1,0 +1,30 @@
+"""targets/base.py's DryRun: the one printer of every target's request, with its redaction hook and warnings."""
+from __future__ import annotations
+
+import json
+
+from mpirun_kit.targets.base import DryRun
+
+
+def test_render_and_json_show_the_request_through_the_default_redaction():
+    dry = DryRun("ssh", "j", {"env": {"HF_TOKEN": "hunter2-tok", "PATH": "/bin"}},
+                 files=(("run/env.sh", "export DB_PASSWORD=hunter2-pw\n"),), notes=("n1",), warnings=("w1",))
+    text, shown = dry.render(), json.loads(dry.to_json())
+    assert "hunter2" not in text and "hunter2" not in dry.to_json()
+    assert shown == {"target": "ssh", "job": "j", "request": {"env": {"HF_TOKEN": "***", "PATH": "/bin"}},
+                     "files": {"run/env.sh": "export DB_PASSWORD=***\n"}, "notes": ["n1"], "warnings": ["w1"]}
+    assert text.splitlines()[0] == "target ssh: job j"
+    assert "--- file run/env.sh\nexport DB_PASSWORD=***\nnote: n1\n" in text
+    assert "w1" not in text  # warnings go to stderr through the CLI, not into the printed request
+    assert dry.request["env"]["HF_TOKEN"] == "hunter2-tok"  # what runs is the real value
+
+
+def test_a_target_passes_its_own_redaction():
+    def hide_role(value):
+        return {k: ("<role>" if k == "RoleArn" else v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    dry = DryRun("sagemaker", "j", {"RoleArn": "arn:aws:iam::1:role/x", "Name": "j"}, redact=hide_role)
+    assert json.loads(dry.to_json())["request"] == {"RoleArn": "<role>", "Name": "j"}
+    assert '"RoleArn": "<role>"' in dry.render()
+    # The hook is how it prints, not what it is: two dry runs of the same request are equal.
+    assert dry == DryRun("sagemaker", "j", {"RoleArn": "arn:aws:iam::1:role/x", "Name": "j"})
