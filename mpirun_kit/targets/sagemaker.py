@@ -135,6 +135,11 @@ def build_request(compiled: CompiledJob, job_name: str) -> dict:
         "EnableManagedSpotTraining": job.spot.enabled,
         # MPI needs every host to reach every other: SageMaker's default, kept explicit.
         "EnableNetworkIsolation": False,
+        # Off on purpose (SageMaker's default, kept explicit): it wraps every host-to-host packet in IPsec,
+        # which AWS documents as lengthening distributed training, and MPI/NCCL traffic is all of this job's
+        # traffic. The traffic stays in the job's private subnet, its security group admits only itself, and
+        # ssh between hosts is keyed per job (docs/threat-model.md, "The shared role").
+        "EnableInterContainerTrafficEncryption": False,
         "Tags": [{"Key": k, "Value": v} for k, v in sm.tags],
     }
     if job.data:

@@ -84,3 +84,34 @@ def test_nat_gateway_per_zone():
     assert len(list(shared.of_type("AWS::EC2::NatGateway"))) == 1
     assert sorted(lid for lid, _ in per_zone.of_type("AWS::EC2::NatGateway")) == ["NatGateway", "NatGateway2",
                                                                                    "NatGateway3"]
+
+
+def test_the_shared_role_reads_every_jobs_key_and_the_docs_say_so():
+    """Issue 21 item 6: the README claimed each job reads only its own key; the role may read every key under its
+    prefix. The claim is fixed (docs), and a per-team prefix is what narrows the reach."""
+    s3 = [st for st in _statements(_t("sagemaker-role.yaml"), ROLE) if "s3:GetObject" in st["Action"]]
+    # one statement: every object under the prefix (keys/<every job>/ included), no per-job condition
+    assert [(st["Sid"], st.get("Condition")) for st in s3] == [("ReadWriteOwnPrefix", None)]
+    policies = _t("sagemaker-role.yaml").resources["ExecutionRole"]["Properties"]["Policies"]
+    raw = [st for p in policies for st in p["PolicyDocument"]["Statement"] if st.get("Sid") == "ReadWriteOwnPrefix"]
+    assert [st["Resource"] for st in raw] == [{"Fn::Sub": "arn:${AWS::Partition}:s3:::${BucketName}/${Prefix}/*"}]
+    threat = (REPO / "docs" / "threat-model.md").read_text().split("## The shared role", 1)[1]
+    assert "every job's key secret under" in threat and "--param Prefix=teams/vision" in threat
+    walk = (REPO / "docs" / "aws-walkthrough.md").read_text()
+    assert "The\nrole may read every job's key under its prefix" in walk or \
+        "The role may read every job's key under its prefix" in walk.replace("\n", " ")
+
+
+def test_inter_container_encryption_is_off_and_explained():
+    from mpirun_kit.spec.compile import compile_job
+    from mpirun_kit.spec.load import load_job
+    from mpirun_kit.targets.sagemaker import build_request
+
+    outputs = {"mrk-role": {"RoleArn": "arn:aws:iam::210987654321:role/r", "RoleS3Uri": "s3://b-1/mpirun-kit",
+                            "RoleImageRepository": "210987654321.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit"},
+               "mrk-fsx": {"FileSystemId": "fs-0123456789abcdef0", "LustreMountName": "abcd"},
+               "mrk-vpc": {"PrivateSubnet1Id": "subnet-1", "SecurityGroupId": "sg-1"}}
+    compiled = compile_job(load_job(REPO / "jobs" / "maskrcnn.yaml"), resolver=outputs.__getitem__)
+    assert build_request(compiled, "j-1")["EnableInterContainerTrafficEncryption"] is False
+    threat = (REPO / "docs" / "threat-model.md").read_text()
+    assert "**Inter-container traffic encryption is off**" in threat and "IPsec" in threat

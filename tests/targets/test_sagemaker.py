@@ -50,6 +50,7 @@ def test_request_whole_value():
         "StoppingCondition": {"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200},
         "EnableManagedSpotTraining": True,
         "EnableNetworkIsolation": False,
+        "EnableInterContainerTrafficEncryption": False,
         "Tags": [{"Key": "team", "Value": "vision"}],
         "InputDataConfig": [
             {"ChannelName": "coco", "InputMode": "File", "DataSource": {"FileSystemDataSource": {
