@@ -362,6 +362,13 @@ class Trainer:
 
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             self.optimizer = hvd.DistributedOptimizer(self.optimizer, named_parameters=model.named_parameters())
+        if cfg.solver.cuda_graphs:
+            from .ops import _loader
+
+            # the library loads outside the trace (the loader takes a lock, which dynamo cannot
+            # trace); fullgraph: a graph break would split the captured graphs (0 breaks is a test)
+            _loader.active().load()
+            self.ddp_model = torch.compile(self.ddp_model, mode="reduce-overhead", fullgraph=True, dynamic=False)
         # after any Horovod wrapping, so the schedule drives the optimizer that actually steps
         # the lambda must not capture self: a Trainer <-> scheduler cycle outlives main(), and the
         # persistent loader workers it holds (which ignore SIGTERM) then block the exit

@@ -138,8 +138,6 @@ def test_gpu_preset_defaults():
      {"bf16_supported": True, "capability": (9, 0), "step_syncs": step_host_syncs(resolve_config("r50_fpn_1x", {"solver.amp": "fp16"})[0])},
      r"solver.cuda_graphs=true needs a training step without host syncs, but this step still waits for the GPU in: "
      r"GradScaler.step \(solver.amp=fp16 reads the found-inf flag on the host\); use --set solver.cuda_graphs=false"),
-    ({"solver.cuda_graphs": "true"}, "cuda", {"bf16_supported": True, "capability": (9, 0)},
-     r"solver.cuda_graphs=true: capturing the step in CUDA graphs .* is not built yet; use --set solver.cuda_graphs=false"),
     ({"solver.cuda_graphs": "true"}, "cpu", {},
      r"solver.amp='bf16' needs a CUDA device"),
 ])
@@ -154,6 +152,18 @@ def test_supported_settings_pass():
     assert step_host_syncs(cfg) == []
     check_device_support(cfg, "cuda", bf16_supported=True, capability=(9, 0), step_syncs=["x"])
     check_device_support(resolve_config("demo")[0], "cpu")
+    # CUDA graphs (torch.compile mode="reduce-overhead") on a step without host syncs: accepted
+    check_device_support(resolve_config("r50_fpn_1x", {"solver.cuda_graphs": "true"})[0], "cuda",
+                         bf16_supported=True, capability=(9, 0))
+
+
+@pytest.mark.parametrize("multiple", ["-32", "48"])
+def test_canvas_multiple_must_be_a_multiple_of_the_size_divisibility(multiple):
+    with pytest.raises(ConfigError, match=rf"input.canvas_multiple={multiple}, input.size_divisibility=32: expected "
+                                          r"size_divisibility >= 1 and canvas_multiple 0 \(= size_divisibility\) or a "
+                                          r"multiple of it, e.g. 128"):
+        resolve_config("demo", {"input.canvas_multiple": multiple})
+    assert resolve_config("r50_fpn_1x")[0].input.canvas_multiple == 128
 
 
 def test_plan_prints_the_scaled_schedule_for_maskrcnn_jobs(capsys, monkeypatch):

@@ -50,6 +50,12 @@ class FrozenBatchNorm2d(nn.Module):
         changes a buffer's identity or version counter: that is the cache key (host-side
         integers, so checking it costs the device nothing).
         """
+        if torch.compiler.is_compiling():
+            # a traced graph computes it inline (dynamo cannot compare data pointers; the compiler
+            # folds the few per-channel ops into the graph)
+            scale = (self.weight * (self.running_var + self.eps).rsqrt()).detach()
+            shift = (self.bias - self.running_mean * scale).detach()
+            return scale.view(1, -1, 1, 1).to(dtype), shift.view(1, -1, 1, 1).to(dtype)
         bufs = (self.weight, self.bias, self.running_mean, self.running_var)
         key = (dtype, *((b.data_ptr(), b._version, b.device) for b in bufs))
         cached = self.__dict__.get("_folded")
