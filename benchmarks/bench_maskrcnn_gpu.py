@@ -284,10 +284,12 @@ def cost(args: argparse.Namespace) -> tuple[str, dict]:
     result = {"images": after.images, "canvas": list(after.canvas), "mask_slots": after.mask_slots,
               "gflop_per_image": {k: round(v / 1e9, 2) for k, v in after.flops.items()},
               "gb_per_image": {k: round(v / 1e9, 3) for k, v in after.bytes.items()},
-              "roofline_images_per_s": round(after.images_per_s, 1), "peak": after.peak.name, "bar_images_per_s": 30}
+              "roofline_images_per_s": round(after.images_per_s, 1), "peak": after.peak.name, "bar_images_per_s": 30,
+              "ops_per_step": after.ops}
     if before:
         result["before"] = {"overrides": args.cost_baseline, "mask_slots": before.mask_slots,
                             "gflop_per_image": {k: round(v / 1e9, 2) for k, v in before.flops.items()},
+                            "gb_per_image": {k: round(v / 1e9, 3) for k, v in before.bytes.items()},
                             "roofline_images_per_s": round(before.images_per_s, 1)}
     return format_cost(after, before=before), result
 

@@ -71,6 +71,8 @@ class StepCost:
     seconds: dict[str, float] = field(default_factory=dict)
     #: FlopCounterMode's own total for the whole batch (the components must add up to it)
     counter_total_flops: float = 0.0
+    #: ops of the whole step that move data (eager mode launches at least one kernel for each)
+    ops: int = 0
 
     @property
     def total_flops(self) -> float:
@@ -112,6 +114,7 @@ class _CostMode(TorchDispatchMode):
         self.peak = peak
         self.optimizer = False
         self.scope: str | None = None
+        self.ops = 0
         self.flops: dict[str, float] = defaultdict(float)
         self.bytes: dict[str, float] = defaultdict(float)
         self.seconds: dict[str, float] = defaultdict(float)
@@ -141,6 +144,7 @@ class _CostMode(TorchDispatchMode):
         flops = flop_registry[func._overloadpacket](*args, **kwargs, out_val=out) \
             if func._overloadpacket in flop_registry else 0
         comp = self._component()
+        self.ops += 1
         self.flops[comp] += flops
         self.bytes[comp] += moved
         self.seconds[comp] += max(flops / self.peak.flops_per_s, moved / self.peak.bytes_per_s)
@@ -202,7 +206,7 @@ def step_cost(cfg: Config, images: int | None = None, height: int | None = None,
         mode.optimizer = True
         opt.step()
     cost = StepCost(images=b, canvas=(h, w), mask_slots=mask_slots(cfg.model.roi_heads, b), float_bytes=float_bytes,
-                    peak=peak, counter_total_flops=float(flops.get_total_flops()))
+                    peak=peak, counter_total_flops=float(flops.get_total_flops()), ops=mode.ops)
     for c in COMPONENTS:
         cost.flops[c] = mode.flops.get(c, 0.0) / b
         cost.bytes[c] = mode.bytes.get(c, 0.0) / b
@@ -227,7 +231,8 @@ def format_cost(cost: StepCost, bar_images_per_s: float = 30.0, before: StepCost
         line += f" {before.total_flops / 1e9:>13.1f}"
     rows.append(line)
     rows.append(f"roofline on {cost.peak.name}: at most {cost.images_per_s:.0f} img/s per GPU "
-                f"(bar: {bar_images_per_s:.0f} img/s per GPU); a bound, not a measurement")
+                f"(bar: {bar_images_per_s:.0f} img/s per GPU, {100 * bar_images_per_s / cost.images_per_s:.1f} % of "
+                f"the bound); a bound, not a measurement: no launch overhead ({cost.ops} ops per step)")
     return "\n".join(rows)
 
 
