@@ -174,7 +174,8 @@ def test_shell_block_runs_as_written(block: Block, tmp_path):
     if "sim" in opts and os.geteuid() != 0:
         pytest.fail("the simulated cluster needs root (network namespaces); run the sim tests as root")
     # the installed command, as a user's shell finds it after `source .venv/bin/activate`
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+           "AWS_EC2_METADATA_DISABLED": "true"}  # a block without AWS credentials never asks the metadata service
     cwd = tmp_path if kind == "run-in-tmp" else REPO
     r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.body], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=840)
