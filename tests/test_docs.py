@@ -13,9 +13,9 @@ says how it is checked:
                                       CI runs `bash ops/quickstart.sh test`, which is one of them
 
 `run` and `run-in-tmp` take options after them: `sim` (needs root and namespaces: the simulated
-cluster), `slow` (minutes: marked slow), and `; prints the next block`, which compares what the
-block prints on stdout with the fenced block that follows (as a set of lines: ranks print in any
-order).  A block without a marker, or with one this module does not know, fails the suite.
+cluster), `slow` (minutes: marked slow), `exits=N` (the exit status the block ends with, when it shows
+an error; 0 otherwise), and `; prints the next block`, which compares what the block prints (stdout and
+stderr) with the fenced block that follows, as a set of lines: ranks print in any order.  A block without a marker, or with one this module does not know, fails the suite.
 """
 from __future__ import annotations
 
@@ -95,6 +95,7 @@ def parse_marker(marker: str) -> tuple[str, set[str], bool, str]:
     rest = head.strip()[len(kind):].strip()
     if kind in ("run", "run-in-tmp"):
         opts = set(rest.split())
+        opts -= {o for o in opts if re.fullmatch(r"exits=\d+", o)}
         if opts - RUN_OPTIONS:
             raise ValueError(f"unknown option(s) {sorted(opts - RUN_OPTIONS)} after {kind!r}; "
                              f"expected {sorted(RUN_OPTIONS)}")
@@ -179,9 +180,12 @@ def test_shell_block_runs_as_written(block: Block, tmp_path):
     cwd = tmp_path if kind == "run-in-tmp" else REPO
     r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.body], cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=840)
-    assert r.returncode == 0, f"{block} exited {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}"
+    m = re.search(r"\bexits=(\d+)", block.marker)
+    want_rc = int(m.group(1)) if m else 0
+    assert r.returncode == want_rc, (
+        f"{block} exited {r.returncode}, expected {want_rc}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}")
     if prints:
-        got = sorted(line for line in r.stdout.splitlines() if line.strip())
+        got = sorted(line for line in (r.stdout + r.stderr).splitlines() if line.strip())
         want = sorted(line for line in block.next_block.splitlines() if line.strip())
         assert got == want, f"{block} printed something else than the block after it\n--- stderr\n{r.stderr}"
 
