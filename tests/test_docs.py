@@ -192,10 +192,12 @@ def test_shell_block_runs_as_written(block: Block, tmp_path):
 
 def test_the_first_job_is_in_the_readme_and_run_from_an_empty_directory():
     """The README's first job: under ten lines, a heredoc spec and `mpirun_kit submit` on it."""
-    first = [b for b in shell_blocks() if b.file == "README.md" and b.marker
-             and parse_marker(b.marker)[0] == "run-in-tmp"]
-    assert len(first) == 1, "README.md: expected one <!-- shell: run-in-tmp --> block (the first job)"
-    body = first[0].body
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Your first job"):]
+    first = blocks(section, "README.md")[0]  # the section's first block
+    assert first.lang == "bash" and first.marker and parse_marker(first.marker)[0] == "run-in-tmp", (
+        "README.md: the first job's block must be marked <!-- shell: run-in-tmp; prints the next block -->")
+    body = first.body
     assert len(body.splitlines()) < 10 and "<<'EOF'" in body and "mpirun_kit submit hello.yaml" in body
 
 
