@@ -15,6 +15,9 @@
 #   WITH_HOROVOD    1: also build the optional Horovod backend (ops/build-horovod.sh,
 #                   ~3 min, 2.4 GB while building); default 1 in `test` mode (its tests
 #                   run there), 0 otherwise
+#   WITH_CUDA_GATE  1 (default): also make .venv-cuda, the CUDA build of torch for the fake-CUDA
+#                   gate (ops/make-cuda-venv.sh, 2.7 GB download); 0 skips it (the gate then
+#                   skips, and fails under CI=true)
 set -euo pipefail
 
 mode="${1:-}"
@@ -29,6 +32,7 @@ venv="$repo/.venv"
 TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 read -r -a pip_extra <<<"${PIP_EXTRA_ARGS:-}"
 if [ "$mode" = test ]; then WITH_HOROVOD="${WITH_HOROVOD:-1}"; else WITH_HOROVOD="${WITH_HOROVOD:-0}"; fi
+WITH_CUDA_GATE="${WITH_CUDA_GATE:-1}"
 
 log() { printf '\033[1m[quickstart]\033[0m %s\n' "$*" >&2; }
 
@@ -92,6 +96,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$repo/.venv-checkov/bin/python" -m pip install -q "${pip_extra[@]}" checkov==3.3.30
   fi
   echo "$want" >"$stamp"
+fi
+# The CUDA build of torch for the fake-CUDA gate (tests/maskrcnn/test_maskrcnn_gpu_path.py): its own
+# venv, like checkov's; outside the stamp (the script keeps its own), so it is made once.
+if [ "$WITH_CUDA_GATE" = 1 ]; then
+  bash "$repo/ops/make-cuda-venv.sh" "$repo/.venv-cuda"
 fi
 # Outside the stamp: a set-up made without Horovod gains it on a later WITH_HOROVOD=1 run.
 if [ "$WITH_HOROVOD" = 1 ] && ! "$venv/bin/python" -c 'import horovod.torch' 2>/dev/null; then
