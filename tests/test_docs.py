@@ -228,3 +228,22 @@ def test_every_page_is_in_the_nav():
     nav = (REPO / "mkdocs.yml").read_text()
     pages = [str(p.relative_to(REPO / "docs")) for p in (REPO / "docs").rglob("*.md")]
     assert sorted(p for p in pages if f": {p}\n" not in nav) == []
+
+
+HISTORY = re.compile(r"\b(?:this|previous|earlier|last) round\b|\bbefore,? it took\b|\bcommit [0-9a-f]{7,40}\b"
+                     r"|`[0-9a-f]{7,40}`", re.I)
+
+
+def history_lines(text: str) -> list[str]:
+    """Lines that tell a page's history (rounds, commit hashes, 'before, it took'): git keeps that."""
+    return [f"{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1) if HISTORY.search(line)]
+
+
+def test_benchmarks_page_holds_the_run_of_record_only():
+    """docs/benchmarks.md: method, machine and the run of record; earlier runs are in git's history."""
+    assert history_lines((REPO / "docs" / "benchmarks.md").read_text()) == []
+
+
+def test_history_is_found():
+    text = "ok line\nthe previous round took 2 s\nworktrees of (`5172cc5`, `4ad96c3`)\nbefore, it took 3.5 s\n"
+    assert [line.split(":")[0] for line in history_lines(text)] == ["2", "3", "4"]
