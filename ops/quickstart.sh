@@ -16,8 +16,8 @@
 #                   ~3 min, 2.4 GB while building); default 1 in `test` mode (its tests
 #                   run there), 0 otherwise
 #   WITH_CUDA_GATE  1 (default): also make .venv-cuda, the CUDA build of torch for the fake-CUDA
-#                   gate (ops/make-cuda-venv.sh, 2.7 GB download); 0 skips it (the gate then
-#                   skips, and fails under CI=true)
+#                   gate (ops/make-cuda-venv.sh, 2.7 GB download, 1-12 min here depending on
+#                   load); 0 leaves it out (the gate's tests then skip, also under CI=true)
 set -euo pipefail
 
 mode="${1:-}"
@@ -33,6 +33,7 @@ TORCH_SPEC="${TORCH_SPEC:-torch==2.13.0}"
 read -r -a pip_extra <<<"${PIP_EXTRA_ARGS:-}"
 if [ "$mode" = test ]; then WITH_HOROVOD="${WITH_HOROVOD:-1}"; else WITH_HOROVOD="${WITH_HOROVOD:-0}"; fi
 WITH_CUDA_GATE="${WITH_CUDA_GATE:-1}"
+export WITH_CUDA_GATE  # the gate's tests read it: 0 is a deliberate opt-out, not a missing venv
 
 log() { printf '\033[1m[quickstart]\033[0m %s\n' "$*" >&2; }
 

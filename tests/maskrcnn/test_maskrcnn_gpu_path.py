@@ -11,7 +11,8 @@
   precondition for ``solver.cuda_graphs``).
 
 ``.venv-cuda`` is made by ``bash ops/quickstart.sh setup`` (ops/make-cuda-venv.sh).  Without it
-the two subprocess gates skip, except under ``CI=true``, where a missing venv fails.
+the subprocess gates skip, except under ``CI=true``, where a missing venv fails unless
+``WITH_CUDA_GATE=0`` says the gate was left out on purpose.
 """
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def _cuda_python() -> Path:
     if not CUDA_PYTHON.exists():
         why = (f"{CUDA_PYTHON} is missing: the fake-CUDA gate needs the CUDA build of torch; "
                "make it with `bash ops/make-cuda-venv.sh` (or `bash ops/quickstart.sh setup`)")
-        if os.environ.get("CI") == "true":
+        # WITH_CUDA_GATE=0 (quickstart's knob) is an explicit opt-out, e.g. a CI whose time budget
+        # runs the gate separately; otherwise a CI without the venv fails instead of skipping
+        if os.environ.get("CI") == "true" and os.environ.get("WITH_CUDA_GATE") != "0":
             pytest.fail(why)
         pytest.skip(why)
     return CUDA_PYTHON

@@ -45,7 +45,8 @@ class MaskRCNN(nn.Module):
         The padding reads as the mean colour (0 after normalisation), as the pretrained backbone
         expects; the slices use the host-side sizes, so nothing is read from the device.
         """
-        images = (batch["images"].float() - self.pixel_mean) / self.pixel_std
+        # in place on the fresh float copy: no further canvas-sized temporaries
+        images = batch["images"].float().sub_(self.pixel_mean).div_(self.pixel_std)
         ph, pw = images.shape[-2:]
         for i, (h, w) in enumerate(batch["image_sizes"]):
             if h < ph:
