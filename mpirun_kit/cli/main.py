@@ -11,6 +11,10 @@ bad environment produces (no AWS region or credentials, a file that cannot be
 read or written) through ``errors.translate``, and anything else as one "internal
 error" line -- never a traceback, unless -vv asks for it.
 
+Usage errors are one line too, with a suggestion for a mistyped command, action, choice or flag
+(``Parser.error``, ``_unknown_flags``: difflib's closest match), and -q with -v is refused wherever each
+was given.  Shell completion is argcomplete's, answered here when its environment is set (completion.py).
+
 Output policy (one format for the tool's own lines): ``mpirun_kit: error: ...``,
 ``mpirun_kit: warning: ...`` and, with -v, ``mpirun_kit: ...`` for progress; -vv
 adds debug lines naming their module.  -q leaves only the result and errors.
