@@ -267,11 +267,3 @@ def test_outside_connections_are_dropped_before_their_handshake():
         until(lambda: server.connected_workers() == {"algo-2"})
         link.close()
 
-
-def test_the_masters_result_names_its_rejections():
-    from mpirun_kit.entrypoint.master import with_rejections
-    from mpirun_kit.exec.result import JobResult
-
-    assert with_rejections(JobResult(0), {}) == JobResult(0)
-    assert with_rejections(JobResult(3, summary="rank 1 failed"), {"mac": 2, "address": 1}).summary == (
-        "rank 1 failed\nresult channel refused 3 message(s)/connection(s) (address 1, mac 2); see the master's log")
