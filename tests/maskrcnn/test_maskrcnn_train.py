@@ -106,3 +106,30 @@ def test_sigterm_mid_epoch_checkpoints_on_every_rank_and_resumes(shapes, tmp_pat
     resumed = _train(shapes, out, "--set", "solver.max_iter=40", "--set", "log_period=1", "--stop-after-steps", "2")
     assert f"resumed from {out / f'model_{stopped:07d}.pth'} at step {stopped}" in resumed.stderr
     assert _final_state(out)["step"] == stopped + 2
+
+
+def test_the_loop_talks_to_the_other_ranks_once_per_log_step_not_every_step(shapes, tmp_path):
+    """Issue 20: the stop flag rides on the log step's all-reduce (before: an all-reduce and .item() per step)."""
+    from mpirun_kit.maskrcnn.dist import Comm, DistInfo
+    from mpirun_kit.maskrcnn.train import Trainer, build_parser
+
+    args = build_parser().parse_args(["--config", "demo", "--data-dir", str(shapes), "--output-dir", str(tmp_path),
+                                      *TINY, "--set", "solver.max_iter=6", "--set", "log_period=3",
+                                      "--stop-after-steps", "6"])
+    t = Trainer(args, DistInfo(0, 1, 0, 1))
+    calls = []
+    real = Comm.allreduce_sum
+
+    def counted(self, x):
+        calls.append(tuple(x.shape))
+        return real(self, x)
+
+    Comm.allreduce_sum = counted
+    try:
+        assert t.run() == 0
+    finally:
+        Comm.allreduce_sum = real
+    # steps 3 and 6: [stop flag, total, 5 losses]; then the end-of-run count of skipped images
+    assert calls == [(7,), (7,), (1,)]
+    records = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [3, 6]
