@@ -8,6 +8,7 @@ with a timestamp) in ``prepare``, whose request value ``--dry-run`` prints, and
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 import time
 
@@ -39,8 +40,8 @@ def _submit(args) -> int:
             raise ClusterError(short)
         if short:
             compiled = dataclasses.replace(compiled, warnings=compiled.warnings + (short,))
-        if note:
-            say(f"note: {note}")
+        if note:  # an unreadable quota is plan's to report; here the request itself will say what is wrong
+            logging.getLogger(__name__).info("%s", note)
         for w in compiled.warnings:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         target = get_target(compiled.job.target.type)
