@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates the per-job ssh key material: one fresh job secret from which every host
 # of the job derives the same ssh user key and host key (mpirun_kit keys; threat
-# model in the README, "Training image and operator tools").
+# model in docs/threat-model.md, "Per-job ssh keys and their threat model").
 #
 #   bash ops/make-job-keys.sh --job NAME --out DIR                 # local / FSx / EFS directory
 #   bash ops/make-job-keys.sh --job NAME --out s3://B/PREFIX/NAME/  # S3, encrypted with SSE-KMS
