@@ -16,7 +16,7 @@ SPEC_CODE_NOTES = {
     64: "invalid spec or flag (every problem listed as file:line: key.path), a ${stack:...} stack that does not "
         "exist, or one in another region than the job's",
     69: "no AWS credentials or AWS unreachable while reading ${stack:...} outputs (submit only: plan and "
-        "--dry-run show them unresolved; --stack-output avoids AWS)",
+        "submit's dry run show them unresolved; --stack-output avoids AWS)",
 }
 
 

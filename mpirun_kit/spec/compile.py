@@ -75,7 +75,7 @@ def resolve_stack_refs(job: S.JobSpec, resolver: StackResolver | None) -> S.JobS
                 cache[stack] = resolver(stack)
             if key not in cache[stack]:
                 raise SpecError(f"{job.source}: stack {stack!r} has no output {key!r}; its outputs are "
-                                f"{sorted(cache[stack])}")
+                                f"{', '.join(sorted(cache[stack])) or 'none'}")
             return str(cache[stack][key])
         return MACRO_RE.sub(one, text)
 

@@ -127,10 +127,22 @@ def test_stack_references_resolved_from_cloudformation_in_moto(moto, monkeypatch
     outputs = {"mrk-role": {"RoleArn": "arn:aws:iam::123456789012:role/from-moto"},
                "mrk-fsx": {"FileSystemId": "fs-0aaaaaaaaaaaaaaaa", "LustreMountName": "mntmoto"},
                "mrk-vpc": {"PrivateSubnet1Id": "subnet-moto", "SecurityGroupId": "sg-moto"}}
+
+    def template(outs):
+        return json.dumps({"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+                           "Outputs": {k: {"Value": v} for k, v in outs.items()}})
+
     for stack, outs in outputs.items():
-        template = {"Resources": {"H": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
-                    "Outputs": {k: {"Value": v} for k, v in outs.items()}}
-        cf.create_stack(StackName=stack, TemplateBody=json.dumps(template))
+        cf.create_stack(StackName=stack, TemplateBody=template(outs))
+    # A role stack from before the spec named its bucket and image outputs: the missing output is named,
+    # with the outputs the stack has (a plain list, not a Python repr).
+    assert main(["submit", str(REPO / "jobs" / "maskrcnn.yaml"), "--dry-run", "--json", "--job-name", "m"]) == 64
+    err = capsys.readouterr().err
+    assert "stack 'mrk-role' has no output 'RoleS3Uri'; its outputs are RoleArn" in err, err
+    cf.delete_stack(StackName="mrk-role")
+    cf.create_stack(StackName="mrk-role", TemplateBody=template({
+        **outputs["mrk-role"], "RoleS3Uri": "s3://bucket-moto/mrk",
+        "RoleImageRepository": "111122223333.dkr.ecr.us-west-2.amazonaws.com/mrk"}))
     assert main(["submit", str(REPO / "jobs" / "maskrcnn.yaml"), "--dry-run", "--json", "--job-name", "m"]) == 0
     req = json.loads(capsys.readouterr().out)["request"]["CreateTrainingJob"]
     assert req["RoleArn"] == "arn:aws:iam::123456789012:role/from-moto"
