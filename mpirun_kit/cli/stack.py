@@ -241,20 +241,21 @@ def _check_name_first(args: argparse.Namespace) -> None:
 
 
 def _preflight(args: argparse.Namespace, template: Any, params: dict) -> None:
-    """Before the change set: the VPC quota (vpc template) and what the stack will cost each month."""
+    """Before the change set: the quotas the vpc / fsx stack consumes and what the stack will cost each month."""
+    import logging
+
     from ..errors import ClusterError
     from ..stack.cost import stack_monthly
+    from ..stack.quotas import stack_preflight
     from .plan import say
 
-    if any(p.name == "AvailabilityZone1" for p in template.parameters):
-        from ..stack.quotas import vpc_preflight
-
-        short, note = vpc_preflight(_client(args, "service-quotas"), _client(args, "ec2"), _region(args))
-        if short:
-            raise ClusterError(f"stack deploy {args.name}: {short}")
-        if note:
-            say(f"note: {note}")
     defaults = {p.name: p.default for p in template.parameters if p.default is not None}
+    shorts, notes = stack_preflight(args.template, params, defaults, lambda name: _client(args, name),
+                                    _region(args), args.name)
+    if shorts:
+        raise ClusterError("\n".join(f"stack deploy {args.name}: {s}" for s in shorts))
+    for note in notes:  # an unreadable quota is no refusal: AWS itself says so if the stack hits it
+        logging.getLogger(__name__).info("note: %s", note)
     cost = stack_monthly(args.template, params, defaults, _region(args))
     if cost:
         say(cost)

@@ -1,8 +1,9 @@
 """Quota preflight: what the account may run, read before anything is created.
 
 Place in the data flow: after a job spec is compiled (cli/plan.py, cli/submit.py) and before
-``stack deploy`` creates a VPC (cli/stack.py).  The Service Quotas client (and an EC2 client for
-the VPC count) is injected; everything else is pure.  A shortfall is one line: the quota's name
+``stack deploy`` creates the VPC or FSx stack (cli/stack.py ``_preflight`` -> ``stack_preflight``).
+The clients (Service Quotas, and EC2 / FSx for what the account already uses) are injected;
+what a stack needs is computed from its parameters alone.  A shortfall is one line: the quota's name
 and current value, what is needed, and the exact ``aws service-quotas
 request-service-quota-increase`` command.  A quota that cannot be read (no permission, an
 endpoint without Service Quotas) is a note, never a guess.
@@ -15,10 +16,21 @@ from the API by name, not kept here: they differ by quota and AWS adds types.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
-#: the VPC quota the vpc stack counts against (Service Quotas code; stable, documented by AWS).
-VPCS_PER_REGION = ("vpc", "L-F678F1CE")
+# What cfn/vpc.yaml consumes, as (service code, quota code, name).  The codes are AWS's own and
+# stable: the vpc ones are those moto serves from AWS's list, the Elastic IP one is the same in
+# every published Service Quotas listing.  FSx quotas are looked up by name instead (fsx_preflight).
+VPCS_PER_REGION = ("vpc", "L-F678F1CE", "VPCs per Region")
+INTERNET_GATEWAYS_PER_REGION = ("vpc", "L-A4707A72", "Internet gateways per Region")
+NAT_GATEWAYS_PER_ZONE = ("vpc", "L-FE5A380F", "NAT gateways per Availability Zone")
+GATEWAY_ENDPOINTS_PER_REGION = ("vpc", "L-1B52E74A", "Gateway VPC endpoints per Region")
+ELASTIC_IPS = ("ec2", "L-0263D0A3", "EC2-VPC Elastic IPs")
+
+#: CloudFormation tags what it creates with this; on an update the stack's own resources are
+#: already there and are not counted again.
+STACK_TAG = "aws:cloudformation:stack-name"
 
 
 @dataclass(frozen=True)
@@ -51,16 +63,7 @@ def _read(fn, what: str, **kwargs: Any) -> dict:
 
 def find_quota(sq: Any, service_code: str, name: str) -> Quota | None:
     """The applied quota called ``name`` (ListServiceQuotas, paged); None when the service has no such quota."""
-    token = None
-    while True:
-        kwargs: dict[str, Any] = {"ServiceCode": service_code, **({"NextToken": token} if token else {})}
-        page = _read(sq.list_service_quotas, "Service Quotas ListServiceQuotas", **kwargs)
-        for q in page.get("Quotas") or ():
-            if q.get("QuotaName") == name:
-                return Quota(service_code, str(q["QuotaCode"]), name, float(q.get("Value", 0.0)))
-        token = page.get("NextToken")
-        if not token:
-            return None
+    return _find_all(sq, service_code, (name,)).get(name)
 
 
 def shortfall(quota: Quota, need: int, region: str | None, what: str) -> str | None:
@@ -90,14 +93,163 @@ def training_preflight(sq: Any, instance_type: str, hosts: int, *, spot: bool,
     return shortfall(quota, hosts, region, f"this job ({hosts} x {instance_type})"), None
 
 
-def vpc_preflight(sq: Any, ec2: Any, region: str | None) -> tuple[str | None, str | None]:
-    """(shortfall line, note) before the vpc stack creates one more VPC in the region."""
-    service, code = VPCS_PER_REGION
+def _get(sq: Any, quota: tuple[str, str, str]) -> Quota:
+    service, code, name = quota
+    q = _read(sq.get_service_quota, "Service Quotas GetServiceQuota", ServiceCode=service, QuotaCode=code)["Quota"]
+    return Quota(service, code, str(q.get("QuotaName") or name), float(q.get("Value", 0.0)))
+
+
+def _theirs(resources: Any, stack: str | None) -> list[dict]:
+    """The resources not created by ``stack`` (an update must not count its own stack twice)."""
+    return [r for r in resources or () if not any(t.get("Key") == STACK_TAG and t.get("Value") == stack
+                                                  for t in r.get("Tags") or ())]
+
+
+def nat_zones(params: Mapping[str, str]) -> list[str]:
+    """The zones cfn/vpc.yaml puts a NAT gateway (and its Elastic IP) in, from the deploy's parameters."""
+    if params.get("CreateNatGateway", "true") != "true":
+        return []
+    zones = [z for z in (params.get("AvailabilityZone1", ""), params.get("AvailabilityZone2", ""),
+                         params.get("AvailabilityZone3", "")) if z]
+    return zones if params.get("NatGatewayPerZone", "false") == "true" else zones[:1]
+
+
+def vpc_preflight(sq: Any, ec2: Any, params: Mapping[str, str], region: str | None,
+                  stack: str | None = None) -> tuple[list[str], list[str]]:
+    """(shortfall lines, notes) before cfn/vpc.yaml with ``params`` (defaults filled in) is deployed.
+
+    One VPC and one S3 gateway endpoint always; with CreateNatGateway an internet gateway and a
+    NAT gateway with its Elastic IP in zone 1, or in every zone with NatGatewayPerZone.
+    """
+    zones = nat_zones(params)
+    shorts: list[str] = []
+    notes: list[str] = []
+
+    def check(quota: tuple[str, str, str], count: Callable[[], tuple[int, str]], add: int) -> None:
+        try:
+            q = _get(sq, quota)
+            used, where = count()
+        except QuotaUnreadable as exc:
+            notes.append(f"quota {quota[2]!r} not checked ({exc})")
+            return
+        line = shortfall(q, used + add, region, f"the stack ({where}, +{add})")
+        if line:
+            shorts.append(line)
+
+    check(VPCS_PER_REGION, lambda: _count(_theirs(_read(ec2.describe_vpcs, "EC2 DescribeVpcs").get("Vpcs"),
+                                                  stack), "the region has {} VPC(s)"), 1)
+    check(GATEWAY_ENDPOINTS_PER_REGION, lambda: _count(_theirs(_read(
+        ec2.describe_vpc_endpoints, "EC2 DescribeVpcEndpoints",
+        Filters=[{"Name": "vpc-endpoint-type", "Values": ["Gateway"]}]).get("VpcEndpoints"), stack),
+        "the region has {} gateway endpoint(s)"), 1)
+    if zones:
+        check(INTERNET_GATEWAYS_PER_REGION, lambda: _count(_theirs(_read(
+            ec2.describe_internet_gateways, "EC2 DescribeInternetGateways").get("InternetGateways"), stack),
+            "the region has {} internet gateway(s)"), 1)
+        check(ELASTIC_IPS, lambda: _count(_theirs(_read(
+            ec2.describe_addresses, "EC2 DescribeAddresses",
+            Filters=[{"Name": "domain", "Values": ["vpc"]}]).get("Addresses"), stack),
+            "the region has {} Elastic IP(s)"), len(zones))
+        check(NAT_GATEWAYS_PER_ZONE, lambda: _busiest_zone(ec2, zones, stack), 1)
+    return shorts, notes
+
+
+def _count(items: list, what: str) -> tuple[int, str]:
+    return len(items), what.format(len(items))
+
+
+def _busiest_zone(ec2: Any, zones: list[str], stack: str | None) -> tuple[int, str]:
+    """NAT gateways per zone: the quota is per zone, so the zone of ``zones`` that already has the most."""
+    nats = _theirs(_read(ec2.describe_nat_gateways, "EC2 DescribeNatGateways",
+                         Filters=[{"Name": "state", "Values": ["pending", "available"]}]).get("NatGateways"), stack)
+    subnet_ids = sorted({n["SubnetId"] for n in nats if n.get("SubnetId")})
+    zone_of = {}
+    if subnet_ids:
+        subnets = _read(ec2.describe_subnets, "EC2 DescribeSubnets", SubnetIds=subnet_ids).get("Subnets") or ()
+        zone_of = {s["SubnetId"]: s.get("AvailabilityZone") for s in subnets}
+    used = {z: sum(1 for n in nats if zone_of.get(n.get("SubnetId")) == z) for z in zones}
+    zone = max(zones, key=lambda z: (used[z], -zones.index(z)))
+    return used[zone], f"{zone} has {used[zone]} NAT gateway(s)"
+
+
+#: FSx for Lustre quotas by deployment type: (storage capacity in GiB, file systems).  Names, not
+#: codes: Service Quotas lists them as these names; SCRATCH_1 and SCRATCH_2 share the Scratch ones.
+FSX_QUOTA_NAMES = {
+    "SCRATCH_2": ("Lustre Scratch storage capacity", "Lustre Scratch file systems"),
+    "PERSISTENT_2": ("Lustre Persistent_2 storage capacity", "Lustre Persistent_2 file systems"),
+}
+_FSX_SAME_QUOTA = {"SCRATCH_2": {"SCRATCH_1", "SCRATCH_2"}, "PERSISTENT_2": {"PERSISTENT_2"}}
+
+
+def fsx_preflight(sq: Any, fsx: Any, params: Mapping[str, str], region: str | None,
+                  stack: str | None = None) -> tuple[list[str], list[str]]:
+    """(shortfall lines, notes) before cfn/fsx.yaml creates one Lustre file system of StorageCapacity GiB.
+
+    Both quotas are for the account's Lustre file systems of that deployment type, so the need is
+    what those already hold (DescribeFileSystems, this stack's own excluded) plus the new one.
+    """
+    kind = params.get("DeploymentType", "SCRATCH_2")
+    names = FSX_QUOTA_NAMES.get(kind)
+    if names is None:
+        return [], [f"no FSx quota known for DeploymentType {kind}; check the Service Quotas console"]
+    gib = int(params.get("StorageCapacity", "1200") or 0)
     try:
-        q = _read(sq.get_service_quota, "Service Quotas GetServiceQuota", ServiceCode=service,
-                  QuotaCode=code)["Quota"]
-        vpcs = len(_read(ec2.describe_vpcs, "EC2 DescribeVpcs").get("Vpcs") or ())
+        quotas = _find_all(sq, "fsx", names)
+        mine = []
+        token = None
+        while True:
+            page = _read(fsx.describe_file_systems, "FSx DescribeFileSystems", **({"NextToken": token} if token else {}))
+            mine += [f for f in _theirs(page.get("FileSystems"), stack)
+                     if f.get("FileSystemType") == "LUSTRE" and f.get("Lifecycle") not in ("DELETING", "FAILED")
+                     and (f.get("LustreConfiguration") or {}).get("DeploymentType") in _FSX_SAME_QUOTA[kind]]
+            token = page.get("NextToken")
+            if not token:
+                break
     except QuotaUnreadable as exc:
-        return None, f"quota 'VPCs per Region' not checked ({exc})"
-    quota = Quota(service, code, str(q.get("QuotaName", "VPCs per Region")), float(q.get("Value", 0.0)))
-    return shortfall(quota, vpcs + 1, region, f"the stack (the region has {vpcs} VPC(s), +1)"), None
+        return [], [f"quotas {names[0]!r} and {names[1]!r} not checked ({exc})"]
+    held = sum(int(f.get("StorageCapacity") or 0) for f in mine)
+    shorts, notes = [], []
+    for name, need, what in (
+            (names[0], held + gib, f"the stack (the account's {kind} Lustre file systems hold {held} GiB, +{gib})"),
+            (names[1], len(mine) + 1, f"the stack (the account has {len(mine)} {kind} Lustre file system(s), +1)")):
+        quota = quotas.get(name)
+        if quota is None:
+            notes.append(f"quota {name!r} not found among FSx's quotas in {region}; check the Service Quotas console")
+            continue
+        line = shortfall(quota, need, region, what)
+        if line:
+            shorts.append(line)
+    return shorts, notes
+
+
+def _find_all(sq: Any, service_code: str, names: tuple[str, ...]) -> dict[str, Quota]:
+    """The applied quotas among ``names`` (one paged ListServiceQuotas walk)."""
+    found: dict[str, Quota] = {}
+    token = None
+    while True:
+        kwargs: dict[str, Any] = {"ServiceCode": service_code, **({"NextToken": token} if token else {})}
+        page = _read(sq.list_service_quotas, "Service Quotas ListServiceQuotas", **kwargs)
+        for q in page.get("Quotas") or ():
+            if q.get("QuotaName") in names:
+                found[q["QuotaName"]] = Quota(service_code, str(q["QuotaCode"]), q["QuotaName"],
+                                              float(q.get("Value", 0.0)))
+        token = page.get("NextToken")
+        if not token or len(found) == len(names):
+            return found
+
+
+def stack_preflight(template_path: str, params: Mapping[str, str], defaults: Mapping[str, str],
+                    client: Callable[[str], Any], region: str | None,
+                    stack: str | None = None) -> tuple[list[str], list[str]]:
+    """(shortfall lines, notes) for ``stack deploy`` of cfn/vpc.yaml or cfn/fsx.yaml; nothing for the others.
+
+    ``client(name)`` makes a boto3 client (the CLI's endpoint and region); ``params`` are the deploy's
+    (zone ids already mapped to names), ``defaults`` the template's.
+    """
+    values = {**defaults, **params}
+    name = Path(template_path).name
+    if name == "vpc.yaml":
+        return vpc_preflight(client("service-quotas"), client("ec2"), values, region, stack)
+    if name == "fsx.yaml":
+        return fsx_preflight(client("service-quotas"), client("fsx"), values, region, stack)
+    return [], []
