@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 # What cfn/vpc.yaml consumes, as (service code, quota code, name).  The codes are AWS's own and
-# stable: the vpc ones are those moto serves from AWS's list, the Elastic IP one is the same in
-# every published Service Quotas listing.  FSx quotas are looked up by name instead (fsx_preflight).
+# stable: the vpc ones are those moto serves from AWS's list, the Elastic IP one is the code public
+# Service Quotas listings give it (a wrong one would be a note, not a refusal).  FSx quotas are
+# looked up by name instead (fsx_preflight).
 VPCS_PER_REGION = ("vpc", "L-F678F1CE", "VPCs per Region")
 INTERNET_GATEWAYS_PER_REGION = ("vpc", "L-A4707A72", "Internet gateways per Region")
 NAT_GATEWAYS_PER_ZONE = ("vpc", "L-FE5A380F", "NAT gateways per Availability Zone")

@@ -176,8 +176,8 @@ def _sq_quota(service, code, name, value):
 
 
 def test_elastic_ips_one_per_nat_gateway(moto):
-    """The ec2 quota is stubbed (moto has none); the addresses are real ones on moto: 4 held, and 3 NAT
-    gateways (one per zone, 3 zones) need 3 more than the 5 allowed... 7 > 5."""
+    """The ec2 quota is stubbed (moto has none); the addresses are real ones on moto: 4 held plus one per
+    NAT gateway (one per zone, 3 zones) is 7, over the 5 allowed."""
     (ec2,) = _moto(moto, "ec2")
     for _ in range(4):
         ec2.allocate_address(Domain="vpc")
