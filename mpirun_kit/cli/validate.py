@@ -1,7 +1,7 @@
 """`mpirun_kit validate PATH...`: check job specs (files or directories of *.yaml) without running them.
 
-Argument parsing and file discovery only; checking is spec/load.py (schema,
-contradictions) and spec/compile.py (with ``${stack:...}`` references replaced
+Argument parsing and file discovery only; checking is spec/load.py (the schema: findings.py;
+contradictions: checks.py) and spec/compile.py (with ``${stack:...}`` references replaced
 by placeholders, so no AWS access is needed).  CI runs ``validate jobs/``.
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ def validate_file(path: Path, target: str | None = None) -> dict:
     ``job``, ``target`` and ``hosts`` are null when the spec did not load; every problem is listed.
     """
     from ..spec.compile import compile_job
-    from ..spec.load import JobSpecError
+    from ..spec.findings import JobSpecError
     from ..spec.resolve import load_spec
 
     result: dict = {"file": str(path), "ok": False, "job": None, "target": None, "hosts": None,

@@ -2,7 +2,9 @@
 
 ``launch_spec.py`` holds ``LaunchSpec`` (what every rank runs and how, the value
 the per-host entrypoint receives); ``schema.py`` the job spec's dataclasses and
-JSON Schema; ``load_job(path) -> JobSpec`` (load.py) validates; ``compile_job``
+JSON Schema; ``load_job(path) -> JobSpec`` (load.py) reads and builds it, with the
+problems found by findings.py (YAML with lines, the schema) and checks.py (contradictions);
+``presets.py`` holds the NCCL/EFA tuning tables a job names; ``compile_job``
 (compile.py) turns a JobSpec into a ``LaunchSpec`` plus target settings;
 ``resolve.py`` ties load, ``${stack:...}`` outputs and compile together for the CLI.
 """

@@ -28,7 +28,7 @@ from ..redact import is_secret
 from .launch_spec import LaunchSpec, Timeouts
 from . import presets
 from . import schema as S
-from .load import MACRO_RE, STACK_RE
+from .schema import MACRO_RE, STACK_RE
 
 #: resolves a stack name to its outputs (OutputKey -> value).
 StackResolver = Callable[[str], Mapping[str, str]]
@@ -233,7 +233,7 @@ def compile_job(job: S.JobSpec, *, python: str = "python3", resolver: StackResol
     env = {k: expand_macros(v, job) for k, v in job.env}
     tuning = presets.merge(knobs, env, preset=preset.name if preset else None, why=why)
     if job.target.type == "sagemaker":
-        # Only names the spec allowed get here (load.check_spec refuses the others); still worth saying.
+        # Only names the spec allowed get here (checks.check_spec refuses the others); still worth saying.
         for name in sorted(n for n in env if is_secret(n)):
             warnings.append(f"env {name}: SageMaker shows hyperparameters and environment in its console and API; "
                             "fetch secrets at run time (Secrets Manager via the instance role) instead")

@@ -2,8 +2,8 @@
 
 Place in the data flow: ``LaunchSpec.from_dict`` (launch_spec.py) checks every input against
 ``LAUNCH_SCHEMA`` before building anything: first with ``surely_valid``, and with jsonschema
-(load.py) when that fast check does not pass.  schema.py re-exports both beside the job spec's
-schema, which shares the fragments below.  Kept apart from schema.py because every host's
+(findings.py) when that fast check does not pass.  The job spec's schema (schema.py) shares the
+fragments below.  Kept apart from schema.py because every host's
 entrypoint imports this module on the launch's critical path: schema.py also builds the job
 spec's dataclasses and schema, which an entrypoint never needs.
 """

@@ -120,7 +120,7 @@ class LaunchSpec:
 
     @classmethod
     def from_dict(cls, raw: dict, source: str = "launch spec") -> "LaunchSpec":
-        """Build from a decoded JSON object, checked first against ``spec.schema.LAUNCH_SCHEMA``.
+        """Build from a decoded JSON object, checked first against ``spec.launch_schema.LAUNCH_SCHEMA``.
 
         Raises:
             SpecError: naming ``source``, every offending key, what was expected and what was found.
@@ -131,7 +131,7 @@ class LaunchSpec:
             raise SpecError(f"{source}: expected a JSON object (a serialized LaunchSpec), got {type(raw).__name__}")
         problems: list[str] = []
         if not surely_valid(raw, LAUNCH_SCHEMA):  # the fast path every entrypoint takes (schema.py says why)
-            from .load import launch_spec_findings  # jsonschema, the authority, names every problem
+            from .findings import launch_spec_findings  # jsonschema, the authority, names every problem
 
             problems = launch_spec_findings(raw, source)
         if problems:

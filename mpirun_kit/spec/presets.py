@@ -14,7 +14,7 @@ knobs only help old plugins, and some (``RDMAV_FORK_SAFE``) actively hurt.
 
 Nothing here reads the environment or the filesystem: EFA presence and the
 plugin version are arguments (topology.detect_efa finds the former).  It sits in spec/
-because a job file names its preset and profile (load.py checks the names) and spec/ is below
+because a job file names its preset and profile (checks.py checks the names) and spec/ is below
 plan/ and doctor/, which read the tables too.
 """
 from __future__ import annotations

@@ -32,7 +32,7 @@ def parse_stack_overrides(items: list[str]) -> dict[str, dict[str, str]]:
 def stack_refs(job) -> tuple[tuple[str, str], ...]:
     """Every ``${stack:STACK.OutputKey}`` a job spec uses, in order of first use."""
     from .compile import _map_strings
-    from .load import MACRO_RE, STACK_RE
+    from .schema import MACRO_RE, STACK_RE
 
     refs: dict[tuple[str, str], None] = {}
 

@@ -18,15 +18,20 @@ the schema only checks them as strings.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import launch_spec as _model
 # The LaunchSpec's schema and the fast check live apart so that an entrypoint checks its spec without
 # building the job spec's dataclasses and schema (~7 ms of CPU per host on the launch path).
-from .launch_schema import _NAME, _SECONDS, _STR, _STRLIST, LAUNCH_SCHEMA, _obj, surely_valid  # noqa: F401
+from .launch_schema import _NAME, _SECONDS, _STR, _STRLIST, _obj
 
 API_VERSION = "mpirun_kit/v1"
+
+#: the references a spec's strings may hold (``${data:NAME}``, ``${stack:STACK.Key}``, ...): checked in
+#: checks.py, resolved per target in compile.py.
+MACRO_RE = re.compile(r"\$\{([^}]*)\}")
+STACK_RE = re.compile(r"^stack:([A-Za-z][A-Za-z0-9-]*)\.([A-Za-z0-9]+)$")
 KIND = "Job"
 TARGETS = ("local", "sim", "ssh", "sagemaker")
 SCHEMA_PATH = Path(__file__).with_name("job.schema.json")

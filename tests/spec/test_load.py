@@ -7,7 +7,8 @@ import pytest
 
 from mpirun_kit.errors import SpecError
 from mpirun_kit.spec import schema as S
-from mpirun_kit.spec.load import JobSpecError, load_job, load_job_text
+from mpirun_kit.spec.findings import JobSpecError
+from mpirun_kit.spec.load import load_job, load_job_text
 
 HEAD = "apiVersion: mpirun_kit/v1\nkind: Job\nname: t\n"
 PROG = "program:\n  module: pkg.train\n"

@@ -1,4 +1,4 @@
-"""spec/schema.surely_valid: the entrypoint's fast check of a LaunchSpec never accepts what jsonschema,
+"""spec/launch_schema.surely_valid: the entrypoint's fast check of a LaunchSpec never accepts what jsonschema,
 the authority, rejects, and it does accept the specs ``LaunchSpec.to_json`` writes (or it saves nothing)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mpirun_kit.errors import SpecError
 from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
-from mpirun_kit.spec.schema import LAUNCH_SCHEMA, surely_valid
+from mpirun_kit.spec.launch_schema import LAUNCH_SCHEMA, surely_valid
 
 VALIDATOR = jsonschema.Draft202012Validator(LAUNCH_SCHEMA)
 
