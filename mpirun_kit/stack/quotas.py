@@ -196,11 +196,12 @@ def fsx_preflight(sq: Any, fsx: Any, params: Mapping[str, str], region: str | No
     gib = int(params.get("StorageCapacity", "1200") or 0)
     try:
         quotas = _find_all(sq, "fsx", names)
-        mine = []
+        same: list[dict] = []  # the account's other Lustre file systems counted by the same quotas
         token = None
         while True:
-            page = _read(fsx.describe_file_systems, "FSx DescribeFileSystems", **({"NextToken": token} if token else {}))
-            mine += [f for f in _theirs(page.get("FileSystems"), stack)
+            page = _read(fsx.describe_file_systems, "FSx DescribeFileSystems",
+                         **({"NextToken": token} if token else {}))
+            same += [f for f in _theirs(page.get("FileSystems"), stack)
                      if f.get("FileSystemType") == "LUSTRE" and f.get("Lifecycle") not in ("DELETING", "FAILED")
                      and (f.get("LustreConfiguration") or {}).get("DeploymentType") in _FSX_SAME_QUOTA[kind]]
             token = page.get("NextToken")
@@ -208,11 +209,11 @@ def fsx_preflight(sq: Any, fsx: Any, params: Mapping[str, str], region: str | No
                 break
     except QuotaUnreadable as exc:
         return [], [f"quotas {names[0]!r} and {names[1]!r} not checked ({exc})"]
-    held = sum(int(f.get("StorageCapacity") or 0) for f in mine)
+    held = sum(int(f.get("StorageCapacity") or 0) for f in same)
     shorts, notes = [], []
     for name, need, what in (
             (names[0], held + gib, f"the stack (the account's {kind} Lustre file systems hold {held} GiB, +{gib})"),
-            (names[1], len(mine) + 1, f"the stack (the account has {len(mine)} {kind} Lustre file system(s), +1)")):
+            (names[1], len(same) + 1, f"the stack (the account has {len(same)} {kind} Lustre file system(s), +1)")):
         quota = quotas.get(name)
         if quota is None:
             notes.append(f"quota {name!r} not found among FSx's quotas in {region}; check the Service Quotas console")
