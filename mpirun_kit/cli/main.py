@@ -33,8 +33,7 @@ import sys
 import textwrap
 
 from .. import __version__
-from ..errors import (EXIT_CODE_RANGES, EXIT_CODE_TEXT, ExitCode, MpirunKitError, exit_code_rows,  # noqa: F401
-                      translate)  # (EXIT_CODE_TEXT, translate: used here and by callers)
+from ..errors import EXIT_CODE_RANGES, EXIT_CODE_TEXT, ExitCode, MpirunKitError, exit_code_rows, translate
 
 #: command modules, in --help order: the user's commands first, then the internal ones (the simulated
 #: cluster, and what runs on each host: `entrypoint`, `launch`).

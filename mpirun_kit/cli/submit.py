@@ -22,7 +22,7 @@ def _submit(args) -> int:
     from ..errors import MpirunKitError
     from ..targets import get_target
     from ..targets.base import SubmitOptions
-    from .main import translate
+    from ..errors import translate
 
     started = time.time()
     compiled = target = None

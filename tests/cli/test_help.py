@@ -176,6 +176,6 @@ def test_keys_install_json(cli, tmp_path):
 
 def test_every_exit_code_below_128_has_its_wording():
     """Epilogs are generated from errors.ExitCode: a new code without wording would break every --help."""
-    from mpirun_kit.cli.main import EXIT_CODE_TEXT
+    from mpirun_kit.errors import EXIT_CODE_TEXT
 
     assert {int(c) for c in ExitCode if c < 128} == set(EXIT_CODE_TEXT)
