@@ -92,10 +92,12 @@ def _plan(args) -> int:
         cpu_count=facts.cpu_count if local else None, python=compiled.launch.program[0]
         if compiled.job.program.module else sys.executable, stack_values=stack_values)
     print(jobplan.to_json(plan) if args.json else jobplan.render(plan), end="" if not args.json else "\n")
-    if not args.json and compiled.job.program.module == "mpirun_kit.maskrcnn.train":
-        from ..maskrcnn.config import schedule_for_program  # the Mask R-CNN schedule at this world size
+    if not args.json:
+        from ..workloads import plan_note  # e.g. the Mask R-CNN schedule at this world size
 
-        print("  " + (schedule_for_program(plan.launch.program, len(plan.launch.ranks)) or ""))
+        note = plan_note(compiled.job.program.module, plan.launch.program, len(plan.launch.ranks))
+        if note:
+            print("  " + note)
     cost = cost_line(compiled)
     if cost and not args.json:
         print(f"  cost       {cost}")
