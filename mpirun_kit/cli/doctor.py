@@ -95,7 +95,7 @@ def _from_spec(path: str, hosts_flag: str | None, me: str) -> tuple[tuple[str, .
     """(hosts, data and checkpoint paths) of a job spec, as the job's target names them."""
     from ..errors import SpecError
     from ..spec.compile import channel_paths, checkpoint_path, planned_hosts
-    from ..spec.resolve import load_spec
+    from .resolve import load_spec
 
     if hosts_flag is not None:
         raise SpecError(f"doctor: got both --hosts and {path}; the job spec names the hosts, pass one or the other")

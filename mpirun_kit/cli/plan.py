@@ -1,6 +1,6 @@
 """`mpirun_kit plan JOB.yaml`: print the fully resolved plan of a job spec, run nothing.
 
-Argument parsing and printing only: spec/resolve.py loads and compiles the spec
+Argument parsing and printing only: cli/resolve.py loads and compiles the spec
 with this host's facts (cluster/local.py), plan/jobplan.py builds the plan on top
 of the launcher's ``build_launch_plan``.  ``add_spec_args`` and ``SPEC_CODE_NOTES``
 are the flags and exit-code notes plan and submit share.
@@ -72,7 +72,7 @@ def cost_line(compiled) -> str | None:
 
 def _plan(args) -> int:
     from ..plan import jobplan
-    from ..spec.resolve import compile_with_stack_values
+    from .resolve import compile_with_stack_values
 
     # A plan runs nothing: stacks it cannot read without AWS stay ${stack:...}, each with what resolves it.
     compiled, facts, stack_values = compile_with_stack_values(args, offline=True, report=say)

@@ -142,8 +142,8 @@ def register(subparsers: Any) -> None:
 
 
 def _region(args: argparse.Namespace) -> str:
-    """The region every stack command uses: --region, else the AWS configuration; said once (spec/resolve.py)."""
-    from ..spec.resolve import aws_default_region, resolve_region
+    """The region every stack command uses: --region, else the AWS configuration; said once (cli/resolve.py)."""
+    from .resolve import aws_default_region, resolve_region
     from .plan import say
 
     if getattr(args, "_region", None):

@@ -13,7 +13,7 @@ import sys
 import time
 
 from ..errors import ExitCode
-from ..spec.resolve import compile_from_args
+from .resolve import compile_from_args
 from .plan import SPEC_CODE_NOTES, add_spec_args
 
 

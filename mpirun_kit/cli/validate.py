@@ -55,7 +55,7 @@ def validate_file(path: Path, target: str | None = None) -> dict:
     """
     from ..spec.compile import compile_job
     from ..spec.findings import JobSpecError
-    from ..spec.resolve import load_spec
+    from .resolve import load_spec
 
     result: dict = {"file": str(path), "ok": False, "job": None, "target": None, "hosts": None,
                     "problems": [], "warnings": []}

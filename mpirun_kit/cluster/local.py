@@ -1,7 +1,7 @@
 """This machine's facts for planning a job here: topology, GPUs, EFA, MPI flavour, CPUs, root.
 
 Place in the data flow: discovery (like cluster/discover.py, the machine is read
-here and nowhere else); spec/resolve.py hands a ``LocalFacts`` to the compiler and
+here and nowhere else); cli/resolve.py hands a ``LocalFacts`` to the compiler and
 plan/jobplan.py places local and simulated ranks with it.  Not to be confused with
 the doctor's ``doctor.facts.HostFacts`` (what the doctor reads on every host).
 """

@@ -6,5 +6,6 @@ JSON Schema; ``load_job(path) -> JobSpec`` (load.py) reads and builds it, with t
 problems found by findings.py (YAML with lines, the schema) and checks.py (contradictions);
 ``presets.py`` holds the NCCL/EFA tuning tables a job names; ``compile_job``
 (compile.py) turns a JobSpec into a ``LaunchSpec`` plus target settings;
-``resolve.py`` ties load, ``${stack:...}`` outputs and compile together for the CLI.
+cli/resolve.py ties load, ``${stack:...}`` outputs and compile together for the CLI
+(it reads AWS and the environment, which spec/ never does).
 """

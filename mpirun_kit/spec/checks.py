@@ -154,7 +154,7 @@ def _check_macros(job: S.JobSpec, pos: dict) -> list[Finding]:
 def local_channel_findings(job: S.JobSpec, base_dir: Path, pos: dict | None = None) -> list[Finding]:
     """Local data channels of a job that runs on this machine (targets local and sim) must be directories
     here: a missing one would otherwise surface only as the program's own "file not found", mid-job.
-    Relative paths are the spec's own directory's, as spec/resolve.py resolves them.  A ``mode: rw``
+    Relative paths are the spec's own directory's, as cli/resolve.py resolves them.  A ``mode: rw``
     channel may be missing (the program writes it, e.g. the demo's synthetic data), not be a file."""
     if job.target.type not in ("local", "sim"):
         return []

@@ -1,10 +1,10 @@
 """A job against the infrastructure it names: what ``plan`` reports before anything is sent.
 
 Place in the data flow: after a job spec is loaded and its ``${stack:NAME.Key}``
-references resolved (spec/resolve.py ``compile_with_stack_values``), before any request
+references resolved (cli/resolve.py ``compile_with_stack_values``), before any request
 is built.  Inputs are values: the job as written (to see which stack a value came
 from), the job as resolved, and the outputs of the stacks it names.  Nothing here
-calls AWS (spec/resolve.py reads the buckets' default KMS keys with ``bucket_kms_keys``,
+calls AWS (cli/resolve.py reads the buckets' default KMS keys with ``bucket_kms_keys``,
 best effort, and passes them in); every check whose facts are missing (a stack output given by hand
 without the role's outputs, a literal role ARN) is skipped, never guessed.
 

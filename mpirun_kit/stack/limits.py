@@ -49,7 +49,7 @@ OPERATIONS = (("sagemaker", "CreateTrainingJob"), ("cloudformation", "CreateChan
 
 #: longest value shown in a message.
 _SHOW = 60
-#: how an unresolved stack output reads in a dry run's request (spec/resolve.py ``unresolved_value``).
+#: how an unresolved stack output reads in a dry run's request (cli/resolve.py ``unresolved_value``).
 UNRESOLVED_MARK = "${stack:"
 
 
@@ -281,7 +281,7 @@ def validate_request(service: str, operation: str, params: Mapping[str, Any], *,
         SpecError: one message listing every violation, each with the member path,
             the offending value and the limit.
     """
-    # A dry run without AWS leaves stack outputs as ``${stack:...}`` (spec/resolve.py): their values are
+    # A dry run without AWS leaves stack outputs as ``${stack:...}`` (cli/resolve.py): their values are
     # not known yet, so their limits cannot be checked; everything else is.
     problems = [p for p in check_request(service, operation, params)
                 if not (isinstance(p.value, str) and UNRESOLVED_MARK in p.value)]

@@ -75,7 +75,7 @@ def directory_path(mount_name: str, path: str) -> str:
 
 def _channel_uri(ch, job_name: str, source: str) -> str:
     uri = ch.s3.replace(JOB_NAME_REF, job_name)
-    # ${stack:...} left in a dry run without AWS (spec/resolve.py) is shown as written, not refused.
+    # ${stack:...} left in a dry run without AWS (cli/resolve.py) is shown as written, not refused.
     left = re.search(r"\$\{(?!stack:)[^}]*\}", uri)
     if left:
         raise SpecError(f"{source}: data.{ch.name}.s3: unknown reference {left.group(0)} in {ch.s3!r}; "

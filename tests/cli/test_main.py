@@ -42,7 +42,7 @@ CASES = [
     (("logs", "job-1"), "region", 69, NO_CREDS),
     (("logs", "job-1", "--follow"), "region", 69, NO_CREDS),
     (("stop", "job-1"), "region", 69, NO_CREDS),
-    # (plan without AWS shows the ${stack:...} it cannot read: tests/spec/test_resolve.py)
+    # (plan without AWS shows the ${stack:...} it cannot read: tests/cli/test_resolve.py)
     (("submit", *SAGEMAKER_JOB), "bare", 69, "--stack-output mrk-vpc.SecurityGroupId=VALUE"),
     # --- names starting with '-', empty strings
     (("stack", "outputs", "--", "-x"), "bare", 64, "stack name '-x' is not valid"),

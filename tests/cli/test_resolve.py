@@ -1,4 +1,4 @@
-"""spec/resolve.py: one region for a job and its stacks, offline dry runs, stacks in another region.
+"""cli/resolve.py: one region for a job and its stacks, offline dry runs, stacks in another region.
 
 The CLI runs as a real process with the environment each case names: no AWS variables and HOME
 in an empty directory (no ~/.aws), so "without AWS" means what it means for a user.  The
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit.spec.resolve import Unresolved, resolve_region, resolve_stacks
+from mpirun_kit.cli.resolve import Unresolved, resolve_region, resolve_stacks
 
 REPO = Path(__file__).resolve().parents[2]
 

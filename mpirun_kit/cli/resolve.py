@@ -1,11 +1,13 @@
 """A job spec file made ready to plan: load, resolve ``${stack:...}`` outputs, compile with this host's facts.
 
-Place in the data flow: JOB.yaml -> ``load_job`` (load.py) -> stack outputs
+Place in the data flow: JOB.yaml -> ``load_job`` (spec/load.py) -> stack outputs
 (``--stack-output`` values first, then CloudFormation) -> ``compile_job``
-(compile.py) with ``cluster.local.LocalFacts`` -> a ``CompiledJob`` that
+(spec/compile.py) with ``cluster.local.LocalFacts`` -> a ``CompiledJob`` that
 plan/jobplan.py prints and targets/ run.  The CLI's plan, submit, validate and
 doctor commands share it; it takes their parsed arguments (``spec``, ``target``,
 ``region``, ``stack_output``) and reads AWS only when the spec names a stack.
+It lives in cli/ because it reads AWS (boto3, stack/) and the environment
+(``AWS_ENDPOINT_URL``), which only the CLI does: spec/ stays values and checks.
 """
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ def parse_stack_overrides(items: list[str]) -> dict[str, dict[str, str]]:
 
 def stack_refs(job) -> tuple[tuple[str, str], ...]:
     """Every ``${stack:STACK.OutputKey}`` a job spec uses, in order of first use."""
-    from .compile import _map_strings
-    from .schema import MACRO_RE, STACK_RE
+    from ..spec.compile import _map_strings
+    from ..spec.schema import MACRO_RE, STACK_RE
 
     refs: dict[tuple[str, str], None] = {}
 
@@ -222,8 +224,8 @@ def unresolved_warnings(refs: tuple[tuple[str, str], ...], outputs: Mapping[str,
 
 def load_spec(path, target: str | None = None):
     """load_job, with the spec's relative paths resolved against its own directory."""
-    from .compile import resolve_relative_paths
-    from .load import load_job
+    from ..spec.compile import resolve_relative_paths
+    from ..spec.load import load_job
 
     return resolve_relative_paths(load_job(path, target=target), os.path.dirname(os.path.abspath(path)))
 
@@ -243,7 +245,7 @@ def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: 
     receives the region line (``region R (from SOURCE)``); ``default_region`` is a callable giving
     the AWS configuration's region (the CLI passes ``aws_default_region``).
     """
-    from .compile import compile_job
+    from ..spec.compile import compile_job
 
     if not args.spec.strip():
         raise SpecError("JOB.yaml is an empty string; name a job spec file, e.g. jobs/maskrcnn-demo.yaml")
