@@ -47,6 +47,8 @@ def _submit(args) -> int:
         target = get_target(compiled.job.target.type)
         opts = SubmitOptions(wait=args.wait, job_name=args.job_name)
         dry = target.prepare(compiled, opts)
+        for w in dry.warnings:  # a target returns what the user must hear; the CLI says it
+            print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         if args.dry_run:
             print(dry.to_json() if args.json else dry.render(), end="\n" if args.json else "")
             return 0

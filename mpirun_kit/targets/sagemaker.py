@@ -12,11 +12,9 @@ On every host SageMaker starts the training image, whose entrypoint is
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
@@ -176,26 +174,14 @@ def redact_request(request: dict) -> dict:
     return out
 
 
-@dataclass(frozen=True)
-class SageMakerDryRun(DryRun):
-    """A DryRun whose printed request differs from the sent one only in redacted values."""
-
-    def render(self) -> str:
-        lines = [f"target {self.target}: job {self.job}",
-                 json.dumps(redact_request(self.request), indent=2, sort_keys=True, default=str)]
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines) + "\n"
-
-    def to_json(self) -> str:
-        return json.dumps({"target": self.target, "job": self.job, "request": redact_request(self.request),
-                           "files": {}, "notes": list(self.notes)}, indent=2, sort_keys=True, default=str)
-
-
-def dryrun(compiled: CompiledJob, *, job_name: str) -> DryRun:
-    """The SageMaker submission as a value."""
+def dryrun(compiled: CompiledJob, *, job_name: str, generated_name: bool = False) -> DryRun:
+    """The SageMaker submission as a value: printed through ``redact_request`` (only the request's user
+    values), with the warnings a generated ``job_name`` brings (``unnamed_job_warnings``)."""
     sm = compiled.job.target.sagemaker
-    return SageMakerDryRun("sagemaker", compiled.job.name,
-                           {"region": sm.region, "logs": sm.logs, "CreateTrainingJob": build_request(compiled, job_name)})
+    warnings = tuple(unnamed_job_warnings(compiled, job_name)) if generated_name else ()
+    return DryRun("sagemaker", compiled.job.name,
+                  {"region": sm.region, "logs": sm.logs, "CreateTrainingJob": build_request(compiled, job_name)},
+                  warnings=warnings, redact=redact_request)
 
 
 def exit_code_for(desc: dict) -> int:
@@ -362,11 +348,8 @@ class SageMakerTarget(Target):
     name = "sagemaker"
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
-        name = opts.job_name or job_name_for(compiled.job.name, time.time())
-        if opts.job_name is None:
-            for w in unnamed_job_warnings(compiled, name):
-                sys.stderr.write(f"mpirun_kit: warning: {w}\n")
-        return {"job_name": name}
+        return {"job_name": opts.job_name or job_name_for(compiled.job.name, time.time()),
+                "generated_name": opts.job_name is None}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

@@ -7,6 +7,7 @@ InProgress -> Failed sequence), and there is no stop_training_job.
 from __future__ import annotations
 
 import io
+import json
 import re
 import time
 
@@ -326,17 +327,33 @@ def test_submit_wait_outcome_reads_the_failure_report_from_failure_reason(reason
 
 
 def test_a_job_name_channel_without_job_name_is_warned_about(capsys):
-    """Keys are made for a job name before submit; a generated name (a timestamp) has none."""
+    """Keys are made for a job name before submit; a generated name (a timestamp) has none.  The dry run
+    returns the warning (the target prints nothing); submit prints it on stderr, --json carries it."""
     from mpirun_kit.targets.base import SubmitOptions
 
     c = compiled(SPEC.replace("s3: s3://bucket/extra", "s3: s3://bucket/keys/${job_name}/"))
     dry = T.TARGET.prepare(c, SubmitOptions())
     name = dry.request["CreateTrainingJob"]["TrainingJobName"]
-    assert capsys.readouterr().err == (
-        f"mpirun_kit: warning: mrcnn.yaml: data channel 'extra' reads s3://bucket/keys/${{job_name}}/, and no "
+    assert dry.warnings == (
+        f"mrcnn.yaml: data channel 'extra' reads s3://bucket/keys/${{job_name}}/, and no "
         f"--job-name was given: this job would be named {name}, for which no keys were made, so it would fail at "
         "start. Make them with `bash ops/make-job-keys.sh --job NAME --out s3://bucket/keys/NAME/` and submit with "
-        "--job-name NAME\n")
-    T.TARGET.prepare(c, SubmitOptions(job_name="mrcnn-1"))
-    T.TARGET.prepare(compiled(), SubmitOptions())        # no ${job_name} channel: nothing to say
+        "--job-name NAME",)
+    assert json.loads(dry.to_json())["warnings"] == list(dry.warnings)
+    assert T.TARGET.prepare(c, SubmitOptions(job_name="mrcnn-1")).warnings == ()
+    assert T.TARGET.prepare(compiled(), SubmitOptions()).warnings == ()   # no ${job_name} channel: nothing to say
     assert capsys.readouterr().err == ""
+
+
+def test_submit_prints_the_dry_runs_warnings(tmp_path, capsys):
+    from mpirun_kit.cli.main import main
+
+    spec = tmp_path / "mrcnn.yaml"
+    spec.write_text(SPEC.replace("s3: s3://bucket/extra", "s3: s3://bucket/keys/${job_name}/"))
+    outputs = [a for stack, keys in OUTPUTS.items() for k, v in keys.items() for a in ("--stack-output", f"{stack}.{k}={v}")]
+    assert main(["submit", str(spec), "--dry-run", "--json", *outputs]) == 0
+    out, err = capsys.readouterr()
+    assert "mpirun_kit: warning: " + f"{spec}: data channel 'extra' reads s3://bucket/keys/${{job_name}}/, and no --job-name" in err
+    assert json.loads(out)["warnings"][0].startswith(f"{spec}: data channel 'extra'")
+    assert main(["submit", str(spec), "--dry-run", "--job-name", "mrcnn-1", *outputs]) == 0
+    assert "data channel" not in capsys.readouterr().err
