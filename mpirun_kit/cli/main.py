@@ -19,7 +19,7 @@ Output policy (one format for the tool's own lines): ``mpirun_kit: error: ...``,
 ``mpirun_kit: warning: ...`` and, with -v, ``mpirun_kit: ...`` for progress; -vv
 adds debug lines naming their module.  -q leaves only the result and errors.
 A live status line on waits is drawn only when stderr is a terminal
-(targets/base.py Progress).
+(targets/base.py StatusLine).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """How much the tool prints of its own: the one output level, read by every printer of the tool's lines.
 
 Place in the data flow: the CLI sets ``LEVEL`` for one command (cli/main.py ``configure_output``)
-and restores it after; the targets' status line (targets/base.py ``Progress``), the entrypoint's
+and restores it after; the targets' status line (targets/base.py ``StatusLine``), the entrypoint's
 progress lines (entrypoint/common.py ``say``) and the hosts a target starts (their ``verbose``
 choice) read it.  Library callers keep the default.  Standard library only: every entrypoint
 imports it on the launch's critical path.

@@ -67,7 +67,7 @@ class DryRun:
 
 
 @dataclass
-class Progress:
+class StatusLine:
     """A one-line status on stderr, redrawn in place on a terminal (see exec/verbosity.py); lines in the CLI's format.
 
     ``update``: what is being waited for, and the last error seen (the live line).  ``done``: an
@@ -121,7 +121,7 @@ NEVER_RETRIED = frozenset({ExitCode.OK, ExitCode.USAGE, ExitCode.BAD_INPUT, Exit
 STOPPED = NEVER_RETRIED | {ExitCode.SIGTERM}
 
 
-def retrying(run_once: Callable[[int], int], retries: int, progress: Progress | None = None,
+def retrying(run_once: Callable[[int], int], retries: int, progress: StatusLine | None = None,
              permanent: frozenset[int] = NEVER_RETRIED) -> int:
     """Run ``run_once(attempt)`` up to ``1 + retries`` times while it fails with a retryable code.
 

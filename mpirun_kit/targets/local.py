@@ -24,7 +24,7 @@ from ..exec.process import supervise
 from ..spec.compile import CompiledJob
 from ..exec.files import write_atomic
 from ..exec import verbosity
-from .base import STOPPED, DryRun, Progress, SubmitOptions, Target, retrying
+from .base import STOPPED, DryRun, StatusLine, SubmitOptions, Target, retrying
 from .outcome import Outcome, launch_timeline, outcome_of
 
 SPEC_FILE = "launch-spec.json"
@@ -136,7 +136,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
     spec = json.loads(dry.files[0][1])
     refuse_unstartable(dry.job, spec["program"], dry.request["cwd"])
     write_files(dry)
-    progress = Progress(clock=clock)
+    progress = StatusLine(clock=clock)
     progress.note(f"local: {dry.request['ranks']} rank(s) on this machine")
     req = dry.request
     failure = Path(req["failure_file"])

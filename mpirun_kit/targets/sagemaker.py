@@ -24,7 +24,7 @@ from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..spec.compile import CompiledJob, checkpoint_path
 from ..stack.infra import JOB_NAME_REF  # the one reference a channel URI may hold (per-job key material)
 from ..redact import redact_value
-from .base import DryRun, Progress, SubmitOptions, Target
+from .base import DryRun, StatusLine, SubmitOptions, Target
 from .outcome import Outcome, outcome_of
 
 #: SageMaker's limit on one hyperparameter value.
@@ -236,7 +236,7 @@ class LogFollower:
 
 
 def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLOCK, out=None,
-           poll_s: float = 5.0, timeout_s: float | None = None, progress: Progress | None = None,
+           poll_s: float = 5.0, timeout_s: float | None = None, progress: StatusLine | None = None,
            final: dict | None = None) -> int:
     """Follow a training job to its end; return its exit code (see ``exit_code_for``).
 
@@ -250,7 +250,7 @@ def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLO
         ClusterError: the job is unknown, or following timed out.
     """
     out = out or sys.stdout
-    progress = progress or Progress(clock=clock)
+    progress = progress or StatusLine(clock=clock)
     deadline = Deadline(clock, timeout_s)
     follower = LogFollower(logs_client, job_name, out) if logs_client is not None else None
     last = None

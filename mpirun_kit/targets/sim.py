@@ -31,7 +31,7 @@ from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from ..errors import ExitCode
 from ..exec import verbosity
-from .base import STOPPED, DryRun, Progress, SubmitOptions, Target, retrying
+from .base import STOPPED, DryRun, StatusLine, SubmitOptions, Target, retrying
 from .outcome import Outcome, launch_timeline, outcome_of
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
@@ -85,7 +85,7 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
 
 
 def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
-             progress: Progress | None = None, latch: SignalLatch | None = None,
+             progress: StatusLine | None = None, latch: SignalLatch | None = None,
              err: BinaryIO | None = None) -> tuple[int, dict[str, int], Path]:
     """One attempt on a fresh cluster under ``root/attempt-N``: (exit code, each host's code, master's /opt/ml).
 
@@ -98,7 +98,7 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
     req = dry.request
-    progress = progress or Progress(clock=clock)
+    progress = progress or StatusLine(clock=clock)
     latch = latch or SignalLatch(signals=())
     progress.update(f"sim: bringing up {req['hosts']} host(s)")
     with SimCluster(req["hosts"], root / f"attempt-{attempt}", req["name"], instance_type=req["instance_type"],
@@ -146,7 +146,7 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     return code, codes, opt_ml
 
 
-def _stop(master, why: str, grace_s: float, progress: Progress) -> None:
+def _stop(master, why: str, grace_s: float, progress: StatusLine) -> None:
     """SIGTERM to the master's entrypoint: it forwards SIGTERM through mpirun to every rank on every host,
     SIGKILLs mpirun after the grace period and tells the workers the result, so they end too.
 
@@ -163,7 +163,7 @@ def _stop(master, why: str, grace_s: float, progress: Progress) -> None:
 
 
 def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
-                progress: Progress | None = None) -> Outcome:
+                progress: StatusLine | None = None) -> Outcome:
     """Run on a fresh simulated cluster per attempt (up to 1 + retries); return how the job ended."""
     from ..sim.cluster import host_path
     from .local import refuse_unstartable
@@ -172,7 +172,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | Non
     # The hosts share this machine's files: a program that cannot start is refused before any bring-up.
     spec = json.loads(req["hyperparameters"][LAUNCH_SPEC_HYPERPARAMETER])
     refuse_unstartable(dry.job, spec["program"], spec.get("working_dir"), host_path())
-    progress = progress or Progress(clock=clock)
+    progress = progress or StatusLine(clock=clock)
     root = Path(req["root"]) if req["root"] else Path(tempfile.mkdtemp(prefix=TEMP_ROOT_PREFIX))
     started = time.time()
     last: dict = {}

@@ -51,7 +51,7 @@ from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
 from ..exec import verbosity
-from .base import DryRun, Progress, SubmitOptions, Target
+from .base import DryRun, StatusLine, SubmitOptions, Target
 from .outcome import Outcome, outcome_of
 
 #: seconds allowed after the job's own limit for readiness, start-up and shutdown.
@@ -145,7 +145,7 @@ def preflight_command(python: str) -> str:
 
 
 def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
-                progress: Progress | None = None) -> dict[str, Any]:
+                progress: StatusLine | None = None) -> dict[str, Any]:
     """Connect to every host at once (exec/remote.connect_hosts), retrying each until the readiness deadline.
 
     Raises:
@@ -291,7 +291,7 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
     """
     out = out or sys.stdout.buffer
     req = dry.request
-    progress = Progress(clock=clock)
+    progress = StatusLine(clock=clock)
     clients = connect_all(req, connect=connect, clock=clock, progress=progress)
     try:
         preflight(clients, req["python"], req["connect_timeout_s"] + 20)
@@ -342,7 +342,7 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
             c.close()
 
 
-def _stop(clients: dict[str, Any], req: dict, connect, clock: Clock, progress: Progress) -> None:
+def _stop(clients: dict[str, Any], req: dict, connect, clock: Clock, progress: StatusLine) -> None:
     failures = cancel(clients, req["workdir"], grace_s=req["grace_s"], req=req, connect=connect, clock=clock)
     for host, why in sorted(failures.items()):
         progress.done(f"ssh: could not confirm that {host}'s entrypoint stopped ({why}); check that host")

@@ -46,7 +46,7 @@ def chatty(monkeypatch):
         log.debug("detail")
         log.info("progress")
         log.warning("careful")
-        p = base.Progress(clock=FakeClock())
+        p = base.StatusLine(clock=FakeClock())
         p.update("waiting for sshd on algo-2")
         p.note("sshd up on algo-2")
         p.done("retrying after a failure")
@@ -120,7 +120,7 @@ def screen(raw: str, width: int = 10_000) -> list[str]:
 def test_status_line_is_redrawn_in_place_on_a_terminal(monkeypatch):
     monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
     tty, clock = Tty(), FakeClock()
-    p = base.Progress(stream=tty, clock=clock)
+    p = base.StatusLine(stream=tty, clock=clock)
     p.update("ssh: waiting for root@algo-2:22: Connection refused")
     assert screen(tty.getvalue()) == ["mpirun_kit: [0s] ssh: waiting for root@algo-2:22: Connection refused"]
     clock.sleep(3)
@@ -167,7 +167,7 @@ def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
     clock = FakeClock()
     with os.fdopen(theirs, "w") as stream:
         assert stream.isatty()
-        p = base.Progress(stream=stream, clock=clock)
+        p = base.StatusLine(stream=stream, clock=clock)
         p.update("ssh: waiting for ubuntu@algo-12.cluster.internal:2222 (attempt 3): [Errno 111] Connection refused")
         clock.sleep(2)
         p.update("ssh: 15/16 host(s) up")
@@ -194,7 +194,7 @@ def test_ssh_wait_names_the_host_and_the_last_error(monkeypatch):
         return object()
     tty, clock = Tty(), FakeClock()
     req = {"hosts": [{"name": "algo-1"}, {"name": "algo-2"}], "ready_timeout_s": 60, "user": "ubuntu", "port": 2222}
-    clients = connect_all(req, connect=connect, clock=clock, progress=base.Progress(stream=tty, clock=clock))
+    clients = connect_all(req, connect=connect, clock=clock, progress=base.StatusLine(stream=tty, clock=clock))
     assert set(clients) == {"algo-1", "algo-2"}
     assert ("/2 host(s) ready; waiting for ubuntu@algo-2:2222 (attempt 3): [Errno 111] Connection refused"
             in tty.getvalue())

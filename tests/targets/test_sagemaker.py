@@ -182,7 +182,7 @@ def test_create_against_moto_and_follow_logs(moto):
     out = io.StringIO()
     clock = FakeClock()
     assert T.follow(sm, "mrcnn-moto-1", logs_client=logs, clock=clock, out=out,
-                    progress=T.Progress(stream=io.StringIO(), clock=clock)) == 0
+                    progress=T.StatusLine(stream=io.StringIO(), clock=clock)) == 0
     assert out.getvalue() == ("[algo-1-1700000000] [0 algo-1] step=10 loss=1.5\n"
                               "[algo-2-1700000000] worker up\n")
 
@@ -224,7 +224,7 @@ def test_follow_maps_the_end_to_an_exit_code(final, code):
     stub.add_response("describe_training_job", final, {"TrainingJobName": "j"})
     clock, err = FakeClock(), io.StringIO()
     with stub:
-        assert T.follow(client, "j", clock=clock, poll_s=5, progress=T.Progress(stream=err, clock=clock)) == code
+        assert T.follow(client, "j", clock=clock, poll_s=5, progress=T.StatusLine(stream=err, clock=clock)) == code
     stub.assert_no_pending_responses()
     assert clock.sleeps == [5, 5]
     assert "sagemaker j: InProgress / Starting" in err.getvalue()
@@ -238,7 +238,7 @@ def test_follow_deadline_message():
     clock = FakeClock()
     with stub, pytest.raises(ClusterError, match=r"training job j still InProgress after 10s of following; it keeps "
                                                  r"running: `mpirun_kit status j`, `mpirun_kit stop j`"):
-        T.follow(client, "j", clock=clock, poll_s=5, timeout_s=10, progress=T.Progress(stream=io.StringIO(), clock=clock))
+        T.follow(client, "j", clock=clock, poll_s=5, timeout_s=10, progress=T.StatusLine(stream=io.StringIO(), clock=clock))
 
 
 def test_stop_and_status_commands(monkeypatch, capsys):
