@@ -97,6 +97,7 @@ def test_a_heartbeat_replayed_on_its_own_connection_is_refused():
         s.sendall(beat)   # sealed as line 1, and line 1 it is: ok
         s.sendall(beat)   # line 1 again where line 2 is due
         until(lambda: kinds(server) == ["mac"])
+        assert kinds(server) == ["mac"], "the replayed heartbeat must be refused as a bad MAC, the first one not"
         s.close()
 
 
@@ -125,6 +126,7 @@ def test_a_line_sent_back_the_other_way_is_refused():
         master_line = buf.split(b"\n")[1] + b"\n"
         link.sock.sendall(master_line.replace(b" m ", b" w ", 1))
         until(lambda: kinds(server) == ["mac"])
+        assert kinds(server) == ["mac"], "the reflected master line must be refused as a bad MAC"
         link.close()
 
 
