@@ -16,3 +16,9 @@ QUIET, DEFAULT, VERBOSE = 0, 1, 2
 
 #: the level in force; read it as ``verbosity.LEVEL`` at the time of printing (the CLI changes it).
 LEVEL = VERBOSE
+
+
+def entrypoint_flags(verbose: bool, quiet: bool) -> list[str]:
+    """The flags a target gives the hosts' entrypoints so they print what `submit` was asked for:
+    progress lines with -v, only errors and the result with -q, else warnings and errors."""
+    return [] if verbose else ["-q"] if quiet else ["--no-progress"]

@@ -42,11 +42,6 @@ STOP_MARGIN_S = 15.0
 TEMP_ROOT_PREFIX = "mrk-sim-"
 
 
-def _verbosity_flags(verbose: bool, quiet: bool) -> list[str]:
-    """The hosts' entrypoints print what `submit` was asked for: progress with -v, only errors with -q."""
-    return [] if verbose else ["-q"] if quiet else ["--no-progress"]
-
-
 def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_exe: str, verbose: bool = True,
            quiet: bool = False) -> DryRun:
     """The simulated run as a value.
@@ -70,7 +65,7 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
         "instance_type": compiled.job.resources.instance_type or "ml.c5.xlarge",
         # --opt-ml: the host's /opt/ml under its path on this machine, so printed paths (the failure
         # report) can be opened here; inside the host it is the same directory as /opt/ml.
-        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd", *_verbosity_flags(verbose, quiet),
+        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd", *verbosity.entrypoint_flags(verbose, quiet),
                        "--opt-ml", HOST_OPT_ML],
         "hyperparameters": {LAUNCH_SPEC_HYPERPARAMETER: compiled.launch.to_json()},
         "deadline_s": deadline, "grace_s": t.grace_s, "retries": compiled.job.retries,

@@ -69,13 +69,14 @@ PID_WAIT_S = 30.0
 ENTRYPOINT_STOP_S = 5.0
 
 
-def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True) -> DryRun:
+def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: bool = False) -> DryRun:
     """The ssh run as a value.
 
     Args:
         compiled: the job (target ssh).
         run_id: names the remote working directory (chosen by the caller, unique per run).
         verbose: the hosts' entrypoints print their progress lines (`submit -v`); else only warnings, errors.
+        quiet: the hosts' entrypoints print only errors and the result (`submit -q`).
     """
     job = compiled.job
     s = job.target.ssh
@@ -86,7 +87,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True) -> DryRu
     for h in compiled.hosts:
         argv = [s.python, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile",
                 f"{workdir}/hostfile", "--current-host", h.name, "--spec", f"{workdir}/launch-spec.json",
-                "--opt-ml", f"{workdir}/{h.name}"] + ([] if verbose else ["--no-progress"])
+                "--opt-ml", f"{workdir}/{h.name}", *verbosity.entrypoint_flags(verbose, quiet)]
         # Record the entrypoint's pid so a cancel signals exactly that process, never one matched by name.  Per-host
         # names: the workdir may be on a file system the hosts share.
         commands[h.name] = (f"mkdir -p {shlex.quote(workdir + '/' + h.name)} && cd {shlex.quote(workdir)} && "
@@ -365,7 +366,8 @@ class SshTarget(Target):
     name = "ssh"
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
-        return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": verbosity.LEVEL >= verbosity.VERBOSE}
+        return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
+                "quiet": verbosity.LEVEL <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)

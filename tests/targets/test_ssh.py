@@ -95,6 +95,15 @@ def test_unknown_host_key_is_rejected(tmp_path):
     assert f"add it to {empty}" in r.stderr
 
 
+def test_dry_run_passes_the_output_level_to_every_host(tmp_path):
+    """submit -q on ssh hosts leaves only errors and the result, as on sim and local: -q reaches each entrypoint."""
+    c = compile_job(load_job_text(spec(tmp_path, ["a:2", "b"], "true").read_text(), "job.yaml"))
+    flags = {level: T.dryrun(c, run_id="r1", **kw).request["commands"]["b"].split("--opt-ml ", 1)[1].split()[1:]
+             for level, kw in {"quiet": {"verbose": False, "quiet": True}, "default": {"verbose": False},
+                               "verbose": {"verbose": True}}.items()}
+    assert flags == {"quiet": ["-q"], "default": ["--no-progress"], "verbose": []}
+
+
 def test_dry_run_value(tmp_path):
     c = compile_job(load_job_text(spec(tmp_path, ["a:2", "b"], "true").read_text(), "job.yaml"))
     d = T.dryrun(c, run_id="r1")
