@@ -51,6 +51,14 @@ def register(subparsers: Any) -> None:
         sp.add_argument("--region", help="AWS region (default: the AWS config / AWS_DEFAULT_REGION)")
         sp.add_argument("--endpoint-url", help="CloudFormation endpoint (default: AWS_ENDPOINT_URL, else AWS)")
 
+    def deletion(sp: argparse.ArgumentParser, *, timeout_help: str, json_help: str) -> None:
+        """The flags of the commands that delete stacks and wait (delete, down)."""
+        sp.add_argument("--yes", action="store_true", help="delete without asking (needed without a terminal)")
+        sp.add_argument("--timeout", type=float, default=3600.0, metavar="S", help=timeout_help)
+        sp.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
+        sp.add_argument("--json", action="store_true", help=json_help)
+        common(sp)
+
     d = add_command(sub, "deploy", help="create or update a stack through a change set",
                     description="Check the parameters locally, create a change set, show it, ask (unless "
                     "--yes), execute it and print stack events until the stack settles. --dry-run checks "
@@ -105,11 +113,7 @@ def register(subparsers: Any) -> None:
                                  bad="bad stack name, no --yes without a terminal, or no AWS region configured",
                                  aws=_AWS + ", the deletion failed, or --timeout passed"))
     r.add_argument("name", help="stack name, e.g. mrk-efs")
-    r.add_argument("--yes", action="store_true", help="delete without asking (needed without a terminal)")
-    r.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="seconds to wait (default 3600)")
-    r.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
-    r.add_argument("--json", action="store_true", help="print the result as JSON: {stack, status}")
-    common(r)
+    deletion(r, timeout_help="seconds to wait (default 3600)", json_help="print the result as JSON: {stack, status}")
     r.set_defaults(func=_delete)
 
     dn = add_command(sub, "down", help="delete the walk-through's stacks in dependency order; say what stays",
@@ -124,11 +128,8 @@ def register(subparsers: Any) -> None:
                                   aws=_AWS + ", a deletion failed, or --timeout passed"))
     dn.add_argument("--stacks", default=",".join(TEARDOWN_ORDER_TEXT), metavar="A,B,...",
                     help=f"stacks to delete, in this order (default {','.join(TEARDOWN_ORDER_TEXT)})")
-    dn.add_argument("--yes", action="store_true", help="delete without asking (needed without a terminal)")
-    dn.add_argument("--timeout", type=float, default=3600.0, metavar="S", help="seconds to wait per stack (default 3600)")
-    dn.add_argument("--poll", type=float, default=5.0, metavar="S", help="seconds between event polls (default 5)")
-    dn.add_argument("--json", action="store_true", help="print the result as JSON: {deleted, retained}")
-    common(dn)
+    deletion(dn, timeout_help="seconds to wait per stack (default 3600)",
+             json_help="print the result as JSON: {deleted, retained}")
     dn.set_defaults(func=_down)
 
     ls = add_command(sub, "list", help="list stacks (not deleted ones)",
