@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline  # noqa: E402
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline  # noqa: E402
 from mpirun_kit.exec.channel.keys import host_seed, rank_key, worker_key_from_secret  # noqa: E402
 from mpirun_kit.exec.channel.link import MasterLink  # noqa: E402
 from mpirun_kit.exec.channel.rank_link import RankLink  # noqa: E402

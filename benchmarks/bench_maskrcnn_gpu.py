@@ -148,7 +148,7 @@ def write_coco_like(root: Path, n: int, h: int, w: int, num_classes: int = 80, s
         images.append({"id": i + 1, "file_name": name, "height": h, "width": w})
     ann_path.parent.mkdir(parents=True, exist_ok=True)
     cats = [{"id": c, "name": f"class{c}", "supercategory": "shape"} for c in range(1, num_classes + 1)]
-    from mpirun_kit.exec.files import write_json_atomic
+    from mpirun_kit.core.files import write_json_atomic
 
     write_json_atomic(ann_path, {"images": images, "annotations": anns, "categories": cats})
     return ann_path

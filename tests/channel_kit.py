@@ -10,7 +10,7 @@ from mpirun_kit.exec.channel.keys import key_dir, remove_rank_keys, write_rank_k
 from mpirun_kit.exec.channel.link import MasterLink
 from mpirun_kit.exec.channel.rank_link import RankLink
 from mpirun_kit.exec.channel.server import ResultServer
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.plan.contract import RESULT_ADDR_VAR, RUN_NONCE_VAR
 
 JOB = "test-job"

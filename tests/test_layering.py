@@ -45,22 +45,22 @@ def test_import_contracts_hold():
 def test_upward_imports_break_the_contracts(tmp_path):
     # A copy of the package where plan/ reaches exec/ through a new cluster/ helper, inside a
     # function (the layers and the plan's own contract name the chain), the trainer imports
-    # exec/ beyond the one module it may use, and the rank contract imports the errors module.
+    # exec/, and the rank contract imports the errors module.
     pkg = package_copy(tmp_path)
-    (pkg / "cluster" / "helper.py").write_text("from ..exec.clock import SYSTEM_CLOCK\n")
+    (pkg / "cluster" / "helper.py").write_text("from ..exec.signals import signal_name\n")
     with open(pkg / "plan" / "ranks.py", "a") as f:
         f.write("\n\ndef _later():\n    from ..cluster import helper\n")
     with open(pkg / "maskrcnn" / "dist.py", "a") as f:
-        f.write("\nfrom ..exec.clock import Deadline\n")
+        f.write("\nfrom ..exec import signals\n")
     with open(pkg / "plan" / "contract.py", "a") as f:
         f.write("\n\ndef _fail():\n    from ..errors import SpecError\n")
     res = lint_imports(tmp_path)
     assert res.returncode == 1, res.stdout
     assert f"Contracts: {contract_count() - 4} kept, 4 broken." in res.stdout, res.stdout
     assert "mpirun_kit.cluster is not allowed to import mpirun_kit.exec" in res.stdout
-    assert "mpirun_kit.cluster.helper -> mpirun_kit.exec.clock (l.1)" in res.stdout
+    assert "mpirun_kit.cluster.helper -> mpirun_kit.exec.signals (l.1)" in res.stdout
     assert "mpirun_kit.plan.ranks -> mpirun_kit.cluster.helper" in res.stdout
-    assert "mpirun_kit.maskrcnn.dist -> mpirun_kit.exec.clock" in res.stdout
+    assert "mpirun_kit.maskrcnn.dist -> mpirun_kit.exec.signals" in res.stdout
     assert "mpirun_kit.plan.contract -> mpirun_kit.errors" in res.stdout
 
 

@@ -102,7 +102,7 @@ def _new(args) -> int:
     import secrets
 
     from ..errors import SpecError
-    from ..exec.files import write_atomic
+    from ..core.files import write_atomic
     from ..exec.sshkeys import SECRET_BYTES, format_secret
 
     out = Path(args.out)

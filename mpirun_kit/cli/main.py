@@ -221,7 +221,7 @@ class _Format(logging.Formatter):
 
 def configure_output(verbose: int, quiet: bool) -> logging.Handler:
     """Route the library's log records to stderr in the tool's one format; returns the handler (to remove)."""
-    from ..exec import verbosity
+    from ..core import verbosity
 
     level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     from ..redact import RedactingFilter
@@ -240,7 +240,7 @@ def configure_output(verbose: int, quiet: bool) -> logging.Handler:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..exec import verbosity
+    from ..core import verbosity
 
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:

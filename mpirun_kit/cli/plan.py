@@ -34,7 +34,7 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
 
 def say(line: str) -> None:
     """One line of ours on stderr (the region the spec's stacks are read in), unless -q."""
-    from ..exec import verbosity
+    from ..core import verbosity
 
     if verbosity.LEVEL >= verbosity.DEFAULT:
         print(f"mpirun_kit: {line}", file=sys.stderr, flush=True)

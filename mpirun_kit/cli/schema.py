@@ -3,14 +3,14 @@
 Place in the data flow: spec/schema.py builds ``JOB_SCHEMA`` (a value); this maintainer command
 writes it as ``mpirun_kit/spec/job.schema.json`` (or PATH), and tests/spec/test_load.py keeps
 the published file identical to the value.  It lives in cli/ because writing a file is I/O
-(exec/files.py) and spec/ sits below exec/ in the layers (docs/architecture.md, Layering).
+(core/files.py) and spec/ sits below exec/ in the layers (docs/architecture.md, Layering).
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from ..exec.files import write_atomic
+from ..core.files import write_atomic
 from ..spec.schema import SCHEMA_PATH, schema_text
 
 

@@ -187,7 +187,7 @@ def _ask(question: str) -> bool:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from ..exec.clock import SYSTEM_CLOCK
+    from ..core.clock import SYSTEM_CLOCK
     from ..stack import deploy, load_template, make_deploy_request, parse_param_args
 
     from ..stack.zones import map_zones, needs_mapping
@@ -289,7 +289,7 @@ def _outputs(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    from ..exec.clock import SYSTEM_CLOCK
+    from ..core.clock import SYSTEM_CLOCK
     from ..stack import delete
     from ..stack.request import check_stack_name
 
@@ -305,7 +305,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from ..exec.clock import SYSTEM_CLOCK
+    from ..core.clock import SYSTEM_CLOCK
     from ..stack import teardown
     from ..stack.request import check_stack_name
 

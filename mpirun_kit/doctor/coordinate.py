@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, MpirunKitError, SpecError
 from ..workloads import allreduce as ar
 from .checks import AllreduceResult, Check, Expectations, check_allreduce, check_cluster, check_host

@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..exec.clock import SYSTEM_CLOCK, Clock
+from ..core.clock import SYSTEM_CLOCK, Clock
 from .facts import FileMode, GpuFact, HostFacts, LibFact, Listener, MountFact, Resolution
 
 log = logging.getLogger(__name__)

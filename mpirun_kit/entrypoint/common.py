@@ -4,9 +4,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..exec import verbosity
+from ..core import verbosity
 from ..exec.channel.keys import worker_key_from_secret
-from ..exec.files import write_atomic
+from ..core.files import write_atomic
 from ..exec.result import failure_file_text
 
 log = logging.getLogger(__name__)

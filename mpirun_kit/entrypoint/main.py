@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster import Cluster, elect_master
 from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, gpu_count, read_hyperparameters
 from ..errors import LaunchError, SpecError

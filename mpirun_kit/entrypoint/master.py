@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from ..exec.clock import SYSTEM_CLOCK, Clock
+from ..core.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode, LaunchError, SSHUnreachableError
 from ..exec.channel.keys import key_dir, new_run_key, remove_rank_keys, worker_key_without_secret, write_rank_keys
 from ..exec.channel.server import ResultServer

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError, MasterLostError
 from ..exec.channel.keys import key_dir, remove_rank_keys, worker_key_without_secret, write_rank_keys
 from ..exec.channel.link import MasterLink

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Collection, Mapping, Protocol, Sequence
 
-from .clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError
-from . import verbosity
+from ..core import verbosity
 from .output import pump_tagged
 from .signals import SignalLatch, signal_name
 

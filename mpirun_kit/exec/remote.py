@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
-from .clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError
 
 #: ssh keepalive interval; TCP keepalive probes a silent peer after the same idle time.

@@ -14,7 +14,7 @@ import socket
 import threading
 from typing import Callable, Sequence
 
-from .clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import SSHUnreachableError
 
 log = logging.getLogger(__name__)

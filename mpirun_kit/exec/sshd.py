@@ -18,7 +18,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from .clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, LaunchError, SpecError
 from .ssh import banner_probe
 

@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .clock import SYSTEM_CLOCK, Clock, Deadline
-from .files import write_atomic
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.files import write_atomic
 from .sshd import check_listen_address, listen_address_text
 from ..errors import ClusterError, SpecError
 

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import SpecError
-from ..exec.files import write_atomic_with
+from ..core.files import write_atomic_with
 
 log = logging.getLogger(__name__)
 

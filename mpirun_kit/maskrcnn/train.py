@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import progress as step_report  # hang detection: the master sees each rank's step
-from ..exec.files import write_json_atomic
+from ..core.files import write_json_atomic
 from ..errors import MpirunKitError, SpecError
 from .config import (Config, check_device_support, config_from_dict, config_to_dict, lr_at, parse_overrides,
                      resolve_config, resolve_schedule, scheduled_solver, step_host_syncs, PRESETS)

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, TextIO
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
-from ..exec.files import write_atomic
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.files import write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..exec.clock import SYSTEM_CLOCK, Clock
-from ..exec.files import write_atomic
+from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.files import write_atomic
 from ..errors import SpecError
 
 VERSION = 1

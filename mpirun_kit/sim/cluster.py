@@ -24,9 +24,9 @@ from typing import Mapping, Sequence
 
 import psutil
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, SpecError
-from ..exec.files import write_atomic
+from ..core.files import write_atomic
 from .layout import (HOST_IFNAME, HOST_OPT_ML, NETNS_PREFIX, SimHost, SimLayout, plan_layout, render_hosts_file,
                      render_known_hosts, render_resource_config, render_ssh_client_config,
                      render_sshd_config)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from ..exec.files import write_atomic
+from ..core.files import write_atomic
 
 
 def _mount(*argv: str) -> None:

@@ -16,7 +16,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..exec.clock import Clock, Deadline
+from ..core.clock import Clock, Deadline
 from ..errors import ClusterError
 from .aws import StackNotFoundError, call
 from .events import DEAD_STATES, FAILURE_STATES, STUCK_STATES, SUCCESS_STATES, StackEvent, first_failure

@@ -17,8 +17,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-from ..exec import verbosity
-from ..exec.clock import SYSTEM_CLOCK, Clock
+from ..core import verbosity
+from ..core.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode
 from ..redact import redact_value
 from .outcome import Outcome, error_outcome
@@ -68,7 +68,7 @@ class DryRun:
 
 @dataclass
 class StatusLine:
-    """A one-line status on stderr, redrawn in place on a terminal (see exec/verbosity.py); lines in the CLI's format.
+    """A one-line status on stderr, redrawn in place on a terminal (see core/verbosity.py); lines in the CLI's format.
 
     ``update``: what is being waited for, and the last error seen (the live line).  ``done``: an
     outcome the user must see (a deadline passed, a retry).  ``note``: a milestone (-v only).

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import CannotStartError
-from ..exec.clock import SYSTEM_CLOCK, Clock
+from ..core.clock import SYSTEM_CLOCK, Clock
 from ..exec.process import supervise
 from ..spec.compile import CompiledJob
-from ..exec.files import write_atomic
-from ..exec import verbosity
+from ..core.files import write_atomic
+from ..core import verbosity
 from .base import STOPPED, DryRun, StatusLine, SubmitOptions, Target, retrying
 from .outcome import Outcome, launch_timeline, outcome_of
 

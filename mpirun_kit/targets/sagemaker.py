@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, ExitCode, SpecError
 from ..exec.result import exit_code_from_failure
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import FileTail
 from ..exec.process import exit_code_of
 from ..exec.signals import SignalLatch
@@ -30,7 +30,7 @@ from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from ..errors import ExitCode
-from ..exec import verbosity
+from ..core import verbosity
 from .base import STOPPED, DryRun, StatusLine, SubmitOptions, Target, retrying
 from .outcome import Outcome, launch_timeline, outcome_of
 

@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..exec.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import copy_prefixed
 # ssh sessions and the work on every host at once: exec/remote.py (paramiko, host keys verified).
 from ..exec.remote import (HostKeyError, atomic_write_command, connect_hosts, on_every_host, paramiko_client,
@@ -50,7 +50,7 @@ from ..exec.remote import (HostKeyError, atomic_write_command, connect_hosts, on
 from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
-from ..exec import verbosity
+from ..core import verbosity
 from .base import DryRun, StatusLine, SubmitOptions, Target
 from .outcome import Outcome, outcome_of
 

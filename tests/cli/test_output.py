@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from mpirun_kit.exec import verbosity
+from mpirun_kit.core import verbosity
 from mpirun_kit.targets import base
 
 
@@ -136,7 +136,7 @@ def drain(fd: int, stream) -> str:
     import os
     import select
 
-    from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 
     mark = "<end of writes>"
     stream.write(mark)

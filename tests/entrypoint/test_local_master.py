@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
 from entrypoint_helpers import BIN, CLI, PY, cli, free_port, write_spec

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
 
 from entrypoint_helpers import BIN, ENTRY, FAST, PY, failure_of, run_job, sim_cluster, wait_all

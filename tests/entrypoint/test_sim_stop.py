@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit.errors import ExitCode
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(300)]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
 from entrypoint_helpers import BIN, FAST, PY, failure_of, run_job, sim_cluster, wait_all

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from channel_kit import make_server, rank_link, worker_link
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.exec.result import JobResult
 from mpirun_kit.observe.hang import check_observe_report
 from mpirun_kit.observe.timeline import clean_records

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from channel_kit import make_server, rank_env, remove_keys
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.exec.channel import wire
 from mpirun_kit.exec.channel.rank_link import RankLink
 from mpirun_kit.observe.relay import Relay

@@ -105,7 +105,7 @@ def test_ctrl_c_stops_the_ranks_with_sigterm_and_a_grace_period(tmp_path):
     import subprocess
     import sys
 
-    from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 
     (tmp_path / "trap.py").write_text(
         "import os, signal, sys, time\n"

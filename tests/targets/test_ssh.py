@@ -130,7 +130,7 @@ def test_dry_run_value(tmp_path):
 def test_ctrl_c_stops_every_host(tmp_path):
     import signal
 
-    from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 
     with SimCluster(2, tmp_path / "c", "tsshint") as sim:
         job = spec(tmp_path, ["algo-1", "algo-2"], 'echo "started $OMPI_COMM_WORLD_RANK"; exec sleep 300',

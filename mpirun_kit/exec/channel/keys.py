@@ -76,7 +76,7 @@ def write_rank_keys(directory: str, host: str, seed: bytes, job: str, ranks) -> 
     Raises:
         OSError: the directory cannot be made or written.
     """
-    from ..files import write_atomic  # not at import: the wrapper imports this module, and needs none of it
+    from ...core.files import write_atomic  # not at import: the wrapper imports this module, and needs none of it
 
     host_dir = os.path.join(directory, host)
     os.makedirs(host_dir, mode=0o700, exist_ok=True)

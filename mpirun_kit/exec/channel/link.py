@@ -12,7 +12,7 @@ import random
 import socket
 from typing import Callable
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ...errors import MasterLostError
 from . import wire
 from .protocol import valid_from_master

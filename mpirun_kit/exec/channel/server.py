@@ -40,7 +40,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping
 
-from ..clock import SYSTEM_CLOCK, Clock, Deadline
+from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..result import JobResult, RankFailure, rank_failure_from_report
 from ...errors import LaunchError
 from . import filter as peer_filter

@@ -20,7 +20,7 @@ import numpy as np
 from PIL import Image
 from pycocotools import mask as mask_utils
 
-from ...exec.files import write_json_atomic
+from ...core.files import write_json_atomic
 
 CATEGORIES = ({"id": 1, "name": "circle"}, {"id": 2, "name": "square"}, {"id": 3, "name": "triangle"})
 #: an occluded instance must keep at least this fraction of its pixels visible

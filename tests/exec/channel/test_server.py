@@ -20,7 +20,7 @@ from mpirun_kit.errors import MasterLostError
 from mpirun_kit.exec.channel import wire
 from mpirun_kit.exec.channel.link import MasterLink
 from mpirun_kit.exec.channel.server import ResultServer
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.exec.result import JobResult, RankFailure
 
 RANK_HOSTS = {0: "h", 1: "h", 2: "algo-2", 3: "algo-2"}

@@ -11,7 +11,7 @@ import pytest
 
 from channel_kit import WORKER_KEY, make_server, rank_link, raw, worker_link
 from mpirun_kit.exec.channel import wire
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.exec.result import RankFailure, job_result
 
 pytestmark = pytest.mark.timeout(60)

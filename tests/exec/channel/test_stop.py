@@ -7,7 +7,7 @@ import pytest
 
 from channel_kit import make_server, rank_link
 from mpirun_kit.exec.channel.stop import RankStop
-from mpirun_kit.exec.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 
 pytestmark = pytest.mark.timeout(60)
 RANK_HOSTS = {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}

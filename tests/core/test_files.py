@@ -1,4 +1,4 @@
-"""write_atomic / write_atomic_with / write_json_atomic (exec/files.py): the one atomic write every layer uses."""
+"""write_atomic / write_atomic_with / write_json_atomic (core/files.py): the one atomic write every layer uses."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from mpirun_kit.exec.files import write_atomic, write_atomic_with, write_json_atomic
+from mpirun_kit.core.files import write_atomic, write_atomic_with, write_json_atomic
 
 def test_whole_file_with_its_mode_and_nothing_left_beside_it(tmp_path):
     target = tmp_path / "a" / "b" / "failure"
