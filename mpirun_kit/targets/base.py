@@ -8,27 +8,46 @@ side effect, which ends in an ``Outcome`` (outcome.py: the exit code the CLI
 passes through as its own, who decided it and why).  Processes,
 signals and output go through exec/ (process supervision, SignalLatch, the
 line pumps in exec/output.py).
+
+After ``run`` starts, a job is followed by its record (records/: a job id, a run directory,
+a state) through the lifecycle half of the interface: ``describe`` (a ``JobStatus``), ``cancel``,
+``logs`` and ``list``, as torchx's schedulers answer describe/cancel/log_iter/list.  The states
+are records.JobState, one enum for every target.  Their defaults (targets/supervised.py) fit the
+targets whose supervisor is a process on this machine (local, sim, ssh); a target that hands
+the job to a platform (sagemaker, slurm) overrides them with the platform's own calls.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, TextIO
+from typing import Any, Callable, Generic, Iterable, Iterator, TextIO, TypeVar
 
 from ..core import verbosity
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode
+from ..records import JobRecord, JobState
 from ..redact import redact_value
 from .outcome import Outcome, error_outcome
 
+#: a target's request type: a frozen dataclass of JSON-ready fields (a new target, e.g. slurm's
+#: ``SlurmRequest``); the first targets still carry a dict of the same shape.
+R = TypeVar("R")
+
+
+def plain(request: Any) -> Any:
+    """A request as JSON-ready data: a dataclass as its fields (``dataclasses.asdict``), else itself."""
+    return dataclasses.asdict(request) if dataclasses.is_dataclass(request) else request
+
 
 @dataclass(frozen=True)
-class DryRun:
+class DryRun(Generic[R]):
     """A target's request as a value: what ``run`` will do, nothing more.
 
-    ``request`` is JSON-ready (dicts, lists, strings); ``files`` maps a path
+    ``request`` is the target's typed request (``R``: a dataclass of JSON-ready fields, or a dict
+    of them; ``plain`` turns either into data for the printers); ``files`` maps a path
     relative to the run directory to the text ``run`` writes there first.
     ``warnings`` are what the user must hear before it runs (the CLI prints them on
     stderr; ``to_json`` carries them): a target returns them, it never prints.
@@ -39,7 +58,7 @@ class DryRun:
 
     target: str
     job: str
-    request: Any
+    request: R
     files: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -47,7 +66,7 @@ class DryRun:
 
     def shown(self) -> dict:
         """What the printers show: the request and files through ``redact``, then notes and warnings."""
-        return {"target": self.target, "job": self.job, "request": self.redact(self.request),
+        return {"target": self.target, "job": self.job, "request": self.redact(plain(self.request)),
                 "files": {p: self.redact(t) for p, t in self.files}, "notes": list(self.notes),
                 "warnings": list(self.warnings)}
 
@@ -140,17 +159,62 @@ def retrying(run_once: Callable[[int], int], retries: int, progress: StatusLine 
 
 @dataclass(frozen=True)
 class SubmitOptions:
-    """What the caller says about a run beyond the spec (``submit``'s flags)."""
+    """What the caller says about a run beyond the spec (``submit``'s flags and its record)."""
 
     wait: bool = False                  # sagemaker: follow the job until it ends
     job_name: str | None = None         # sagemaker: the training job's name
+    job_id: str | None = None           # the record's job id (records.RecordStore.create); None: a dry run
+    run_dir: str | None = None          # the record's run directory, never reused; None: a dry run
 
 
-class Target(ABC):
-    """Where a compiled job runs.  ``prepare`` -> a printable ``DryRun``; ``run`` -> an ``Outcome``.
+@dataclass(frozen=True)
+class JobStatus:
+    """What ``describe`` says about a job: its state, and once it ended, its result as ``submit --json`` has it
+    (exit code, source, reason, root cause).  ``native``: the target's own name for the job."""
 
-    Subclasses set ``name`` and implement ``choices`` (the impure decisions a pure builder
-    must not make: a free port, a run id, a name with a timestamp), ``dryrun`` (pure) and ``run``.
+    job_id: str
+    name: str
+    target: str
+    state: JobState
+    exit_code: int | None = None
+    source: str | None = None
+    reason: str | None = None
+    root_cause: dict | None = None
+    native: str | None = None
+    run_dir: str | None = None
+    spec: str | None = None
+    created_at: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    detail: str | None = None           # the platform's own words (SageMaker's secondary status), if any
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "state": self.state.value}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+class Target(ABC, Generic[R]):
+    """Where a compiled job runs, and how a job started there is followed afterwards.
+
+    Submitting: ``prepare`` -> a printable ``DryRun[R]``; ``run`` -> an ``Outcome``.  Subclasses set
+    ``name`` and implement ``choices`` (the impure decisions a pure builder must not make: a free
+    port, a name with a timestamp; ``opts.job_id``/``opts.run_dir`` are the record's), ``dryrun``
+    (pure) and ``run``.
+
+    The lifecycle (every method takes the job's ``JobRecord``, never a bare id: the record says
+    where the job's files are and what the target's own name for it is):
+
+    * ``describe(record) -> JobStatus``: the state now (records.JobState) and, once it ended, its result;
+    * ``cancel(record) -> JobStatus``: stop it on every host (SIGTERM, the spec's grace, SIGKILL) and
+      return once nothing of it is left; cancelling an ended job changes nothing;
+    * ``logs(record, rank=None, follow=False) -> Iterator[str]``: its output lines (one rank's with
+      ``rank``), and with ``follow`` new lines until it ends;
+    * ``list(records) -> list[JobStatus]``: ``describe`` of each of this target's records.
+
+    The defaults (targets/supervised.py) are for jobs supervised by a process on this machine
+    (``submit`` or its detached copy, whose pid the record holds).
     """
 
     name = ""
@@ -159,16 +223,39 @@ class Target(ABC):
         return {}
 
     @abstractmethod
-    def dryrun(self, compiled, **choices) -> DryRun:
+    def dryrun(self, compiled, **choices) -> DryRun[R]:
         """The request this target would send or run, as a printable value (nothing is executed)."""
 
-    def prepare(self, compiled, opts: SubmitOptions = SubmitOptions()) -> DryRun:
+    def prepare(self, compiled, opts: SubmitOptions = SubmitOptions()) -> DryRun[R]:
         """The request as a value, with this run's choices made."""
         return self.dryrun(compiled, **self.choices(compiled, opts))
 
     @abstractmethod
-    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
+    def run(self, dry: DryRun[R], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         """Execute ``dry`` exactly as printed; how it ended."""
+
+    def describe(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
+        """The job's state now and, once it ended, its result."""
+        from .supervised import describe
+
+        return describe(record)
+
+    def cancel(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
+        """Stop the job everywhere; returns once nothing of it runs (raises ClusterError naming what is left)."""
+        from .supervised import cancel
+
+        return cancel(record, clock=clock)
+
+    def logs(self, record: JobRecord, *, rank: int | None = None, follow: bool = False,
+             clock: Clock = SYSTEM_CLOCK) -> Iterator[str]:
+        """The job's output lines (``rank``: only that rank's), following new ones until it ends with ``follow``."""
+        from .supervised import logs
+
+        return logs(record, rank=rank, follow=follow, clock=clock)
+
+    def list(self, records: Iterable[JobRecord], *, clock: Clock = SYSTEM_CLOCK) -> list[JobStatus]:
+        """``describe`` of each of this target's ``records``."""
+        return [self.describe(r, clock=clock) for r in records if r.target == self.name]
 
     def error_source(self, exc: BaseException) -> str:
         """Who decided the code of an error of ours raised while submitting (``launcher`` unless a platform did)."""
