@@ -132,9 +132,28 @@ def _strings(job: S.JobSpec) -> Iterable[tuple[Path_, str]]:
         yield ("hyperparameters", k), v
 
 
+def _s3_strings(job: S.JobSpec) -> Iterable[tuple[Path_, str]]:
+    """The spec's S3 paths: the only place ``${job_name}`` (the training job's name) means something."""
+    sm = job.target.sagemaker
+    for key in ("output_s3", "tensorboard_s3"):
+        if getattr(sm, key):
+            yield ("target", "sagemaker", key), getattr(sm, key)
+    if job.checkpoint.s3:
+        yield ("checkpoint", "s3"), job.checkpoint.s3
+    for ch in job.data:
+        if ch.s3:
+            yield ("data", ch.name, "s3"), ch.s3
+
+
 def _check_macros(job: S.JobSpec, pos: dict) -> list[Finding]:
     names = {c.name for c in job.data}
     out = []
+    for path, text in _s3_strings(job):
+        for m in MACRO_RE.finditer(text):
+            if not (STACK_RE.match(m.group(1)) or m.group(1) == "job_name"):
+                out.append(Finding(line_of(pos, path), render_path(path),
+                                   f"unknown reference ${{{m.group(1)}}} in an S3 path; expected ${{job_name}} (the "
+                                   "training job's name, set at submit) or ${stack:STACK.OutputKey}"))
     for path, text in _strings(job):
         for m in MACRO_RE.finditer(text):
             body = m.group(1)

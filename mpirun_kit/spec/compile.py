@@ -13,6 +13,10 @@ What happens here, in order:
      hyperparameters as ``--key value``;
   4. NCCL/EFA preset merged under the user's env (presets.merge: user wins);
   5. the planned host list (names and slots) for the target.
+
+``${job_name}`` (the training job's name, chosen at submit) is not resolved here: a plan has
+no name yet.  ``with_job_name`` puts it into every S3 path of the spec (checkpoint, output,
+TensorBoard, channels) once the target has chosen it, so each job has its own home.
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ from .schema import MACRO_RE, STACK_RE
 StackResolver = Callable[[str], Mapping[str, str]]
 
 SAGEMAKER_DATA_ROOT = "/opt/ml/input/data"
+#: what a spec's S3 paths name the job by (the training job's name, chosen at submit).
+JOB_NAME_REF = "${job_name}"
 SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"
 SAGEMAKER_MODEL_DIR = "/opt/ml/model"
 
@@ -118,6 +124,38 @@ def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
         return dataclasses.replace(value, **{f.name: _map_strings(getattr(value, f.name), fn)
                                             for f in dataclasses.fields(value) if f.name != "source"})
     return value
+
+
+def s3_paths(job: S.JobSpec) -> tuple[tuple[str, str], ...]:
+    """Every S3 path of a spec as (field path, value): where ``${job_name}`` may appear."""
+    sm = job.target.sagemaker
+    out = [("target.sagemaker.output_s3", sm.output_s3), ("target.sagemaker.tensorboard_s3", sm.tensorboard_s3),
+           ("checkpoint.s3", job.checkpoint.s3)]
+    out += [(f"data.{ch.name}.s3", ch.s3) for ch in job.data]
+    return tuple((k, v) for k, v in out if v)
+
+
+def with_job_name(job: S.JobSpec, job_name: str) -> S.JobSpec:
+    """The spec with ``${job_name}`` replaced by ``job_name`` in every S3 path (and only there).
+
+    Raises:
+        SpecError: a reference other than ``${job_name}`` left in an S3 path (``${stack:...}`` left
+            unresolved in a dry run without AWS is shown as written, not refused).
+    """
+    for field, value in s3_paths(job):
+        for m in MACRO_RE.finditer(value.replace(JOB_NAME_REF, "")):
+            if not STACK_RE.match(m.group(1)):
+                raise SpecError(f"{job.source}: {field}: unknown reference {m.group(0)} in {value!r}; S3 paths may "
+                                f"use {JOB_NAME_REF} (the training job's name) and ${{stack:STACK.OutputKey}}")
+
+    def sub(v: str) -> str:
+        return v.replace(JOB_NAME_REF, job_name) if v else v
+    sm = job.target.sagemaker
+    return dataclasses.replace(
+        job, data=tuple(dataclasses.replace(ch, s3=sub(ch.s3)) if ch.s3 else ch for ch in job.data),
+        checkpoint=dataclasses.replace(job.checkpoint, s3=sub(job.checkpoint.s3)),
+        target=dataclasses.replace(job.target, sagemaker=dataclasses.replace(
+            sm, output_s3=sub(sm.output_s3), tensorboard_s3=sub(sm.tensorboard_s3))))
 
 
 def channel_paths(job: S.JobSpec) -> tuple[tuple[str, str], ...]:

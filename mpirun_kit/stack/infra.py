@@ -31,12 +31,11 @@ import re
 from typing import Iterable, Mapping
 
 from ..spec import schema as S
+from ..spec.compile import JOB_NAME_REF  # what a spec's S3 paths name the training job by
 from .template import Template
 
 #: the input channel ``keys install --sagemaker`` reads the job secret from (sshkeys.SAGEMAKER_SECRET_PATH).
 KEY_CHANNEL = "mpirun-keys"
-#: what a channel URI names the training job by (targets/sagemaker.py substitutes it).
-JOB_NAME_REF = "${job_name}"
 _STACK_REF = re.compile(r"^\$\{stack:([A-Za-z][A-Za-z0-9-]*)\.([A-Za-z0-9]+)\}$")
 _S3_URI = re.compile(r"^s3://([^/]+)/?(.*)$")
 

@@ -21,8 +21,7 @@ from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, ExitCode, SpecError
 from ..exec.result import exit_code_from_failure
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
-from ..spec.compile import CompiledJob, checkpoint_path
-from ..stack.infra import JOB_NAME_REF  # the one reference a channel URI may hold (per-job key material)
+from ..spec.compile import JOB_NAME_REF, CompiledJob, checkpoint_path, with_job_name
 from ..redact import redact_value
 from .base import DryRun, StatusLine, SubmitOptions, Target
 from .outcome import Outcome, outcome_of
@@ -71,19 +70,9 @@ def directory_path(mount_name: str, path: str) -> str:
 
 
 
-def _channel_uri(ch, job_name: str, source: str) -> str:
-    uri = ch.s3.replace(JOB_NAME_REF, job_name)
-    # ${stack:...} left in a dry run without AWS (cli/resolve.py) is shown as written, not refused.
-    left = re.search(r"\$\{(?!stack:)[^}]*\}", uri)
-    if left:
-        raise SpecError(f"{source}: data.{ch.name}.s3: unknown reference {left.group(0)} in {ch.s3!r}; "
-                        f"channel URIs may use {JOB_NAME_REF} (the training job's name)")
-    return uri
-
-
-def _channel(ch, job_name: str, source: str) -> dict:
+def _channel(ch) -> dict:
     if ch.kind == "s3":
-        source = {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": _channel_uri(ch, job_name, source),
+        source = {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": ch.s3,
                                    "S3DataDistributionType": "FullyReplicated"}}
     elif ch.kind == "fsx":
         source = {"FileSystemDataSource": {"FileSystemId": ch.fsx_id, "FileSystemType": "FSxLustre",
@@ -99,15 +88,16 @@ def _channel(ch, job_name: str, source: str) -> dict:
 def build_request(compiled: CompiledJob, job_name: str) -> dict:
     """The CreateTrainingJob request, as a plain dict.  Pure: the name is an argument.
 
-    ``${job_name}`` in a channel's S3 URI becomes ``job_name`` (the key channel: keys are
-    derived for the exact job name).  The request is checked against every AWS limit
+    ``${job_name}`` in every S3 path (checkpoint, output, TensorBoard, channels) becomes
+    ``job_name`` (spec/compile.py ``with_job_name``): each job has its own prefixes, so its
+    ``--resume auto`` sees only its own checkpoints and its keys are its own.  The request is checked against every AWS limit
     (mpirun_kit.stack.limits: lengths, counts, patterns, enums, the 28-day runtime).
 
     Raises:
         SpecError: the serialized LaunchSpec is longer than SageMaker accepts in a
             hyperparameter, or the request breaks any other limit AWS enforces.
     """
-    job = compiled.job
+    job = with_job_name(compiled.job, job_name)
     sm = job.target.sagemaker
     launch_json = compiled.launch.to_json()
     if len(launch_json) > HYPERPARAMETER_MAX:
@@ -141,7 +131,7 @@ def build_request(compiled: CompiledJob, job_name: str) -> dict:
         "Tags": [{"Key": k, "Value": v} for k, v in sm.tags],
     }
     if job.data:
-        req["InputDataConfig"] = [_channel(ch, job_name, job.source) for ch in job.data]
+        req["InputDataConfig"] = [_channel(ch) for ch in job.data]
     if job.spot.enabled:
         req["StoppingCondition"]["MaxWaitTimeInSeconds"] = job.spot.max_wait_s or 2 * sm.max_run_s
     if job.checkpoint.s3:

@@ -67,9 +67,32 @@ def test_job_name_in_a_channel_uri_is_the_submitted_name():
     assert keys["DataSource"]["S3DataSource"]["S3Uri"] == "s3://bucket/keys/mrcnn-20261123-020000/"
 
 
-def test_unknown_reference_left_in_a_channel_uri():
-    text = SPEC.replace("s3://bucket/extra", "s3://bucket/keys/${jobname}/")
-    with pytest.raises(SpecError) as e:
-        T.build_request(compiled(text), "mrcnn-1")
-    assert str(e.value) == ("mrcnn.yaml: data.extra.s3: unknown reference ${jobname} in 's3://bucket/keys/${jobname}/'; "
-                            "channel URIs may use ${job_name} (the training job's name)")
+def test_unknown_reference_in_any_s3_path_is_refused_with_its_line():
+    """Before issue 26 an unknown ${...} in checkpoint.s3 or output_s3 was sent to AWS as written."""
+    from mpirun_kit.spec.findings import JobSpecError
+
+    for old, new, line, field in (("s3://bucket/extra", "s3://bucket/keys/${jobname}/", 24, "data.extra.s3"),
+                                  ("s3://bucket/ckpt", '"s3://bucket/ckpt/${job}"', 25, "checkpoint.s3"),
+                                  ("s3://bucket/out", "s3://bucket/${user}/out", 9, "target.sagemaker.output_s3")):
+        with pytest.raises(JobSpecError) as e:
+            compiled(SPEC.replace(old, new))
+        assert (f"mrcnn.yaml:{line}: {field}: unknown reference ${{{new.split('${')[1].split('}')[0]}}} in an S3 "
+                "path; expected ${job_name} (the training job's name, set at submit) or "
+                "${stack:STACK.OutputKey}") in str(e.value)
+
+
+def test_job_name_resolves_in_every_s3_path_so_two_jobs_have_two_homes():
+    """Before issue 26 only channel URIs took ${job_name}: CheckpointConfig got it literally, so every job
+    from one spec shared (and SageMaker downloaded at start) one checkpoint prefix."""
+    text = (SPEC.replace("s3://bucket/ckpt", '"s3://bucket/jobs/${job_name}/checkpoints"')
+            .replace("output_s3: s3://bucket/out", "output_s3: s3://bucket/jobs/${job_name}/output\n"
+                     "    tensorboard_s3: s3://bucket/jobs/${job_name}/tensorboard")
+            .replace("s3://bucket/extra", "s3://bucket/keys/${job_name}/"))
+    a, b = (T.build_request(compiled(text), name) for name in ("mrcnn-a", "mrcnn-b"))
+    for req, name in ((a, "mrcnn-a"), (b, "mrcnn-b")):
+        assert req["CheckpointConfig"]["S3Uri"] == f"s3://bucket/jobs/{name}/checkpoints"
+        assert req["OutputDataConfig"]["S3OutputPath"] == f"s3://bucket/jobs/{name}/output"
+        assert req["TensorBoardOutputConfig"]["S3OutputPath"] == f"s3://bucket/jobs/{name}/tensorboard"
+        (extra,) = [c for c in req["InputDataConfig"] if c["ChannelName"] == "extra"]
+        assert extra["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://bucket/keys/{name}/"
+    assert "${job_name}" not in json.dumps(a)
