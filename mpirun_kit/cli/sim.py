@@ -48,6 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--json", action="store_true", help="print hosts as JSON")
     up.add_argument("--replace", action="store_true",
                     help="if a cluster of this name is up, tear it down and start afresh (default: refuse, exit 69)")
+    up.add_argument("--slurm", action="store_true",
+                    help="also run a real Slurm: munge on every host, slurmctld on algo-1 (the login node), slurmd on "
+                         "every host (target slurm with target.slurm.sim: NAME submits to it)")
+    up.add_argument("--accounting", action="store_true",
+                    help="with --slurm: MariaDB and slurmdbd on algo-1, so sacct answers (~4 s more)")
     up.set_defaults(func=_up)
 
     down = action(ssub, "down", "tear a cluster down (idempotent)",
@@ -81,6 +86,9 @@ def _up(args) -> int:
     sim = SimCluster(args.hosts, _root(args), args.name, instance_type=args.instance_type)
     try:
         sim.up(replace=args.replace)
+        if args.slurm or args.accounting:
+            from ..sim.slurm import SlurmCluster
+            SlurmCluster(sim, accounting=args.accounting).up()
     except SimClusterExistsError:
         raise  # another cluster's: leave it alone
     except BaseException:
@@ -108,6 +116,9 @@ def _down(args) -> int:
     # Works from namespace names alone, so it also cleans up after a crashed controller; then nothing of the
     # cluster stays on disk (its keys included).
     existed = down_named(args.name)
+    from ..sim.slurm import remove_files
+    from ..sim.layout import plan_layout
+    remove_files(plan_layout(args.name, 1, _root(args)))   # Slurm's spool and munge key, if sim up --slurm ran
     purge_root(_root(args))
     print(f"sim cluster {args.name!r} {'torn down' if existed else 'was not up'}", file=sys.stderr)
     return 0
