@@ -1,9 +1,10 @@
 """Run processes under supervision: the launcher (mpirun) with its output retagged, or any one process.
 
-``run_launcher`` runs mpirun: its output is streamed with rank/host prefixes
-(output.py), signals forwarded, and it is stopped with a grace period.
-``supervise`` runs one process the same way without the retagging (the local
-target's launcher), forwarding SIGTERM/SIGINT through a SignalLatch.
+Both run under the one supervisor (supervisor.py: the phases, the deadline, TERM, grace, KILL, drain);
+this module says what a stop means for them.  ``run_launcher`` runs mpirun (``LauncherChild``): its
+output is streamed with rank/host prefixes (output.py), a stop goes through the ranks first.
+``supervise`` runs one process (the local target's launcher) in its own session, forwarding the
+SIGINT/SIGTERM (a SIGHUP as SIGTERM) its caller received through a SignalLatch.
 
 mpirun runs in its own session (process group), so a final SIGKILL can take
 the launcher and every local rank at once, by process group id, never by name.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import collections
 import errno
 import logging
+import math
 import os
 import re
 import shutil
@@ -33,7 +35,7 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Callable, Collection, Mapping, Protocol, Sequence
 
@@ -42,6 +44,7 @@ from ..errors import ExitCode, LaunchError
 from ..core import verbosity
 from .output import pump_tagged
 from .signals import SignalLatch, signal_name
+from .supervisor import ProcessChild, Stop, Supervisor, signal_pid, signal_stop, start_process
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ class LauncherExit:
     tail: tuple[str, ...]         # last lines it printed (prefixes rewritten)
     timed_out: bool = False
     interrupted_by: str | None = None
+    stop: Stop | None = None      # the stop the supervisor made (who asked, why), None: it ended on its own
 
 
 def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Mapping[int, str], tag_regex: str,
@@ -74,8 +78,9 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                  cwd: str | None = None, clock: Clock = SYSTEM_CLOCK, stdout: BinaryIO | None = None,
                  stderr: BinaryIO | None = None, tail_lines: int = 12,
                  on_start: Callable[[subprocess.Popen], None] | None = None,
-                 parent_death_signal: int | None = None, rank_stop: RankStopper | None = None) -> LauncherExit:
-    """Run ``argv`` to the end and return how it ended.
+                 parent_death_signal: int | None = None, rank_stop: RankStopper | None = None,
+                 stop_source: Callable[[], str] | None = None) -> LauncherExit:
+    """Run ``argv`` to the end under the supervisor (supervisor.py) and return how it ended.
 
     Args:
         cancelled: returns the name of a signal the caller received (to forward), or None.
@@ -83,6 +88,7 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
             with ``rank_stop``, the longest the ranks asked get before mpirun is signalled.
         job_timeout_s: the job's own deadline; None = none.
         rank_stop: on a stop, asks the ranks first (module docstring); None = SIGTERM to mpirun at once.
+        stop_source: who asked for a stop ``cancelled`` reported (``user`` or ``launcher``); default ``user``.
 
     Raises:
         LaunchError: the launcher could not be started (missing, not executable).
@@ -90,13 +96,8 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
     try:
-        full = list(argv)
-        if parent_death_signal is not None:
-            full = with_parent_death_signal(full, parent_death_signal, env.get("PATH"))
-        # start_new_session is done by subprocess's C code, not a Python preexec_fn: nothing
-        # Python runs between fork and exec while the result channel's thread is running.
-        proc = subprocess.Popen(full, env=dict(env), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = start_process(argv, env=dict(env), cwd=cwd, parent_death_signal=parent_death_signal,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     except OSError as exc:
         raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror}; install the MPI launcher or fix PATH "
                           f"(argv: {' '.join(argv[:3])} ...)") from exc
@@ -112,76 +113,94 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
              for s, d in ((proc.stdout, stdout), (proc.stderr, stderr))]
     for t in pumps:
         t.start()
-    job_deadline = Deadline(clock, job_timeout_s)
-    kill_deadline: Deadline | None = None
-    drain: Deadline | None = None        # set while the ranks asked over the channel run their handlers
-    settling: Deadline | None = None     # since the release, when every rank exited: mpirun gets no SIGTERM
-    released = False
-    termed: Deadline | None = None       # mpirun's SIGTERM (its start) and SIGKILL (its end)
-    interrupted: str | None = None
-    timed_out = False
-    why = ""
-    while True:
-        try:
-            proc.wait(timeout=0.05)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        if kill_deadline is None and drain is None:
-            sig = cancelled()
-            if sig is not None:
-                interrupted = sig
-            elif job_deadline.expired():
-                timed_out = True
-            if interrupted or timed_out:
-                why = interrupted or f"job deadline of {job_timeout_s:g} s"
-                # grace_s = 0 asks for no clean-up time at all: nothing to ask the ranks for.
-                asked = rank_stop.begin("SIGTERM") if rank_stop is not None and grace_s > 0 else ()
-                if asked:
-                    log.warning("%s: asked %d rank(s) to stop (SIGTERM to each program); mpirun gets SIGTERM once "
-                                "they have exited, at most %g s from now", why, len(asked), grace_s)
-                    drain = Deadline(clock, grace_s)
-                else:
-                    kill_deadline = termed = _terminate(proc.pid, why, grace_s, clock)
-        elif kill_deadline is None:
-            left = rank_stop.pending()
-            if not left or drain.expired():
-                if left:
-                    log.warning("%d rank(s) still running %g s after they were asked to stop (ranks %s)", len(left),
-                                grace_s, ", ".join(map(str, sorted(left)[:10])) + (" ..." if len(left) > 10 else ""))
-                if not left and rank_stop.all_exited():
-                    settling = Deadline(clock, None)
-                    kill_deadline = Deadline(clock, _kill_after(drain, grace_s))
-                    log.info("%s: every rank exited; mpirun ends once their wrappers are released (its process "
-                             "group gets SIGKILL in %.3g s if not)", why, kill_deadline.seconds)
-                else:
-                    # SIGTERM first, so mpirun is already stopping the job when a released rank's exit reaches it.
-                    kill_deadline = termed = _terminate(
-                        proc.pid, f"{why} ({'grace over' if left else 'the ranks asked exited'})",
-                        _kill_after(drain, grace_s), clock)
-                rank_stop.release()
-                released = True
-        elif kill_deadline.expired():
-            log.warning("mpirun still running %.3g s after %s: killing its process group %d", kill_deadline.seconds,
-                        "SIGTERM" if termed is not None else "every rank exited", proc.pid)
-            _signal_group(proc.pid, signal.SIGKILL)
-            kill_deadline = Deadline(clock, None)
-    if rank_stop is not None and drain is not None and not released:
-        rank_stop.release()   # mpirun ended on its own during the stop: the wrappers have nobody to wait for
-    if termed is not None:
-        log.info("mpirun exited %.2f s after its SIGTERM", termed.elapsed())
-    elif settling is not None:
-        log.info("mpirun ended %.2f s after the ranks were released", settling.elapsed())
-    # Local ranks may outlive mpirun only if it died abruptly; never leave them behind.
-    _signal_group(proc.pid, signal.SIGKILL)
-    for t in pumps:
-        t.join(timeout=2.0)
-    rc = proc.returncode
+
+    def requested() -> Stop | None:
+        name = cancelled()
+        if name is None:
+            return None
+        stop = signal_stop(name)
+        return replace(stop, source=stop_source()) if stop_source is not None else stop
+
+    child = LauncherChild(proc, pumps, grace_s, rank_stop, clock)
+    ended = Supervisor(child, deadline_s=job_timeout_s, grace_s=grace_s, requested=requested, clock=clock).run()
+    rc = proc.returncode if ended.returncode is not None else -signal.SIGKILL
     with lock:
         lines = tuple(tail)
+    stop = ended.stop
+    timed_out = stop is not None and stop.signal is None and stop.exit_code == ExitCode.TIMEOUT
+    interrupted = stop.signal if stop is not None else None
     if rc < 0:
-        return LauncherExit(None, signal_name(-rc), lines, timed_out, interrupted)
-    return LauncherExit(rc, None, lines, timed_out, interrupted)
+        return LauncherExit(None, signal_name(-rc), lines, timed_out, interrupted, stop)
+    return LauncherExit(rc, None, lines, timed_out, interrupted, stop)
+
+
+class LauncherChild(ProcessChild):
+    """mpirun under the supervisor: a stop goes through the ranks first when ``rank_stop`` is given
+    (module docstring), then SIGTERM to mpirun, then SIGKILL to its process group."""
+
+    def __init__(self, proc: subprocess.Popen, pumps: Sequence[threading.Thread], grace_s: float,
+                 rank_stop: RankStopper | None, clock: Clock):
+        super().__init__(proc, threads=pumps, clock=clock)
+        self.grace_s = grace_s
+        self.rank_stop = rank_stop
+        self.why = ""
+        self.asked: Deadline | None = None     # set while the ranks asked over the channel run their handlers
+        self.released = False
+        self.settling: Deadline | None = None  # since the release, when every rank exited: mpirun gets no SIGTERM
+        self.termed: Deadline | None = None    # since mpirun's SIGTERM
+
+    def terminate(self, stop: Stop) -> float | None:
+        self.why = stop.signal or stop.why
+        # grace_s = 0 asks for no clean-up time at all: nothing to ask the ranks for.
+        asked = self.rank_stop.begin("SIGTERM") if self.rank_stop is not None and self.grace_s > 0 else ()
+        if asked:
+            log.warning("%s: asked %d rank(s) to stop (SIGTERM to each program); mpirun gets SIGTERM once "
+                        "they have exited, at most %g s from now", self.why, len(asked), self.grace_s)
+            self.asked = Deadline(self.clock, self.grace_s)
+            return math.inf     # no SIGKILL before the ranks are released (stopping() moves it then)
+        self._sigterm(self.why, self.grace_s)
+        return self.grace_s
+
+    def stopping(self) -> float | None:
+        if self.asked is None or self.released:
+            return None
+        left = self.rank_stop.pending()
+        if left and not self.asked.expired():
+            return None
+        if left:
+            log.warning("%d rank(s) still running %g s after they were asked to stop (ranks %s)", len(left),
+                        self.grace_s, ", ".join(map(str, sorted(left)[:10])) + (" ..." if len(left) > 10 else ""))
+        after = _kill_after(self.asked, self.grace_s)
+        if not left and self.rank_stop.all_exited():
+            self.settling = Deadline(self.clock, None)
+            log.info("%s: every rank exited; mpirun ends once their wrappers are released (its process "
+                     "group gets SIGKILL in %.3g s if not)", self.why, after)
+        else:
+            # SIGTERM first, so mpirun is already stopping the job when a released rank's exit reaches it.
+            self._sigterm(f"{self.why} ({'grace over' if left else 'the ranks asked exited'})", after)
+        self.rank_stop.release()
+        self.released = True
+        return after
+
+    def kill(self) -> None:
+        log.warning("mpirun still running after %s: killing its process group %d",
+                    "its SIGTERM" if self.termed is not None else "every rank exited", self.proc.pid)
+        super().kill()
+
+    def drain(self, deadline: Deadline) -> None:
+        if self.rank_stop is not None and self.asked is not None and not self.released:
+            self.rank_stop.release()   # mpirun ended on its own during the stop: the wrappers have nobody to wait for
+        if self.termed is not None:
+            log.info("mpirun exited %.2f s after its SIGTERM", self.termed.elapsed())
+        elif self.settling is not None:
+            log.info("mpirun ended %.2f s after the ranks were released", self.settling.elapsed())
+        # Local ranks may outlive mpirun only if it died abruptly; never leave them behind (ProcessChild.drain).
+        super().drain(deadline)
+
+    def _sigterm(self, why: str, kill_after_s: float) -> None:
+        log.warning("%s: sending SIGTERM to mpirun (pid %d), SIGKILL in %.3g s", why, self.proc.pid, kill_after_s)
+        signal_pid(self.proc.pid, signal.SIGTERM)
+        self.termed = Deadline(self.clock, None)
 
 
 def exit_code_of(returncode: int) -> int:
@@ -190,34 +209,32 @@ def exit_code_of(returncode: int) -> int:
 
 
 def supervise(argv: Sequence[str], cwd: str | None = None, *, deadline_s: float | None = None,
-              grace_s: float = 10.0, clock: Clock = SYSTEM_CLOCK) -> tuple[int, str | None]:
-    """Run one process to its end, forwarding SIGTERM/SIGINT to it; (exit code, first signal forwarded).
+              grace_s: float = 10.0, clock: Clock = SYSTEM_CLOCK, latch: SignalLatch | None = None,
+              parent_death_signal: int | None = signal.SIGTERM, margin_s: float = 10.0) -> tuple[int, Stop | None]:
+    """Run one process (the local target's launcher) to its end under the supervisor; (exit code, the stop made).
 
-    Past ``deadline_s`` it gets SIGTERM, then SIGKILL ``grace_s`` + 10 s later, and the code is
-    ExitCode.TIMEOUT.  Its output goes where ours goes (the process writes it itself).
+    It runs in its own session, so a terminal's signals reach only us; a SIGINT or SIGTERM received
+    (``latch``; one is installed when not given) is forwarded as it is, a SIGHUP as SIGTERM: the process
+    (the launcher) stops every rank with its grace period.  SIGKILL to its group comes ``grace_s +
+    margin_s`` after the stop began.  Past ``deadline_s`` the same stop happens and the code is
+    ExitCode.TIMEOUT.  If this process dies, the child gets SIGTERM (``parent_death_signal``).  Its output
+    goes where ours goes (the process writes it itself).
     """
-    proc = subprocess.Popen(list(argv), cwd=cwd)
-    deadline = Deadline(clock, deadline_s)
-
-    def forward(signum: int) -> None:
-        # The process (the local target's launcher) turns this into SIGTERM for every rank, then grace, then SIGKILL.
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    with SignalLatch(forward=forward) as latch:
-        while proc.poll() is None:
-            if deadline.expired():
-                proc.terminate()
-                try:
-                    proc.wait(timeout=grace_s + 10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                return ExitCode.TIMEOUT, latch.received
-            clock.sleep(min(0.2, deadline.remaining()))
-    return exit_code_of(proc.returncode), latch.received
+    own = latch is None
+    latch = latch or SignalLatch()
+    if own:
+        latch.__enter__()
+    try:
+        proc = start_process(argv, cwd=cwd, parent_death_signal=parent_death_signal)
+        child = ProcessChild(proc, forward=True, clock=clock)
+        ended = Supervisor(child, deadline_s=deadline_s, grace_s=grace_s + margin_s, requested=latch.stop,
+                           clock=clock, tick_s=0.1, deadline_what="the launcher").run()
+    finally:
+        if own:
+            latch.__exit__(None, None, None)
+    if ended.stop is not None:
+        return ended.stop.exit_code, ended.stop
+    return exit_code_of(ended.returncode if ended.returncode is not None else -signal.SIGKILL), None
 
 
 #: a last resort where util-linux's setpriv is missing: pdeathsig.py run as a script sets the
@@ -249,24 +266,3 @@ def _kill_after(drain: Deadline, grace_s: float) -> float:
     """After a stop through the ranks: the group's SIGKILL comes when it would have without it (grace_s after
     the stop began), or, if the ranks took all of it, a short bound later: mpirun only tears down now."""
     return max(drain.remaining(), min(grace_s, KILL_AFTER_STOP_S))
-
-
-def _terminate(pid: int, why: str, kill_after_s: float, clock: Clock) -> Deadline:
-    """SIGTERM to mpirun; returns when its process group gets SIGKILL."""
-    log.warning("%s: sending SIGTERM to mpirun (pid %d), SIGKILL in %.3g s", why, pid, kill_after_s)
-    _signal_pid(pid, signal.SIGTERM)
-    return Deadline(clock, kill_after_s)
-
-
-def _signal_pid(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -1,8 +1,10 @@
-"""Signals as data: a latch that records the first SIGTERM/SIGINT and lets loops react.
+"""Signals as data: a latch that records the first SIGTERM/SIGINT/SIGHUP and lets loops react.
 
 Handlers only record (and optionally call a forwarder); the waiting loops read
-``latch.received`` and decide what to do, so no work happens inside a handler
-beyond forwarding a signal by pid.
+``latch.received`` (or ``latch.stop()``, the supervisor's ``Stop`` it means) and
+decide what to do, so no work happens inside a handler beyond forwarding a signal
+by pid.  SIGHUP (the terminal closed) is a stop like the others: without a handler
+it would end the process at once and orphan everything it started.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable  # not typing: the rank wrapper imports this module
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT)
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def signal_name(signum: int) -> str:
@@ -47,6 +49,14 @@ class SignalLatch:
     def __exit__(self, *exc) -> None:
         for s, old in self._old.items():
             signal.signal(s, old)
+
+    def stop(self):
+        """The supervisor's ``Stop`` for the signal received (``user``, 128+N), or None (exec/supervisor.py)."""
+        if self.received is None:
+            return None
+        from .supervisor import signal_stop
+
+        return signal_stop(self.received)
 
     def __call__(self) -> bool:
         """True once a signal arrived (usable as a ``cancelled`` callable)."""

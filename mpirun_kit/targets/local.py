@@ -18,9 +18,11 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import CannotStartError
+from ..errors import CannotStartError, ExitCode
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..exec.process import supervise
+from ..exec.signals import SignalLatch
+from ..exec.supervisor import Stop, signal_stop
 from ..spec.compile import CompiledJob
 from ..core.files import write_atomic
 from ..core import verbosity
@@ -120,14 +122,15 @@ def write_files(dry: DryRun) -> None:
 
 
 def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | None = None, grace_s: float = 10.0,
-             clock: Clock = SYSTEM_CLOCK, received: list[str] | None = None) -> int:
-    """Run the launcher process under exec.process.supervise; its exit code (ExitCode.TIMEOUT past the deadline).
+             clock: Clock = SYSTEM_CLOCK, stops: list[Stop] | None = None, latch: SignalLatch | None = None) -> int:
+    """Run the launcher process under the supervisor (exec.process.supervise); its exit code (ExitCode.TIMEOUT
+    past the deadline, 128+N after signal N reached us: the launcher stopped every rank first).
 
-    ``received`` collects the name of the signal forwarded to it, if any.
+    ``stops`` collects the stop made (who asked and why), if any.
     """
-    code, sig = supervise(argv, cwd, deadline_s=deadline_s, grace_s=grace_s, clock=clock)
-    if sig is not None and received is not None:
-        received.append(sig)
+    code, stop = supervise(argv, cwd, deadline_s=deadline_s, grace_s=grace_s, clock=clock, latch=latch)
+    if stop is not None and stops is not None:
+        stops.append(stop)
     return code
 
 
@@ -147,12 +150,19 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
         # A report left by an earlier run must not be taken for this one's.
         failure.unlink(missing_ok=True)
         (failure.parent / "timeline.json").unlink(missing_ok=True)
+        if latch.received:   # stopped between attempts: nothing more is started
+            stops.append(signal_stop(latch.received))
+            return stops[-1].exit_code
         attempts.append(n)
         return run_argv(req["argv"], req["cwd"], deadline_s=req["deadline_s"], grace_s=req["grace_s"], clock=clock,
-                        received=received)
+                        stops=stops, latch=latch)
 
-    received: list[str] = []
-    code = retrying(attempt, req["retries"], progress, permanent=STOPPED)
+    stops: list[Stop] = []
+    # Installed before the first attempt: a SIGHUP, SIGTERM or Ctrl-C at any time stops the launcher (never
+    # orphaned: it runs in its own session and gets SIGTERM should we die) and is never retried.
+    with SignalLatch() as latch:
+        code = retrying(attempt, req["retries"], progress, permanent=STOPPED | {ExitCode.for_signal(1)})
+    received = [s.signal for s in stops if s.signal]
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
     return outcome_of("local", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
                       interrupted=received[0] if received else None, attempts=len(attempts), started=started, ended=time.time(), hosts={"localhost": code},
