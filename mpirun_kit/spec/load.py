@@ -58,6 +58,8 @@ def _build(raw: dict, source: str, target_override: str | None) -> S.JobSpec:
             type=target_override or t.get("type", "local"),
             ssh=S.SshTarget(**{k: (tuple(v) if k == "hosts" else v) for k, v in ssh.items()}),
             sim=S.SimTarget(**(t.get("sim") or {})),
+            slurm=S.SlurmTarget(**{k: (str(v) if k == "time" else tuple(v) if isinstance(v, list) else v)
+                                   for k, v in (t.get("slurm") or {}).items()}),
             sagemaker=S.SageMakerTarget(**{k: (_pairs(v) if k == "tags" else tuple(v) if k == "allow_plaintext_secrets"
                                                else v) for k, v in sm.items()}),
         ),

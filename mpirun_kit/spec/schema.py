@@ -33,7 +33,7 @@ API_VERSION = "mpirun_kit/v1"
 MACRO_RE = re.compile(r"\$\{([^}]*)\}")
 STACK_RE = re.compile(r"^stack:([A-Za-z][A-Za-z0-9-]*)\.([A-Za-z0-9]+)$")
 KIND = "Job"
-TARGETS = ("local", "sim", "ssh", "sagemaker")
+TARGETS = ("local", "sim", "ssh", "sagemaker", "slurm")
 SCHEMA_PATH = Path(__file__).with_name("job.schema.json")
 
 Pairs = tuple[tuple[str, str], ...]
@@ -65,6 +65,41 @@ class SimTarget:
 
 
 @dataclass(frozen=True)
+class SlurmTarget:
+    """A Slurm cluster: one batch script submitted with sbatch, here, over ssh (``login``) or on a sim cluster."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    #: Slurm's time limit (sbatch --time: "30", "1:00:00", "2-00:00:00"); None = the partition's.
+    time: str | None = None
+    gpus_per_node: int | None = None
+    exclusive: bool = False
+    #: pyxis/enroot: every rank runs in this image (srun --container-image), with these mounts.
+    container_image: str | None = None
+    container_mounts: tuple[str, ...] = ()
+    #: more sbatch options, each one argv item ("--constraint=a100", "--mail-type=END").
+    sbatch_options: tuple[str, ...] = ()
+    #: "user@host" (or "user@host:port") of a login node to run sbatch on over ssh; None = this machine.
+    login: str | None = None
+    identity_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    #: a simulated cluster brought up with `mpirun_kit sim up --slurm --name NAME` (its algo-1 is the login node).
+    sim: str | None = None
+    sim_root: str | None = None
+    #: a directory every node sees (shared file system): each job's scripts, logs and result go under it.
+    workdir: str = "/tmp/mpirun-kit-slurm"
+    #: the interpreter with mpirun_kit installed on the nodes.
+    python: str = "python3"
+    #: how ranks start: srun --mpi=pmix (direct launch) or mpirun inside the allocation (Open MPI plm:slurm).
+    launch: str = "srun"
+    #: requeue the job when a node fails or it is preempted (sbatch --requeue); retries count the requeues.
+    requeue: bool = False
+    #: "USR1@90": the batch step gets SIGUSR1 90 s before the time limit (sbatch --signal=B:USR1@90).
+    signal: str | None = None
+
+
+@dataclass(frozen=True)
 class SageMakerTarget:
     role: str = ""
     region: str | None = None
@@ -88,6 +123,7 @@ class Target:
     type: str = "local"
     ssh: SshTarget = field(default_factory=SshTarget)
     sim: SimTarget = field(default_factory=SimTarget)
+    slurm: SlurmTarget = field(default_factory=SlurmTarget)
     sagemaker: SageMakerTarget = field(default_factory=SageMakerTarget)
 
 
@@ -243,6 +279,23 @@ JOB_SCHEMA: dict = {
             "type": {"enum": list(TARGETS), "default": "local"},
             "local": _obj({}),
             "sim": _obj({"root": _STR}),
+            "slurm": _obj({
+                "partition": _STR, "account": _STR, "qos": _STR,
+                "time": {"type": ["string", "integer"], "description": "sbatch --time: minutes, H:MM:SS or D-HH:MM:SS"},
+                "gpus_per_node": {"type": "integer", "minimum": 0},
+                "exclusive": {"type": "boolean"},
+                "container_image": _STR, "container_mounts": _STRLIST,
+                "sbatch_options": _STRLIST,
+                "login": {"type": "string", "pattern": r"^[^\s@\-][^\s@]*@[^\s@:\-][^\s@:]*(:[1-9][0-9]*)?$",
+                          "description": "user@host[:port] of a login node (sbatch over ssh)"},
+                "identity_file": _STR, "known_hosts": _STR,
+                "sim": {"type": "string", "pattern": "^[a-z0-9]{1,12}$"}, "sim_root": _ABS,
+                "workdir": _ABS, "python": _STR,
+                "launch": {"enum": ["srun", "mpirun"]},
+                "requeue": {"type": "boolean"},
+                "signal": {"type": "string", "pattern": "^[A-Z0-9]+@[0-9]+$",
+                           "description": "SIGNAL@SECONDS before the time limit, e.g. USR1@90"},
+            }),
             "ssh": _obj({
                 "hosts": {"type": "array", "minItems": 1, "items": _HOST_SLOTS},
                 "user": _STR, "port": {"type": "integer", "minimum": 1, "maximum": 65535},
