@@ -129,7 +129,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     try:
         _write_own_rank_keys(server, plan, keys, job)
         workers = plan.workers
-        if workers:
+        # srun starts ranks through each node's slurmd: no worker's sshd is needed (plan/mpi.py's srun row).
+        if workers and get_flavour(plan.mpi_flavour).uses_ssh:
             say(out, f"master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
                      f"(deadline {plan.ssh_deadline_s():g} s)")
             try:

@@ -29,7 +29,8 @@ PER_HOST_NAMES: frozenset[str] = frozenset({
 #: what mpirun itself needs from the launching host besides the ranks' env: what an ssh login gives
 #: a remote host's MPI daemon, and MPI's own settings.  Local ranks inherit mpirun's environment, so
 #: it is built from this and the ranks' allow-listed env only, never the master's whole environment.
-LAUNCHER_NAMES: tuple[str, ...] = ("HOME", "USER", "LOGNAME", "SHELL", "TMPDIR")
+#: SLURM_CONF: where srun (mpi_flavour srun) finds the cluster's configuration, when not in its default place.
+LAUNCHER_NAMES: tuple[str, ...] = ("HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "SLURM_CONF")
 LAUNCHER_PREFIXES: tuple[str, ...] = ("OMPI_MCA_", "OPAL_", "PMIX_MCA_", "PRTE_MCA_")
 
 

@@ -20,6 +20,7 @@ from .env import resolve_env
 from ..redact import redact_argv, redact_pairs
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
+from .srun import build_srun_argv
 from .contract import RUN_NONCE_VAR, HOSTS_VAR, PINNING_VAR, RENDEZVOUS_VAR, RESULT_ADDR_VAR
 from .ranks import RankSlot, assign_ranks, encode_host_slots
 
@@ -116,10 +117,15 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
     command = (python, "-m", RANK_MODULE, "--", *spec.program)
     # The run nonce is made by the master at run time (never in the plan): mpirun forwards it by name
     # from its own environment.  It names the directory of the ranks' key files (exec/channel/keys.py).
-    argv, conflicts = build_mpirun_argv(
-        flavour, host_slots, [n for n, _ in env] + [RUN_NONCE_VAR], command, mca=spec.mca, options=spec.mpi_options,
-        network_interface=cluster.network_interface, ssh_port=spec.ssh_port, run_as_root=run_as_root,
-        oversubscribed=oversubscribed, launcher=launcher)
+    if flavour.launcher == "srun":
+        # Inside a Slurm job: srun starts the ranks (plan/srun.py); every rank gets srun's environment.
+        argv, conflicts = build_srun_argv(host_slots, command, environ, options=spec.mpi_options, mca=spec.mca,
+                                          launcher=launcher)
+    else:
+        argv, conflicts = build_mpirun_argv(
+            flavour, host_slots, [n for n, _ in env] + [RUN_NONCE_VAR], command, mca=spec.mca,
+            options=spec.mpi_options, network_interface=cluster.network_interface, ssh_port=spec.ssh_port,
+            run_as_root=run_as_root, oversubscribed=oversubscribed, launcher=launcher)
     return LaunchPlan(
         hosts=hosts, master=master, ranks=ranks, program=tuple(spec.program), env=env, env_dropped=dropped,
         mpi_flavour=flavour.name, daemons=flavour.daemons, argv=argv, conflicts=conflicts,

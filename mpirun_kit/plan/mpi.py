@@ -46,6 +46,8 @@ class MpiFlavour:
     #: always set: stop the whole job when any rank fails, and container-safe transports.
     builtin_mca: tuple[tuple[str, str], ...]
     yield_mca: tuple[tuple[str, str], ...]
+    #: the master waits for every worker's sshd before launching (srun starts ranks through slurmd instead).
+    uses_ssh: bool = True
 
 
 # Each tag is matched exactly, never "and any whitespace after it": what follows the tag is the program's
@@ -105,6 +107,15 @@ FLAVOURS: dict[str, MpiFlavour] = {
         ssh_mca_key=None, ssh_exec_args=("-launcher", "ssh", "-launcher-exec"),
         builtin_mca=(),
         yield_mca=(),
+    ),
+    # Direct launch inside a Slurm job (target slurm): the argv is plan/srun.py's; Slurm's slurmstepd runs on
+    # every node of the step (what a worker waits for), and srun --label tags each line with its task.
+    "srun": MpiFlavour(
+        name="srun", daemons=("slurmstepd",), launcher="srun", np_flag="--ntasks", hosts_flag="--nodelist",
+        env_flag="", env_joined=False, mca_flag=None, runtime_mca_flag=None, runtime_mca_prefixes=(),
+        root_args=(), placement_args=(), oversubscribe_args=(), tag_args=("--label",),
+        tag_regex=r"^ *(?P<rank>\d+): ", iface_mca_keys=(), iface_flag=None, ssh_mca_key=None, ssh_exec_args=(),
+        builtin_mca=(), yield_mca=(), uses_ssh=False,
     ),
 }
 

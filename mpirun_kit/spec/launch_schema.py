@@ -45,7 +45,7 @@ LAUNCH_SCHEMA: dict = _obj({
     "processes_per_host": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
     "env": _PAIRS,
     "env_forward": {"type": "array", "items": _NAME},
-    "mpi_flavour": {"enum": ["auto", "openmpi4", "openmpi5", "mpich"]},
+    "mpi_flavour": {"enum": ["auto", "openmpi4", "openmpi5", "mpich", "srun"]},
     "mpi_options": _STRLIST,
     "mca": _MCA,
     "pinning": {"enum": ["auto", "none"]},

@@ -69,7 +69,7 @@ class LaunchSpec:
     env: tuple[tuple[str, str], ...] = ()
     #: names copied from the launching host's environment, when set there.
     env_forward: tuple[str, ...] = ()
-    #: "auto" | "openmpi4" | "openmpi5" | "mpich"
+    #: "auto" | "openmpi4" | "openmpi5" | "mpich" | "srun" (inside a Slurm job: plan/srun.py)
     mpi_flavour: str = "auto"
     #: extra mpirun arguments, appended verbatim after the built ones.
     mpi_options: tuple[str, ...] = ()
