@@ -23,7 +23,7 @@ LAUNCHER_CODES = {ExitCode.BAD_INPUT: "bad input (spec, flag, resourceconfig.jso
                   ExitCode.UNREACHABLE: "a host or AWS was unreachable", ExitCode.LAUNCH_FAILED: "the launcher failed",
                   ExitCode.HOST_LOST: "a worker host was lost mid-job", ExitCode.MASTER_LOST: "a worker lost its master",
                   ExitCode.HUNG: "the ranks hung", ExitCode.TIMEOUT: "the job ran past its deadline"}
-SOURCES = ("job", "launcher", "platform")
+SOURCES = ("job", "launcher", "platform", "user")
 # The failure report's root-cause line, written by exec/result.py (RankFailure.describe); it comes before
 # any of the program's own output, which is only quoted after "mpirun output (last lines):".
 _ROOT_CAUSE_RE = re.compile(r"root cause: rank (?P<rank>\d+) on (?P<host>\S+) "
@@ -37,7 +37,8 @@ class Outcome:
 
     ``source``: ``job`` (the program's own code: it succeeded, a rank exited non-zero or was killed),
     ``launcher`` (mpirun_kit or mpirun chose the code: bad input, unreachable host, launcher failure,
-    lost host/master, deadline, stopped by a signal) or ``platform`` (SageMaker/AWS decided).
+    lost host/master, deadline, a hang) or ``platform`` (SageMaker/AWS decided), or ``user`` (a person stopped
+    it: a signal to submit such as Ctrl-C or a closed terminal, or ``cancel``; no rank is blamed).
     """
 
     target: str | None                  # None: the spec never compiled
@@ -101,7 +102,8 @@ def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_t
     if error is not None:
         source, reason = error
     elif interrupted:
-        source, reason = "launcher", f"stopped by {interrupted}: SIGTERM to every rank, SIGKILL after the grace period"
+        # submit itself received the signal: a person stopped the job (Ctrl-C, a closed terminal, cancel).
+        source, reason = "user", f"stopped by {interrupted}: SIGTERM to every rank, SIGKILL after the grace period"
     elif exit_code == 0:
         source, reason = "job", "the job succeeded"
     elif cause is not None:
