@@ -1,0 +1,842 @@
+"""Target ``slurm``: one batch script, submitted with ``sbatch --parsable``, whose batch step is the job's master.
+
+Place in the data flow: CompiledJob + a run id (``choices``) -> ``dryrun`` (pure: the batch script
+whole, the LaunchSpec every host reads, where sbatch runs) -> ``run``:
+
+  1. reaches the cluster's login side: this machine (sbatch on PATH), a login node over ssh
+     (``login: user@host``, exec/remote.py), or a simulated cluster's algo-1 (``sim: NAME``,
+     ``mpirun_kit sim up --slurm``);
+  2. discovers the cluster (``scontrol show config``: version, MpiDefault; ``sinfo --json``,
+     or its text form: partitions and their nodes) and refuses, in one line each, a partition
+     it lacks, a job larger than the partition, or an account Slurm rejects;
+  3. writes the run directory under ``workdir`` (a file system every node sees): the script,
+     the LaunchSpec, a job secret made for this run (0600), then ``sbatch --parsable``;
+  4. with ``submit --wait``, follows the job (``squeue --json``/``sacct --json`` with fallbacks,
+     module ``parse_*``) and copies its output, then reads the job's own result.
+
+The batch script (``render_script``): scrubs what a parent allocation or the submitting shell
+left (``SLURM_*``, ``SBATCH_*``, ``PMIX_*`` but the few Slurm set for this job), starts the worker
+entrypoints as one background step on the other nodes (``srun --overlap``; they hand their ranks
+the result channel's keys), runs the master entrypoint itself, which launches the ranks with
+``srun --mpi=pmix`` under the rank wrapper (plan/srun.py; or ``mpirun`` inside the allocation),
+loops on ``wait`` across signals (``--signal=B:USR1@N`` interrupts a bare ``wait`` with 138),
+forwards SIGTERM/USR1 to the master (ranks get SIGTERM, checkpoint, exit), and exits with the
+master's code: each rank's real exit code or signal and the root cause (rank, node) are in
+``attempt-N/<node>/output/failure``, whatever srun (143/137) or sacct (often COMPLETED or
+FAILED 15:0) say.  ``--requeue`` with ``retries``: the script requeues itself
+(``scontrol requeue``) after a retryable failure or a preemption notice while
+``SLURM_RESTART_COUNT`` < retries.
+
+Shell appears only here, at the script boundary: every argv is quoted once with ``shlex.join``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ..core import verbosity
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..errors import ClusterError, ExitCode, LaunchError, SpecError
+from ..records import JobRecord, JobState
+from ..spec.compile import CompiledJob
+from .base import DryRun, JobStatus, StatusLine, SubmitOptions, Target
+from .outcome import Outcome, outcome_of
+
+#: the Slurm variables the batch step keeps (Slurm set them for this job); every other SLURM_*, SBATCH_*, PMIX_* goes.
+KEEP_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURMD_NODENAME", "SLURM_RESTART_COUNT", "SLURM_CONF",
+             "SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_CLUSTER_NAME", "SLURM_JOB_NUM_NODES",
+             "SLURM_JOB_PARTITION")
+#: runs a command with the submitting shell's inherited SLURM_*/SBATCH_*/PMIX_* removed (SLURM_CONF kept):
+#: sbatch reads SBATCH_* as options and passes the rest into the job (submitit's clean_env).
+SCRUB = ('for v in $(compgen -e); do case "$v" in SLURM_CONF) ;; SLURM_*|SBATCH_*|PMIX_*) unset "$v";; esac; '
+         'done; exec "$@"')
+#: codes a requeue cannot change (bad input, usage, Ctrl-C, a cancel's SIGTERM).
+NOT_REQUEUED = (0, 2, 64, 130, 143)
+#: how often ``--wait`` asks Slurm.
+POLL_S = 1.0
+#: a job Slurm no longer lists, whose result file is still missing, is waited for this long (a shared file
+#: system's attribute cache).
+RESULT_GRACE_S = 10.0
+
+
+# --- Slurm's own words -> ours -------------------------------------------------------------------------
+
+#: Slurm job states (squeue/sacct, every version) -> JobState.  Anything else is kept as text and read as running.
+STATE_MAP = {
+    "PENDING": JobState.PENDING, "CONFIGURING": JobState.PENDING, "REQUEUED": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.PENDING, "REQUEUE_FED": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING,
+    "SUSPENDED": JobState.RUNNING, "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING, "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "COMPLETED": JobState.SUCCEEDED,
+    "CANCELLED": JobState.CANCELLED, "REVOKED": JobState.CANCELLED,
+    "FAILED": JobState.FAILED, "TIMEOUT": JobState.FAILED, "NODE_FAIL": JobState.FAILED,
+    "PREEMPTED": JobState.FAILED, "BOOT_FAIL": JobState.FAILED, "DEADLINE": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED, "SPECIAL_EXIT": JobState.FAILED,
+}
+ENDED = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as Slurm reports it (any version's JSON, or sacct's text)."""
+
+    job_id: str
+    name: str
+    state: str                      # Slurm's word, upper case ("RUNNING"); "" when it gave none
+    exit_code: int | None = None    # Slurm's view (the batch script's code): not the job's result
+    signal: int | None = None
+    nodes: str = ""
+    reason: str = ""
+    restarts: int = 0
+
+    @property
+    def job_state(self) -> JobState:
+        return STATE_MAP.get(self.state, JobState.RUNNING)
+
+    @property
+    def known_state(self) -> bool:
+        return self.state in STATE_MAP
+
+
+def _state_word(value: Any) -> str:
+    """``job_state``: a string (22.05), a list (23.11+: ``["RUNNING", "COMPLETING"]``), or a dict ({"current": [...]}, sacct)."""
+    if isinstance(value, dict):
+        value = value.get("current", value.get("state", ""))
+    if isinstance(value, list):
+        value = value[0] if value else ""
+    return str(value or "").split()[0].upper() if str(value or "").strip() else ""
+
+
+def _number(value: Any) -> int | None:
+    """A Slurm number: 3, "3", or 23.11+'s {"set": true, "infinite": false, "number": 3}."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _exit_of(value: Any) -> tuple[int | None, int | None]:
+    """(exit code, signal) from an ``exit_code`` field: an int (22.05 squeue), or {"status":..., "return_code":...,
+    "signal": {"signal_id":...}} (sacct, 23.11+)."""
+    if isinstance(value, dict):
+        code = _number(value.get("return_code"))
+        sig = value.get("signal")
+        sig = _number(sig.get("signal_id") if isinstance(sig, dict) else sig)
+        return code, sig or None
+    n = _number(value)
+    if n is None:
+        return None, None
+    # squeue's 22.05 integer is a wait status: code << 8 | signal.
+    return (n >> 8, (n & 0x7F) or None) if n > 255 else (n, None)
+
+
+def parse_jobs_json(text: str) -> list[SlurmJob]:
+    """``squeue --json`` or ``sacct --json`` of any version: every job it lists; fields it lacks stay empty.
+
+    A foreign job (another user's, odd names, unknown states) never raises; only text that is not JSON does.
+
+    Raises:
+        ClusterError: ``text`` is not the JSON of squeue/sacct.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ClusterError(f"Slurm gave no JSON ({exc}; it printed {text[:200]!r}); is it older than 21.08? "
+                           "the text fallback is used instead") from exc
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    out = []
+    for j in jobs if isinstance(jobs, list) else []:
+        if not isinstance(j, dict):
+            continue
+        job_id = _number(j.get("job_id"))
+        if job_id is None:
+            continue
+        state = j.get("job_state", j.get("state"))
+        code, sig = _exit_of(j.get("exit_code"))
+        nodes = j.get("nodes", "")
+        out.append(SlurmJob(str(job_id), str(j.get("name", "")), _state_word(state), code, sig,
+                            nodes if isinstance(nodes, str) else "",
+                            str(j.get("state_reason", j.get("state", {}).get("reason", "")
+                                      if isinstance(j.get("state"), dict) else "") or ""),
+                            _number(j.get("restart_cnt", j.get("restarts"))) or 0))
+    return out
+
+
+def parse_sacct_text(text: str) -> list[SlurmJob]:
+    """``sacct -X -n -P -o JobID,JobName,State,ExitCode,NodeList`` (every version, and clusters where --json fails)."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 4 or not parts[0].split("_")[0].isdigit():
+            continue
+        code, _, sig = parts[3].partition(":")
+        out.append(SlurmJob(parts[0], parts[1], _state_word(parts[2]), int(code) if code.isdigit() else None,
+                            int(sig) if sig.isdigit() and int(sig) else None, parts[4] if len(parts) > 4 else ""))
+    return out
+
+
+def parse_scontrol_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = value`` lines -> dict (the version line included as SLURM_VERSION)."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes: tuple[str, ...]
+    default: bool = False
+    state: str = "UP"
+
+
+def parse_sinfo_json(text: str) -> list[Partition]:
+    """``sinfo --json``: one entry per node and partition (22.05: ``nodes`` with ``partitions``; 23.11+:
+    ``sinfo`` with ``partition.name`` and ``nodes.nodes``)."""
+    data = json.loads(text)
+    parts: dict[str, set[str]] = {}
+    for n in data.get("nodes") or []:
+        for p in n.get("partitions") or []:
+            parts.setdefault(p, set()).add(n.get("name") or n.get("hostname", ""))
+    for entry in data.get("sinfo") or []:
+        p = (entry.get("partition") or {}).get("name")
+        names = (entry.get("nodes") or {}).get("nodes") or []
+        if p:
+            parts.setdefault(p, set()).update(names)
+    return [Partition(p, tuple(sorted(n for n in ns if n))) for p, ns in sorted(parts.items())]
+
+
+def parse_sinfo_text(text: str) -> list[Partition]:
+    """``sinfo -h -N -o '%P %N'``: one line per node and partition; the default partition ends with ``*``."""
+    parts: dict[str, list[str]] = {}
+    default = ""
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 2:
+            continue
+        name, node = fields
+        if name.endswith("*"):
+            name = default = name[:-1]
+        parts.setdefault(name, []).append(node)
+    return [Partition(p, tuple(sorted(set(ns))), default=p == default) for p, ns in sorted(parts.items())]
+
+
+# --- the request: a value ------------------------------------------------------------------------------
+
+def render_script(*, job: str, run_dir: str, nodes: int, tasks_per_node: int, entrypoint: list[str],
+                  sbatch: list[str], retries: int = 0, requeue: bool = False) -> str:
+    """The batch script, whole.  ``entrypoint``: the argv every node's entrypoint starts with (its per-node
+    flags are added here); ``sbatch``: the ``#SBATCH`` options, one argv item each."""
+    q = shlex.quote
+    head = ["#!/bin/bash"] + [f"#SBATCH {q(o)}" for o in sbatch]
+    keep = "|".join(KEEP_VARS)
+    requeue_line = (
+        f'  if [ "$attempt" -lt {retries} ] && {{ [ "$caught" = USR1 ] || ! case " {" ".join(map(str, NOT_REQUEUED))} " '
+        'in *" $rc "*) true;; *) false;; esac; }; then\n'
+        '    echo "mpirun_kit: attempt $attempt ended with $rc; requeueing (SLURM_RESTART_COUNT counts it)" >&2\n'
+        '    scontrol requeue "$SLURM_JOB_ID" && exit "$rc"\n'
+        '  fi\n') if requeue and retries > 0 else ""
+    return "\n".join(head) + f"""
+# Written by mpirun_kit (target slurm) for job {job}: the batch step runs the job's master.
+set -u
+run={q(run_dir)}
+cd "$run" || exit 66
+# Nothing a parent allocation or the submitting shell left reaches the job: SLURM_*, SBATCH_*, PMIX_* go,
+# except what Slurm set for this job.
+for v in $(compgen -e); do
+  case "$v" in
+    {keep}) ;;
+    SLURM_*|SBATCH_*|PMIX_*) unset "$v" ;;
+  esac
+done
+attempt=${{SLURM_RESTART_COUNT:-0}}
+adir="$run/attempt-$attempt"
+mkdir -p "$adir"
+hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)
+me=$SLURMD_NODENAME
+n=$(echo "$hosts" | tr , '\\n' | wc -l)
+ep=({shlex.join(entrypoint)} --hosts "$hosts")
+master=
+workers=
+caught=
+# A signal (scancel's SIGTERM, --signal=B:USR1 before the time limit) goes to the master, which stops every
+# rank (SIGTERM: checkpoint and exit) and reports; the loop below waits again after each one.
+trap 'caught=TERM; [ -n "$master" ] && kill -TERM "$master" 2>/dev/null' TERM
+trap 'caught=USR1; [ -n "$master" ] && kill -TERM "$master" 2>/dev/null' USR1
+if [ "$n" -gt 1 ]; then
+  # One worker entrypoint on every other node: each hands its ranks their result-channel keys.
+  srun --jobid="$SLURM_JOB_ID" --overlap --mpi=none --nodes=$((n - 1)) --ntasks=$((n - 1)) --ntasks-per-node=1 \\
+    --exclude="$me" --kill-on-bad-exit=0 --output="$adir/%N.worker.log" \\
+    bash -c 'exec "$@" --current-host "$SLURMD_NODENAME" --opt-ml "$MPIRUN_KIT_ATTEMPT_DIR/$SLURMD_NODENAME"' \\
+    worker "${{ep[@]}}" &
+  workers=$!
+fi
+export MPIRUN_KIT_ATTEMPT_DIR="$adir"
+"${{ep[@]}}" --role master --current-host "$me" --opt-ml "$adir/$me" &
+master=$!
+while :; do
+  last=$caught
+  wait "$master"; rc=$?
+  # wait returns 128+N when a trapped signal interrupts it, the master still running: wait again.
+  if [ "$caught" != "$last" ] && [ "$rc" -gt 128 ] && kill -0 "$master" 2>/dev/null; then continue; fi
+  if [ "$caught" != "$last" ] && [ "$rc" -gt 128 ]; then wait "$master"; r=$?; [ "$r" -ne 127 ] && rc=$r; fi
+  break
+done
+echo "$rc" > "$adir/exit_code"
+echo "$attempt" > "$run/attempt"
+if [ -n "$workers" ]; then
+  # The workers end once the master's result reaches them; a stuck one is stopped.
+  for i in $(seq 50); do kill -0 "$workers" 2>/dev/null || break; sleep 0.2; done
+  kill -TERM "$workers" 2>/dev/null
+  wait "$workers" 2>/dev/null
+fi
+if [ "$rc" -ne 0 ]; then
+{requeue_line}  :
+fi
+exit "$rc"
+"""
+
+
+def sbatch_options(compiled: CompiledJob, run_dir: str, run_id: str) -> list[str]:
+    """The ``#SBATCH`` lines of the job, from the spec (argv items, quoted once in the script)."""
+    s = compiled.job.target.slurm
+    nodes = len(compiled.hosts)
+    ppn = compiled.hosts[0].slots if compiled.hosts else 1
+    opts = [f"--job-name={compiled.job.name}", f"--nodes={nodes}", f"--ntasks-per-node={ppn}",
+            f"--output={run_dir}/slurm.out", f"--error={run_dir}/slurm.err", "--open-mode=append",
+            f"--comment=mpirun_kit:{run_id}"]
+    for flag, value in (("--partition", s.partition), ("--account", s.account), ("--qos", s.qos),
+                        ("--time", s.time)):
+        if value:
+            opts.append(f"{flag}={value}")
+    if s.gpus_per_node:
+        opts.append(f"--gpus-per-node={s.gpus_per_node}")
+    if s.exclusive:
+        opts.append("--exclusive")
+    opts.append("--requeue" if s.requeue else "--no-requeue")
+    if s.signal:
+        opts.append(f"--signal=B:{s.signal}")
+    return opts + list(s.sbatch_options)
+
+
+def srun_options(compiled: CompiledJob) -> tuple[str, ...]:
+    """What the ranks' srun adds for pyxis/enroot: the image and its mounts (one MPI_Init per srun)."""
+    s = compiled.job.target.slurm
+    out: list[str] = []
+    if s.container_image:
+        out.append(f"--container-image={s.container_image}")
+        if s.container_mounts:
+            out.append(f"--container-mounts={','.join(s.container_mounts)}")
+    return tuple(out)
+
+
+def where_of(compiled: CompiledJob) -> dict:
+    """Where sbatch and the other clients run: ``local``, ``ssh`` (a login node) or ``sim`` (algo-1 of a sim cluster)."""
+    s = compiled.job.target.slurm
+    if s.sim:
+        return {"kind": "sim", "name": s.sim, "root": s.sim_root or f"/var/tmp/mpirun-kit-sim/{s.sim}"}
+    if s.login:
+        user, _, host = s.login.partition("@")
+        host, _, port = host.partition(":")
+        return {"kind": "ssh", "user": user, "host": host, "port": int(port or 22),
+                "identity_file": s.identity_file, "known_hosts": s.known_hosts, "connect_timeout_s": 10.0}
+    return {"kind": "local"}
+
+
+def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = False,
+           quiet: bool = False) -> DryRun:
+    """The Slurm submission as a value: the batch script whole, the LaunchSpec, where sbatch runs."""
+    s = compiled.job.target.slurm
+    if s.launch not in ("srun", "mpirun"):
+        raise SpecError(f"target.slurm.launch is {s.launch!r}; expected 'srun' (direct launch, PMIx) or 'mpirun'")
+    run_dir = f"{s.workdir.rstrip('/')}/{run_id}"
+    flavour = "srun" if s.launch == "srun" else compiled.launch.mpi_flavour
+    launch = dataclasses.replace(compiled.launch, mpi_flavour=flavour,
+                                 mpi_options=tuple(compiled.launch.mpi_options) + srun_options(compiled)
+                                 if s.launch == "srun" else compiled.launch.mpi_options)
+    entry = [python, "-m", "mpirun_kit.cli.main", *verbosity.entrypoint_flags(verbose, quiet), "entrypoint",
+             "--no-sshd", "--spec", f"{run_dir}/launch-spec.json", "--secret-file", f"{run_dir}/job-secret",
+             "--job", compiled.job.name]
+    nodes = len(compiled.hosts)
+    ppn = compiled.hosts[0].slots if compiled.hosts else 1
+    script = render_script(job=compiled.job.name, run_dir=run_dir, nodes=nodes, tasks_per_node=ppn, entrypoint=entry,
+                           sbatch=sbatch_options(compiled, run_dir, run_id), retries=compiled.job.retries,
+                           requeue=s.requeue)
+    t = compiled.launch.timeouts
+    request = {
+        "where": where_of(compiled), "run_dir": run_dir, "run_id": run_id, "job": compiled.job.name,
+        "nodes": nodes, "tasks_per_node": ppn, "partition": s.partition, "account": s.account,
+        "sbatch": ["sbatch", "--parsable", f"{run_dir}/batch.sh"], "scrub": SCRUB,
+        "grace_s": t.grace_s, "deadline_s": (t.job_s or 7 * 24 * 3600.0) + 600.0,
+    }
+    files = ((f"{run_dir}/batch.sh", script), (f"{run_dir}/launch-spec.json", launch.to_json() + "\n"))
+    return DryRun("slurm", compiled.job.name, request, files=files, notes=(
+        f"run directory {run_dir} (on a file system every node sees): slurm.out (what the ranks print), "
+        "slurm.err (the entrypoints' lines), attempt-<N>/<node>/output/failure (the job's result and root cause)",
+        f"job secret: {run_dir}/job-secret, made for this run (0600), authenticates the workers on the result channel",
+        "sbatch runs with the submitting shell's SLURM_*/SBATCH_*/PMIX_* removed (SLURM_CONF kept)"))
+
+
+# --- where the clients run -----------------------------------------------------------------------------
+
+class Runner:
+    """Runs Slurm's clients (and file writes) where they reach the cluster; ``run`` -> (code, stdout, stderr)."""
+
+    def run(self, argv: list[str], *, input: str | None = None, timeout: float = 60.0) -> tuple[int, str, str]:
+        raise NotImplementedError
+
+    def scrubbed(self, argv: list[str], **kw) -> tuple[int, str, str]:
+        """``argv`` with the inherited SLURM_*/SBATCH_*/PMIX_* removed from its environment first."""
+        return self.run(["bash", "-c", SCRUB, "scrub", *argv], **kw)
+
+    def write(self, path: str, text: str, mode: int = 0o644) -> None:
+        """Write ``path`` atomically where the cluster sees it (a temporary name, then mv)."""
+        tmp = f"{path}.tmp{os.getpid()}"
+        code, _, err = self.run(["bash", "-c", 'umask 077; mkdir -p "$(dirname "$1")" && cat > "$2" && chmod "$3" "$2" '
+                                 '&& mv -f "$2" "$1"', "write", path, tmp, f"{mode:o}"], input=text)
+        if code != 0:
+            raise ClusterError(f"could not write {path} on the Slurm side ({err.strip()[-300:]}); check that "
+                               "target.slurm.workdir is writable there")
+
+    def read(self, path: str, limit: int = 1 << 20) -> str | None:
+        code, out, _ = self.run(["bash", "-c", 'test -f "$1" && head -c "$2" -- "$1"', "read", path, str(limit)])
+        return out if code == 0 else None
+
+
+class LocalRunner(Runner):
+    """sbatch on this machine's PATH (a login node)."""
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        try:
+            res = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+        except FileNotFoundError as exc:
+            raise ClusterError(f"{argv[0]} not found: run submit on a Slurm login node, or set target.slurm.login "
+                               "(user@host) or target.slurm.sim") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ClusterError(f"`{shlex.join(argv[:4])}` gave no answer within {timeout:g} s; is slurmctld up?") from exc
+        return res.returncode, res.stdout, res.stderr
+
+
+class SimRunner(Runner):
+    """algo-1 of a simulated cluster brought up with ``sim up --slurm`` (its Slurm's client environment)."""
+
+    def __init__(self, name: str, root: str):
+        from ..sim import SimCluster
+        from ..sim import slurm as sim_slurm
+
+        self.sim = SimCluster.attach(name, root)
+        st = sim_slurm.state(self.sim.layout)
+        if st is None:
+            raise ClusterError(f"sim cluster {name!r} under {root} runs no Slurm; bring it up with "
+                               f"`mpirun_kit sim up --slurm --name {name}`")
+        self.login, self.env = st["login"], st["env"]
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        p = self.sim.popen(self.login, argv, self.env, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = p.popen.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            p.popen.kill()
+            p.popen.communicate()
+            raise ClusterError(f"`{shlex.join(argv[:4])}` on {self.login} gave no answer within {timeout:g} s") from exc
+        return p.popen.returncode, out, err
+
+
+class SshRunner(Runner):
+    """A login node over ssh (exec/remote.py: host key verified); the command is ``shlex.join(argv)``."""
+
+    def __init__(self, where: dict):
+        self.where = where
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        from ..exec.remote import start_remote
+
+        proc = start_remote(self.where, self.where["host"], shlex.join(argv))
+        if input is not None:
+            proc.channel.sendall(input.encode())
+            proc.channel.shutdown_write()
+        try:
+            out, err = proc.communicate(timeout)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            raise ClusterError(f"`{shlex.join(argv[:4])}` on {self.where['host']} gave no answer within "
+                               f"{timeout:g} s") from exc
+        return proc.returncode if proc.returncode is not None else 255, out, err
+
+
+def runner_for(where: dict) -> Runner:
+    if where["kind"] == "sim":
+        return SimRunner(where["name"], where["root"])
+    if where["kind"] == "ssh":
+        return SshRunner(where)
+    return LocalRunner()
+
+
+# --- discovery and checks ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    version: str
+    mpi_default: str
+    partitions: tuple[Partition, ...]
+    accounting: bool
+
+    def partition(self, name: str | None) -> Partition | None:
+        for p in self.partitions:
+            if (name and p.name == name) or (not name and p.default):
+                return p
+        return None
+
+
+def discover(runner: Runner) -> ClusterFacts:
+    """The cluster as it is (never assumed): version, MpiDefault, accounting, partitions and their nodes.
+
+    Raises:
+        ClusterError: scontrol cannot reach slurmctld.
+    """
+    code, out, err = runner.run(["scontrol", "show", "config"])
+    if code != 0:
+        raise ClusterError(f"`scontrol show config` failed (exit {code}): {err.strip()[-300:]}; is slurmctld up and "
+                           "SLURM_CONF right?")
+    cfg = parse_scontrol_config(out)
+    version = cfg.get("SLURM_VERSION", "")
+    parts: list[Partition] = []
+    code, out, _ = runner.run(["sinfo", "--json"])
+    if code == 0:
+        try:
+            parts = parse_sinfo_json(out)
+        except (json.JSONDecodeError, AttributeError, TypeError):
+            parts = []
+    code, text, _ = runner.run(["sinfo", "-h", "-N", "-o", "%P %N"])
+    by_text = parse_sinfo_text(text) if code == 0 else []
+    default = next((p.name for p in by_text if p.default), None)
+    if not parts:
+        parts = by_text
+    parts = [dataclasses.replace(p, default=p.name == default) for p in parts]
+    return ClusterFacts(version, cfg.get("MpiDefault", ""), tuple(parts),
+                        cfg.get("AccountingStorageType", "accounting_storage/none") != "accounting_storage/none")
+
+
+def check_request(req: dict, facts: ClusterFacts) -> None:
+    """What the cluster cannot run, in one line each, before sbatch.
+
+    Raises:
+        SpecError: the partition does not exist (or none is the default), or the job needs more nodes than it has.
+    """
+    names = [p.name for p in facts.partitions]
+    part = facts.partition(req["partition"])
+    if part is None and req["partition"]:
+        raise SpecError(f"target.slurm.partition: the cluster has no partition {req['partition']!r}; "
+                        f"its partitions are {', '.join(names) or '(none)'}")
+    if part is None:
+        raise SpecError("target.slurm.partition is not set and the cluster has no default partition; set it to one of "
+                        f"{', '.join(names) or '(none)'}")
+    if part.nodes and req["nodes"] > len(part.nodes):
+        raise SpecError(f"resources.hosts: the job needs {req['nodes']} nodes, but partition {part.name!r} has "
+                        f"{len(part.nodes)} ({','.join(part.nodes)}); lower resources.hosts or choose a larger partition")
+
+
+def sbatch_error(stderr: str, req: dict) -> SpecError | ClusterError:
+    """sbatch's refusal as one line naming the field to fix."""
+    text = " ".join(line.strip() for line in stderr.strip().splitlines() if line.strip())[-400:]
+    low = text.lower()
+    if "account" in low:
+        return SpecError(f"target.slurm.account: Slurm refused account {req['account']!r} ({text}); use an account "
+                         "you belong to (sacctmgr show assoc user=$USER)")
+    if "partition" in low:
+        return SpecError(f"target.slurm.partition: Slurm refused partition {req['partition']!r} ({text})")
+    if "node configuration is not available" in low or "node count" in low or "more processors" in low:
+        return SpecError(f"the job is larger than the cluster can run: {req['nodes']} node(s) x {req['tasks_per_node']} "
+                         f"task(s) ({text}); lower resources.hosts or resources.processes_per_host")
+    if "qos" in low:
+        return SpecError(f"target.slurm.qos: Slurm refused it ({text})")
+    return ClusterError(f"sbatch refused the job: {text}")
+
+
+# --- submit, follow, result ----------------------------------------------------------------------------
+
+def submit(dry: DryRun, runner: Runner, secret: str) -> str:
+    """Discover, check, write the run directory, sbatch; the Slurm job id."""
+    req = dry.request
+    check_request(req, discover(runner))
+    for path, text in dry.files:
+        runner.write(path, text, 0o755 if path.endswith(".sh") else 0o644)
+    runner.write(f"{req['run_dir']}/job-secret", secret, 0o600)
+    code, out, err = runner.scrubbed(req["sbatch"])
+    if code != 0:
+        raise sbatch_error(err or out, req)
+    job_id = out.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise ClusterError(f"sbatch --parsable printed {out.strip()[:200]!r}, not a job id")
+    runner.write(f"{req['run_dir']}/slurm-job-id", job_id + "\n")
+    return job_id
+
+
+def query(runner: Runner, job_id: str) -> SlurmJob | None:
+    """The job as Slurm has it now: squeue --json, then sacct --json, then sacct's text; None when none knows it."""
+    code, out, _ = runner.run(["squeue", "--json", "-j", job_id])
+    if code == 0:
+        try:
+            found = [j for j in parse_jobs_json(out) if j.job_id == job_id]
+            if found:
+                return found[0]
+        except ClusterError:
+            pass
+    code, out, _ = runner.run(["sacct", "--json", "-j", job_id])
+    if code == 0:
+        try:
+            found = [j for j in parse_jobs_json(out) if j.job_id == job_id]
+            if found:
+                return found[0]
+        except ClusterError:
+            pass
+    code, out, _ = runner.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,JobName,State,ExitCode,NodeList"])
+    if code == 0:
+        found = [j for j in parse_sacct_text(out) if j.job_id == job_id]
+        if found:
+            return found[0]
+    return None
+
+
+@dataclass(frozen=True)
+class JobResultFiles:
+    """What the batch step left: the master's exit code (None: it never wrote one) and failure report."""
+
+    exit_code: int | None
+    failure_text: str | None
+    failure_file: str | None
+    attempt: int
+
+
+def read_result(runner: Runner, run_dir: str) -> JobResultFiles:
+    attempt_text = runner.read(f"{run_dir}/attempt")
+    attempt = int(attempt_text.strip()) if attempt_text and attempt_text.strip().isdigit() else 0
+    adir = f"{run_dir}/attempt-{attempt}"
+    code_text = runner.read(f"{adir}/exit_code")
+    code = int(code_text.strip()) if code_text and code_text.strip().lstrip("-").isdigit() else None
+    failure = failure_file = None
+    if code:
+        _, listing, _ = runner.run(["bash", "-c", 'ls -1 "$1"/*/output/failure 2>/dev/null', "ls", adir])
+        files = [line for line in listing.splitlines() if line.strip()]
+        # The master's report is the job's: the batch node's; any worker's only when the master wrote none.
+        for f in files:
+            text = runner.read(f)
+            if text and (failure is None or "worker " not in text.split("\n", 2)[-1][:20]):
+                failure, failure_file = text, f
+    return JobResultFiles(code, failure, failure_file, attempt)
+
+
+def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, out=None, err=None,
+           progress: StatusLine | None = None) -> SlurmJob | None:
+    """Wait until Slurm no longer runs the job, copying slurm.out/slurm.err as they grow (when they are on this
+    machine); its last record."""
+    req = dry.request
+    out = out or sys.stdout.buffer
+    err = err or sys.stderr.buffer
+    progress = progress or StatusLine(clock=clock)
+    tails = []
+    if req["where"]["kind"] in ("local", "sim"):
+        from ..exec.output import FileTail
+
+        tails = [(FileTail(Path(req["run_dir"]) / "slurm.out", ""), out),
+                 (FileTail(Path(req["run_dir"]) / "slurm.err", ""), err)]
+    deadline = Deadline(clock, req["deadline_s"])
+    last: SlurmJob | None = None
+    gone = None
+    while True:
+        for t, dst in tails:
+            t.pump(dst)
+        job = query(runner, job_id)
+        if job is not None:
+            last = job
+        state = job.job_state if job is not None else None
+        if state in ENDED or job is None:
+            # Ended (or forgotten): its result file may lag on a shared file system; wait for it briefly.
+            gone = gone or Deadline(clock, RESULT_GRACE_S)
+            if read_result(runner, req["run_dir"]).exit_code is not None or gone.expired():
+                break
+        else:
+            gone = None
+            progress.update(f"slurm: job {job_id} {job.state.lower()}"
+                            + (f" ({job.reason})" if job.reason and job.reason != "None" else ""))
+        if deadline.expired():
+            progress.done(f"slurm: job {job_id} still {last.state if last else 'unknown'} after "
+                          f"{req['deadline_s']:g} s; stopped following it (it keeps running; cancel it with "
+                          f"mpirun_kit cancel or scancel {job_id})")
+            break
+        clock.sleep(POLL_S)
+    for t, dst in tails:
+        t.pump(dst, final=True)
+    return last
+
+
+def outcome_for(dry: DryRun, runner: Runner, job_id: str, job: SlurmJob | None, *, started: float) -> Outcome:
+    """The job's result: the master's code and report; Slurm's state only when the batch step left none."""
+    req = dry.request
+    res = read_result(runner, req["run_dir"])
+    if res.exit_code is not None:
+        return outcome_of("slurm", dry.job, res.exit_code, failure_text=res.failure_text,
+                          failure_file=res.failure_file, attempts=res.attempt + 1, started=started, ended=time.time())
+    # The batch step never got to write its code: Slurm ended it (cancelled before start, node failure, time limit
+    # past the kill) or it failed to start.
+    word = job.state if job else "unknown"
+    code = (ExitCode.TIMEOUT if word == "TIMEOUT" else ExitCode.SIGTERM if word == "CANCELLED"
+            else ExitCode.HOST_LOST if word == "NODE_FAIL" else ExitCode.LAUNCH_FAILED)
+    return outcome_of("slurm", dry.job, int(code), platform_reason=f"Slurm job {job_id} ended {word} before its "
+                      f"batch step reported a result; see {req['run_dir']}/slurm.err", started=started,
+                      ended=time.time())
+
+
+def job_id_of(record: JobRecord, runner: Runner | None = None) -> str:
+    if record.native:
+        return record.native
+    if record.run_dir:
+        p = Path(record.run_dir) / "slurm.json"
+        if p.is_file():
+            return json.loads(p.read_text())["job_id"]
+    raise SpecError(f"job {record.job_id} has no Slurm job id (it was never submitted)")
+
+
+def cancel_job(runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, timeout: float = 60.0) -> SlurmJob | None:
+    """``scancel`` and wait until Slurm no longer runs any of it.
+
+    Raises:
+        ClusterError: scancel failed, or the job still runs after ``timeout``.
+    """
+    code, _, err = runner.run(["scancel", job_id])
+    if code != 0 and "already completing or completed" not in err and "Invalid job id" not in err:
+        raise ClusterError(f"scancel {job_id} failed (exit {code}): {err.strip()[-300:]}")
+    deadline = Deadline(clock, timeout)
+    while True:
+        job = query(runner, job_id)
+        if job is None or job.job_state in ENDED:
+            return job
+        if deadline.expired():
+            raise ClusterError(f"Slurm job {job_id} is still {job.state} {timeout:g} s after scancel; check it with "
+                               f"scontrol show job {job_id}")
+        clock.sleep(0.2)
+
+
+class SlurmTarget(Target):
+    name = "slurm"
+    platform = True
+
+    def choices(self, compiled, opts: SubmitOptions) -> dict:
+        s = compiled.job.target.slurm
+        run_id = f"{compiled.job.name}-{opts.job_id or format(os.getpid(), 'x')}"
+        # On a sim cluster the nodes run this very interpreter (they share this machine's files).
+        python = sys.executable if s.sim else s.python
+        return {"run_id": run_id, "python": python, "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
+                "quiet": verbosity.LEVEL <= verbosity.QUIET}
+
+    def dryrun(self, compiled, **choices) -> DryRun:
+        return dryrun(compiled, **choices)
+
+    def handle(self, dry: DryRun) -> tuple[str | None, dict]:
+        req = dry.request
+        return None, {"where": req["where"], "run_dir": req["run_dir"], "grace_s": req["grace_s"]}
+
+    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
+            clock: Clock = SYSTEM_CLOCK, out=None, err=None) -> Outcome:
+        from ..exec.sshkeys import SECRET_BYTES, format_secret
+
+        started = time.time() if started is None else started
+        runner = runner_for(dry.request["where"])
+        job_id = submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+        if opts.run_dir:
+            from ..core.files import write_atomic
+
+            write_atomic(Path(opts.run_dir) / "slurm.json", json.dumps({"job_id": job_id, **dry.request["where"]}))
+        progress = StatusLine(clock=clock)
+        progress.done(f"slurm: submitted job {job_id} (run directory {dry.request['run_dir']})")
+        if not opts.wait:
+            return outcome_of("slurm", dry.job, 0, started=started, ended=time.time())
+        from ..exec.signals import SignalLatch
+
+        with SignalLatch() as latch:
+            job = follow(dry, runner, job_id, clock=clock, out=out, err=err, progress=progress)
+        outcome = outcome_for(dry, runner, job_id, job, started=started)
+        if latch.received:
+            progress.done(f"slurm: stopped following job {job_id} on {latch.received}; it keeps running "
+                          f"(mpirun_kit cancel, or scancel {job_id})")
+        return outcome
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def _runner(self, record: JobRecord) -> Runner:
+        where = (record.details or {}).get("where")
+        if where is None:
+            raise SpecError(f"job {record.job_id}'s record says nothing of where its Slurm cluster is")
+        return runner_for(where)
+
+    def describe(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
+        runner = self._runner(record)
+        job_id = job_id_of(record)
+        run_dir = (record.details or {}).get("run_dir", "")
+        job = query(runner, job_id)
+        res = read_result(runner, run_dir) if run_dir else None
+        base = dict(job_id=record.job_id, name=record.name, target=self.name, native=job_id, run_dir=record.run_dir,
+                    spec=record.spec, created_at=record.created_at, started_at=record.started_at)
+        if job is not None and job.job_state not in ENDED:
+            return JobStatus(state=job.job_state, detail=f"Slurm: {job.state}"
+                             + ("" if job.known_state else " (a state this version does not know)")
+                             + (f", {job.reason}" if job.reason and job.reason != "None" else ""), **base)
+        if res is not None and res.exit_code is not None:
+            o = outcome_of("slurm", record.name, res.exit_code, failure_text=res.failure_text,
+                           failure_file=res.failure_file)
+            state = JobState.SUCCEEDED if res.exit_code == 0 else (
+                JobState.CANCELLED if job is not None and job.state == "CANCELLED" else JobState.FAILED)
+            return JobStatus(state=state, exit_code=res.exit_code, source=o.source, reason=o.reason,
+                             root_cause=o.root_cause, detail=f"Slurm: {job.state if job else 'gone'}"
+                             + (f" {job.exit_code}:{job.signal or 0}" if job and job.exit_code is not None else ""),
+                             **base)
+        if job is None:
+            return JobStatus(state=JobState.LOST, detail="Slurm no longer knows the job and it left no result", **base)
+        return JobStatus(state=job.job_state, detail=f"Slurm: {job.state} (the batch step left no result)", **base)
+
+    def cancel(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
+        cancel_job(self._runner(record), job_id_of(record), clock=clock)
+        return self.describe(record, clock=clock)
+
+    def logs(self, record: JobRecord, *, rank: int | None = None, follow: bool = False,
+             clock: Clock = SYSTEM_CLOCK) -> Iterator[str]:
+        runner = self._runner(record)
+        run_dir = (record.details or {}).get("run_dir", "")
+        seen = 0
+        prefix = f"[{rank} " if rank is not None else ""
+        while True:
+            text = runner.read(f"{run_dir}/slurm.out") or ""
+            lines = text.splitlines()
+            for line in lines[seen:]:
+                if not prefix or line.startswith(prefix):
+                    yield line
+            seen = len(lines)
+            if not follow:
+                return
+            job = query(runner, job_id_of(record))
+            if job is None or job.job_state in ENDED:
+                follow = False
+                continue
+            clock.sleep(POLL_S)
+
+
+TARGET = SlurmTarget()
