@@ -276,7 +276,11 @@ def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: 
     unresolved = unresolved_warnings(refs, outputs, region)
     known = {s: o for s, o in outputs.items() if not isinstance(o, Unresolved)}
     # The job against the stacks it names (role reach, key channel, FSx subnet): before anything is sent.
-    from ..stack.infra import bucket_kms_keys, check_job_infrastructure, job_buckets
+    from ..stack.infra import bucket_kms_keys, check_job_infrastructure, fsx_link_refusals, job_buckets
+
+    refusals = fsx_link_refusals(job, compiled.job, known)
+    if refusals:  # a leak, not a misfit: nothing is planned or sent
+        raise SpecError(f"{args.spec}: " + "; ".join(refusals))
 
     kms_keys: tuple[str, ...] = ()
     if compiled.job.target.type == "sagemaker" and any("RoleBucket" in o for o in known.values()):

@@ -116,6 +116,10 @@ class SageMakerTarget:
     #: S3 URI for TensorBoard event files (TensorBoardOutputConfig): what the program writes under
     #: /opt/ml/output/tensorboard is uploaded there while the job runs; "" = no TensorBoard output.
     tensorboard_s3: str = ""
+    #: role ``submit`` assumes, with the session tag ``mpirun-kit-job=<job name>``, to create the job
+    #: (role stack output SubmitRoleArn): SageMaker chains that tag into the execution role's session
+    #: (SessionChainingConfig), which scopes the job's S3 and KMS access to its own prefixes.  "" = no tag.
+    submit_role: str = ""
 
 
 @dataclass(frozen=True)
@@ -309,7 +313,7 @@ JOB_SCHEMA: dict = {
                 "tags": {"type": "object", "additionalProperties": _SCALAR},
                 "logs": {"type": "boolean"},
                 "allow_plaintext_secrets": {"type": "array", "items": _STR},
-                "tensorboard_s3": _S3,
+                "tensorboard_s3": _S3, "submit_role": _STR,
             }),
         }, description="where the job runs, and that target's settings"),
         "resources": _obj({

@@ -19,8 +19,17 @@ Checks (each a warning line; SageMaker would fail the job, not refuse the reques
   kms        an S3 KMS key the job's objects use that the role may not decrypt with
              (``RoleKmsKeyArn``).
   fsx        an FSx channel whose file system's subnet (fsx stack output ``SubnetId``) is
-             not the only subnet the job may run in, or a read-write channel on SCRATCH_2
-             (nothing written there is exported to S3).
+             not the only subnet the job may run in, a read-write channel on SCRATCH_2
+             (nothing written there is exported to S3), or a channel path outside the
+             directory the S3 link fills (output ``DataDirectoryPath``: ``/data`` on PERSISTENT_2).
+  per job    with a per-job role (role stack output ``SubmitRoleArn``): checkpoints, output and
+             TensorBoard outside ``RoleS3Uri/jobs/${job_name}/``, the key channel outside
+             ``RoleS3Uri/keys/${job_name}/``, other channels outside ``RoleS3Uri/data/`` (JOB_LAYOUT).
+
+Refusals (``fsx_link_refusals``; plan and submit stop, exit 64): an FSx file system linked
+(output ``S3DataPath``) to a prefix that holds, or lies inside, the role's keys/ or jobs/
+prefixes or the job's own checkpoint, output or key paths: every host that mounts it would read
+every job's secret and checkpoints, whatever its IAM role.
 
 cfn/sagemaker-role.yaml's defaults are checked against jobs/ with the same function
 (``role_outputs_from_template``; rule DEFAULTS_AGREE in rules.check_repository).
@@ -36,6 +45,11 @@ from .template import Template
 
 #: the input channel ``keys install --sagemaker`` reads the job secret from (sshkeys.SAGEMAKER_SECRET_PATH).
 KEY_CHANNEL = "mpirun-keys"
+#: where a per-job role (cfn/sagemaker-role.yaml) lets a job reach, under s3://RoleBucket/RolePrefix/:
+#: its keys (read), its own home (read/write; ``${job_name}`` is the session tag JOB_TAG) and shared data (read).
+JOB_LAYOUT = {"keys": "keys", "jobs": "jobs", "data": "data"}
+#: the session tag that carries the job name from the submit role into the execution role.
+JOB_TAG = "mpirun-kit-job"
 _STACK_REF = re.compile(r"^\$\{stack:([A-Za-z][A-Za-z0-9-]*)\.([A-Za-z0-9]+)\}$")
 _S3_URI = re.compile(r"^s3://([^/]+)/?(.*)$")
 
@@ -72,6 +86,8 @@ def role_outputs_from_template(template: Template, given: Mapping[str, str] | No
     out = {k: v for k, v in (("RoleBucket", values.get("BucketName")), ("RolePrefix", values.get("Prefix")),
                              ("RoleImageRepository", values.get("ImageRepositoryName")),
                              ("RoleKmsKeyArn", values.get("KmsKeyArn"))) if v}
+    if "SubmitRole" in template.resources:  # a per-job role: the per-job layout checks apply
+        out["SubmitRoleArn"] = "arn:aws:iam::123456789012:role/<SubmitRole>"
     if "RoleBucket" in out:
         out["RoleS3Uri"] = f"s3://{out['RoleBucket']}" + (f"/{out['RolePrefix']}" if "RolePrefix" in out else "")
     return out
@@ -109,6 +125,8 @@ def _s3_uris(job: S.JobSpec) -> Iterable[tuple[str, str]]:
     sm = job.target.sagemaker
     if sm.output_s3:
         yield "target.sagemaker.output_s3", sm.output_s3
+    if sm.tensorboard_s3:
+        yield "target.sagemaker.tensorboard_s3", sm.tensorboard_s3
     if job.checkpoint.s3:
         yield "checkpoint.s3", job.checkpoint.s3
     for ch in job.data:
@@ -206,9 +224,102 @@ def check_job_infrastructure(written: S.JobSpec, resolved: S.JobSpec,
             others = ", ".join(sorted(subnets - {fs_subnet})) or "none of them"
             out.append(f"data.{r_ch.name}.fsx: file system {r_ch.fsx_id} is in subnet {fs_subnet}, but the job may "
                        f"run in {others} (vpc.subnets); set vpc.subnets to [{fs_subnet}]")
+        data_dir = fsx.get("DataDirectoryPath")
+        if data_dir and r_ch.fsx_mount_name and not _under(_dir_path(r_ch.fsx_mount_name, r_ch.path), data_dir):
+            inner = data_dir.split("/", 2)[2] if data_dir.count("/") >= 2 else ""
+            fix = "/" + "/".join(p for p in (inner + "/" + r_ch.path).split("/") if p)
+            out.append(f"data.{r_ch.name}.fsx.path: {r_ch.path} is outside the directory the file system's S3 link "
+                       f"fills ({data_dir}, stack output DataDirectoryPath): the job would read an empty directory; "
+                       f"set path: {fix}")
         if fsx.get("DeploymentType", "").startswith("SCRATCH") and r_ch.mode == "rw":
             out.append(f"data.{r_ch.name}: read-write channel on a {fsx['DeploymentType']} file system: nothing "
                        "written there is exported to S3 and it is lost with the stack; write to checkpoint.s3 / "
-                       "output_s3, or use PERSISTENT_2 (automatic export)")
+                       "output_s3, or use PERSISTENT_2 with ExportToS3=true")
+    if bucket and role.get("SubmitRoleArn"):
+        out += _per_job_warnings(resolved, f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}", role_stack)
+    return tuple(out)
+
+
+def _dir_path(mount_name: str, path: str) -> str:
+    inner = "/".join(p for p in (path or "").split("/") if p)
+    return f"/{mount_name}" + (f"/{inner}" if inner else "")
+
+
+def _under(path: str, top: str) -> bool:
+    """``path`` is ``top`` or below it, by whole segments."""
+    return path.rstrip("/") == top.rstrip("/") or path.startswith(top.rstrip("/") + "/")
+
+
+def _per_job_warnings(job: S.JobSpec, root: str, role_stack: str | None) -> list[str]:
+    """S3 paths a per-job role would deny (cfn/sagemaker-role.yaml, JOB_LAYOUT): SageMaker fails the job."""
+    ref = f"${{stack:{role_stack}.RoleS3Uri}}" if role_stack else root
+    home, keys, data = (f"{root}/{JOB_LAYOUT[k]}" for k in ("jobs", "keys", "data"))
+    out = []
+    for path, uri in _s3_uris(job):
+        if path.startswith("data."):
+            if path == f"data.{KEY_CHANNEL}.s3":
+                if not _under(uri, f"{keys}/{JOB_NAME_REF}"):
+                    out.append(f"{path}: {uri} is not the job's own key prefix; the role lets a job read keys only "
+                               f"under {keys}/<its name>/: set it to {ref}/{JOB_LAYOUT['keys']}/{JOB_NAME_REF}/")
+            elif not (_under(uri, data) or _under(uri, f"{home}/{JOB_NAME_REF}")):
+                out.append(f"{path}: {uri} is outside the shared data prefix {data}/, the only inputs every job may "
+                           f"read; move the data there and set it to {ref}/{JOB_LAYOUT['data']}/...")
+        elif not _under(uri, f"{home}/{JOB_NAME_REF}"):
+            what = path.rsplit(".", 1)[-1].replace("_s3", "").replace("s3", "checkpoints")
+            out.append(f"{path}: {uri} is outside the job's own prefix {home}/{JOB_NAME_REF}/, the only place the "
+                       f"role lets a job write (and the only one its --resume auto may see); set it to "
+                       f"{ref}/{JOB_LAYOUT['jobs']}/{JOB_NAME_REF}/{what}")
+    return out
+
+
+def _s3_parts(uri: str) -> tuple[str, str] | None:
+    m = _S3_URI.match(uri or "")
+    return (m.group(1), m.group(2).rstrip("/")) if m else None
+
+
+def _overlap(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Two S3 prefixes of which one holds the other (by whole key segments; "" is the bucket's root)."""
+    if a[0] != b[0]:
+        return False
+    x, y = a[1], b[1]
+    return not x or not y or x == y or x.startswith(y + "/") or y.startswith(x + "/")
+
+
+def fsx_link_refusals(written: S.JobSpec, resolved: S.JobSpec,
+                      outputs: Mapping[str, Mapping[str, str]]) -> tuple[str, ...]:
+    """Refusals for a job reading an FSx file system whose S3 link covers secrets or checkpoints.
+
+    The link (fsx stack output ``S3DataPath``) exposes every object under it to every host that
+    mounts the file system, as root, whatever the host's IAM role; a link that holds the role's
+    keys/ or jobs/ prefix, or the job's own checkpoint, output or key paths, leaks them all.
+    """
+    if resolved.target.type != "sagemaker":
+        return ()
+    role_stack = _stack_of(written.target.sagemaker.role, "RoleArn")
+    role = outputs.get(role_stack or "", {})
+    protected: list[tuple[str, str]] = []
+    if role.get("RoleBucket"):
+        root = f"s3://{role['RoleBucket']}" + (f"/{role['RolePrefix']}" if role.get("RolePrefix") else "")
+        protected += [(f"the role's {JOB_LAYOUT[k]}/ prefix", f"{root}/{JOB_LAYOUT[k]}/") for k in ("keys", "jobs")]
+    for path, uri in _s3_uris(resolved):
+        if path != "data." + KEY_CHANNEL + ".s3" and path.startswith("data."):
+            continue
+        protected.append((path, uri.split(JOB_NAME_REF, 1)[0] if JOB_NAME_REF in uri else uri))
+    out = []
+    for w_ch, r_ch in zip(written.data, resolved.data):
+        if r_ch.kind != "fsx":
+            continue
+        fsx_stack = _stack_of(w_ch.fsx_id, "FileSystemId")
+        link = (outputs.get(fsx_stack or "", {}) or {}).get("S3DataPath", "")
+        parts = _s3_parts(link)
+        if not parts:
+            continue
+        hits = [what for what, uri in protected if (p := _s3_parts(uri)) and _overlap(parts, p)]
+        if hits:
+            out.append(f"data.{r_ch.name}: file system {r_ch.fsx_id} (stack {fsx_stack}) is linked to {link}, which "
+                       f"covers {', '.join(dict.fromkeys(hits))}: every host that mounts it reads those objects as "
+                       "root, whatever its IAM role (job secrets, other jobs' checkpoints). Link a data prefix "
+                       f"instead: `mpirun_kit stack deploy {fsx_stack} --template cfn/fsx.yaml --param "
+                       f"S3DataPath=s3://{parts[0]}/datasets` (data outside the role's keys/ and jobs/)")
     return tuple(out)
 

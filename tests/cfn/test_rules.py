@@ -38,7 +38,7 @@ def test_fsx_rules_try_both_deployment_types_and_both_link_styles():
     assert choices["S3DataPath"] == ("", "<S3DataPath>")
     # StorageCapacity has no AllowedValues (any multiple of 2400 is valid): its default is tried here, and
     # the concrete value at deploy (test_fsx_takes_every_valid_capacity / ..._refuses_an_invalid_capacity_...)
-    assert "StorageCapacity" not in choices and len(list(scenarios(t))) == 80
+    assert "StorageCapacity" not in choices and len(list(scenarios(t))) == 160  # x2: ExportToS3 (issue 26)
 
 
 def test_persistent2_with_import_path():
@@ -150,8 +150,8 @@ def test_repository_rules_catch_what_issue_15_found(tmp_path):
     role.write_text(role.read_text().replace("Default: mpirun-kit", "Default: mpirun_kit"))
     efs = tmp_path / "cfn" / "efs.yaml"
     efs.write_text(efs.read_text().replace("(vpc stack output PrivateSubnet2Id)", "(vpc stack output Subnet2)"))
-    job = (REPO / "jobs" / "maskrcnn.yaml").read_text().replace("${stack:mrk-role.RoleS3Uri}/maskrcnn/",
-                                                                "s3://mrk-artifacts/maskrcnn/")
+    job = (REPO / "jobs" / "maskrcnn.yaml").read_text().replace("${stack:mrk-role.RoleS3Uri}/jobs/",
+                                                                "s3://mrk-artifacts/jobs/")
     (tmp_path / "jobs" / "maskrcnn.yaml").write_text(job)
     found = [(f.rule, f.resource.replace(str(tmp_path), "<tmp>"), f.message.split(";")[0].split(" is ")[0])
              for f in check_repository(str(tmp_path))]
@@ -160,8 +160,13 @@ def test_repository_rules_catch_what_issue_15_found(tmp_path):
         ("DEFAULTS_AGREE", "<tmp>/cfn/sagemaker-role.yaml ImageRepositoryName",
          "default 'mpirun_kit', but docker/build.sh pushes to 'mpirun-kit'"),
         # the image and the key channel come from the role stack (RoleImageRepository, RoleS3Uri): they follow it
-        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "target.sagemaker.output_s3: s3://mrk-artifacts/maskrcnn/output"),
-        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "checkpoint.s3: s3://mrk-artifacts/maskrcnn/checkpoints"),
+        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml",
+         "target.sagemaker.output_s3: s3://mrk-artifacts/jobs/${job_name}/output"),
+        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "checkpoint.s3: s3://mrk-artifacts/jobs/${job_name}/checkpoints"),
+        # and outside the per-job home the role scopes each job to (issue 26)
+        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml",
+         "target.sagemaker.output_s3: s3://mrk-artifacts/jobs/${job_name}/output"),
+        ("DEFAULTS_AGREE", "jobs/maskrcnn.yaml", "checkpoint.s3: s3://mrk-artifacts/jobs/${job_name}/checkpoints"),
     ]
 
 
@@ -198,3 +203,11 @@ def test_fsx_refuses_an_invalid_capacity_before_deploying(gib):
     (f,) = check_template(t, values)
     assert (f.rule, f.message.split(";")[0]) == (
         "FSX_THROUGHPUT", f"StorageCapacity={gib} GiB is not valid for SCRATCH_2 SSD")
+
+
+def test_jobs_name_no_region():
+    """Issue 26: jobs/maskrcnn.yaml said region: us-west-2; the region comes from --region or the AWS configuration."""
+    from mpirun_kit.spec.load import load_job
+
+    for p in sorted((REPO / "jobs").glob("*.yaml")):
+        assert load_job(p).target.sagemaker.region is None, p.name

@@ -42,9 +42,13 @@ def test_every_mutating_ec2_statement_is_limited_to_the_vpc():
 def test_kms_decrypt_only_with_a_key_and_only_for_that_key():
     role = _t("sagemaker-role.yaml")
     assert not any("kms:Decrypt" in st["Action"] for st in _statements(role, ROLE))
-    (st,) = [st for st in _statements(role, {**ROLE, "KmsKeyArn": KEY}) if "kms:Decrypt" in st["Action"]]
-    assert st["Resource"] == KEY and st["Effect"] == "Allow"
-    assert "kms:ViaService" in st["Condition"]["StringEquals"]
+    sts = [st for st in _statements(role, {**ROLE, "KmsKeyArn": KEY}) if "kms:" in str(st["Action"])]
+    assert len(sts) == 3  # execution role: decrypt, encrypt own job; submit role: its job's keys
+    for st in sts:
+        assert st["Resource"] == KEY and st["Effect"] == "Allow"
+        assert "kms:ViaService" in st["Condition"]["StringEquals"]
+        # issue 26: the object ARN S3 sends as encryption context keeps each job to its own prefixes
+        assert "kms:EncryptionContext:aws:s3:arn" in st["Condition"]["StringLike"]
 
 
 def test_role_defaults_are_the_repository_and_prefix_the_project_uses():
@@ -57,9 +61,9 @@ def test_scratch_file_system_has_no_export_path():
     """ExportPath = ImportPath would overwrite the inputs on export; SCRATCH_2 exports nothing automatically."""
     fsx = _t("fsx.yaml")
     s = _Scenario(fsx, parameter_values(fsx, {"SubnetId": "subnet-1", "SecurityGroupId": "sg-1",
-                                              "S3DataPath": "s3://mrk-data"}))
+                                              "S3DataPath": "s3://mrk-data/datasets"}))
     (lustre,) = [s.props(r)["LustreConfiguration"] for _, r in s.of_type("AWS::FSx::FileSystem")]
-    assert lustre["DeploymentType"] == "SCRATCH_2" and lustre["ImportPath"] == "s3://mrk-data"
+    assert lustre["DeploymentType"] == "SCRATCH_2" and lustre["ImportPath"] == "s3://mrk-data/datasets"
     assert "ExportPath" not in lustre
     assert "exported automatically" not in fsx.body
 
@@ -86,20 +90,41 @@ def test_nat_gateway_per_zone():
                                                                                    "NatGateway3"]
 
 
-def test_the_shared_role_reads_every_jobs_key_and_the_docs_say_so():
-    """Issue 21 item 6: the README claimed each job reads only its own key; the role may read every key under its
-    prefix. The claim is fixed (docs), and a per-team prefix is what narrows the reach."""
-    s3 = [st for st in _statements(_t("sagemaker-role.yaml"), ROLE) if "s3:GetObject" in st["Action"]]
-    # one statement: every object under the prefix (keys/<every job>/ included), no per-job condition
-    assert [(st["Sid"], st.get("Condition")) for st in s3] == [("ReadWriteOwnPrefix", None)]
+def test_fsx_links_a_data_prefix_and_imports_only_by_default():
+    """Issue 26: the walk-through linked the bucket's root, and PERSISTENT_2 exported NEW/CHANGED/DELETED to it."""
+    import re
+
+    fsx = _t("fsx.yaml")
+    pattern = re.compile(fsx.parameter("S3DataPath").allowed_pattern)
+    for bare in ("s3://mrk-data", "s3://mrk-data/", "s3://mrk-data//"):
+        assert not pattern.fullmatch(bare), bare
+    for ok in ("", "s3://mrk-data/datasets", "s3://mrk-data/datasets/coco/"):
+        assert pattern.fullmatch(ok), ok
+    base = {"SubnetId": "subnet-1", "SecurityGroupId": "sg-1", "S3DataPath": "s3://mrk-data/datasets",
+            "DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": "250"}
+    for export, events in (("false", None), ("true", ["NEW", "CHANGED"])):
+        s = _Scenario(fsx, parameter_values(fsx, {**base, "ExportToS3": export}))
+        (dra,) = [s.props(r)["S3"] for _, r in s.of_type("AWS::FSx::DataRepositoryAssociation")]
+        assert (dra.get("AutoExportPolicy") or {}).get("Events") == events
+    assert fsx.parameter("ExportToS3").default == "false"
+    assert fsx.parsed["Outputs"]["S3DataPath"]["Value"] == {"Ref": "S3DataPath"}
+
+
+def test_the_role_scopes_each_job_to_its_own_prefix_by_session_tag():
+    """Issue 26 (was issue 21's 'the shared role reads every job's key'): per-job statements by principal tag;
+    the policy evaluation itself is in tests/stack/test_role_policy.py."""
     policies = _t("sagemaker-role.yaml").resources["ExecutionRole"]["Properties"]["Policies"]
-    raw = [st for p in policies for st in p["PolicyDocument"]["Statement"] if st.get("Sid") == "ReadWriteOwnPrefix"]
-    assert [st["Resource"] for st in raw] == [{"Fn::Sub": "arn:${AWS::Partition}:s3:::${BucketName}/${Prefix}/*"}]
-    threat = (REPO / "docs" / "threat-model.md").read_text().split("## The shared role", 1)[1]
-    assert "every job's key secret under" in threat and "--param Prefix=teams/vision" in threat
-    walk = (REPO / "docs" / "aws-walkthrough.md").read_text()
-    assert "The\nrole may read every job's key under its prefix" in walk or \
-        "The role may read every job's key under its prefix" in walk.replace("\n", " ")
+    sts = {st["Sid"]: st for p in policies for st in p["PolicyDocument"]["Statement"]}
+    tag = "${!aws:PrincipalTag/mpirun-kit-job}"  # ${!...}: Fn::Sub leaves ${...} for IAM
+    assert sts["ReadOwnKeys"]["Action"] == "s3:GetObject"
+    assert sts["ReadOwnKeys"]["Resource"]["Fn::Sub"].endswith(f"/${{Prefix}}/keys/{tag}/*")
+    assert sts["ReadWriteOwnJob"]["Resource"]["Fn::Sub"].endswith(f"/${{Prefix}}/jobs/{tag}/*")
+    assert not any(str(st.get("Resource", "")).endswith("/${Prefix}/*'}") for st in sts.values())
+    trust = _t("sagemaker-role.yaml").resources["ExecutionRole"]["Properties"]["AssumeRolePolicyDocument"]
+    (t,) = trust["Statement"]
+    assert t["Action"] == ["sts:AssumeRole", "sts:TagSession"]
+    assert t["Condition"]["ArnLike"]["aws:SourceArn"] == {
+        "Fn::Sub": "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:training-job/*"}
 
 
 def test_inter_container_encryption_is_off_and_explained():
@@ -108,6 +133,7 @@ def test_inter_container_encryption_is_off_and_explained():
     from mpirun_kit.targets.sagemaker import build_request
 
     outputs = {"mrk-role": {"RoleArn": "arn:aws:iam::210987654321:role/r", "RoleS3Uri": "s3://b-1/mpirun-kit",
+                            "SubmitRoleArn": "arn:aws:iam::210987654321:role/s",
                             "RoleImageRepository": "210987654321.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit"},
                "mrk-fsx": {"FileSystemId": "fs-0123456789abcdef0", "LustreMountName": "abcd"},
                "mrk-vpc": {"PrivateSubnet1Id": "subnet-1", "SecurityGroupId": "sg-1"}}

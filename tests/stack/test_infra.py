@@ -119,7 +119,8 @@ def test_role_outputs_from_template_defaults():
     role = role_outputs_from_template(load_template(str(REPO / "cfn" / "sagemaker-role.yaml")),
                                       {"BucketName": "mrk-artifacts"})
     assert role == {"RoleBucket": "mrk-artifacts", "RolePrefix": "mpirun-kit", "RoleImageRepository": "mpirun-kit",
-                    "RoleS3Uri": "s3://mrk-artifacts/mpirun-kit"}
+                    "RoleS3Uri": "s3://mrk-artifacts/mpirun-kit",
+                    "SubmitRoleArn": "arn:aws:iam::123456789012:role/<SubmitRole>"}  # per-job role (issue 26)
 
 
 def test_validate_notices_the_missing_key_channel(tmp_path, capsys):
@@ -169,3 +170,77 @@ def test_plan_reports_the_kms_key_the_role_lacks(moto, tmp_path, capsys, monkeyp
     out = capsys.readouterr().out
     assert f"kms: the job's objects are encrypted with {key}, but role stack mrk-role may decrypt with no " \
            f"customer-managed key; deploy the role with --param KmsKeyArn={key}" in out
+
+
+# --- issue 26: shared storage that cannot leak, one home per job -----------------------------------------
+
+PER_JOB = {**OUTPUTS["mrk-role"], "SubmitRoleArn": "arn:aws:iam::123456789012:role/s"}
+
+
+def test_fsx_link_over_the_bucket_root_is_refused():
+    """Before issue 26 nothing compared the FSx link with the keys: the walk-through linked s3://$BUCKET."""
+    from mpirun_kit.stack.infra import fsx_link_refusals
+
+    written = load_job_text(SPEC, "j.yaml")
+    for link in ("s3://mrk-artifacts", "s3://mrk-artifacts/mpirun-kit", "s3://mrk-artifacts/mpirun-kit/keys/j1"):
+        outputs = {**OUTPUTS, "mrk-fsx": {**OUTPUTS["mrk-fsx"], "S3DataPath": link}}
+        (r,) = fsx_link_refusals(written, resolve_stack_refs(written, outputs.__getitem__), outputs)
+        assert r.startswith(f"data.coco: file system fs-0123456789abcdef0 (stack mrk-fsx) is linked to {link}, which "
+                            "covers the role's keys/ prefix")
+        assert r.endswith("Link a data prefix instead: `mpirun_kit stack deploy mrk-fsx --template cfn/fsx.yaml "
+                          "--param S3DataPath=s3://mrk-artifacts/datasets` (data outside the role's keys/ and jobs/)")
+    for link in ("s3://mrk-artifacts/datasets", "s3://mrk-artifacts/mpirun-kit/data", "s3://other/mpirun-kit", ""):
+        outputs = {**OUTPUTS, "mrk-fsx": {**OUTPUTS["mrk-fsx"], "S3DataPath": link}}
+        assert fsx_link_refusals(written, resolve_stack_refs(written, outputs.__getitem__), outputs) == ()
+
+
+def test_fsx_link_over_the_jobs_checkpoints_is_refused_without_role_outputs():
+    from mpirun_kit.stack.infra import fsx_link_refusals
+
+    written = load_job_text(SPEC, "j.yaml")
+    outputs = {**OUTPUTS, "mrk-role": {"RoleArn": "arn:aws:iam::1:role/r"},
+               "mrk-fsx": {**OUTPUTS["mrk-fsx"], "S3DataPath": "s3://mrk-artifacts/mpirun-kit/j"}}
+    (r,) = fsx_link_refusals(written, resolve_stack_refs(written, outputs.__getitem__), outputs)
+    assert "covers target.sagemaker.output_s3, checkpoint.s3:" in r
+
+
+def test_plan_refuses_the_leaking_link(tmp_path, capsys):
+    from mpirun_kit.cli import main as cli_main
+
+    spec = tmp_path / "j.yaml"
+    spec.write_text(SPEC)
+    flags = [f"--stack-output={s}.{k}={v}" for s, o in OUTPUTS.items() for k, v in o.items()]
+    rc = cli_main.main(["plan", str(spec), "--region", "us-west-2", *flags,
+                        "--stack-output=mrk-fsx.S3DataPath=s3://mrk-artifacts"])
+    assert rc == 64
+    assert "is linked to s3://mrk-artifacts, which covers the role's keys/ prefix" in capsys.readouterr().err
+
+
+def test_fsx_channel_outside_the_linked_data_directory():
+    """PERSISTENT_2 fills /data (FileSystemPath), not the root: a channel at /coco reads an empty directory."""
+    outputs = {**OUTPUTS, "mrk-fsx": {**OUTPUTS["mrk-fsx"], "DeploymentType": "PERSISTENT_2",
+                                      "DataDirectoryPath": "/abcd/data"}}
+    (w,) = check(outputs=outputs)
+    assert w == ("data.coco.fsx.path: /coco is outside the directory the file system's S3 link fills (/abcd/data, "
+                 "stack output DataDirectoryPath): the job would read an empty directory; set path: /data/coco")
+    assert check(SPEC.replace("path: /coco", "path: /data/coco"), outputs=outputs) == ()
+    scratch = {**OUTPUTS, "mrk-fsx": {**OUTPUTS["mrk-fsx"], "DataDirectoryPath": "/abcd"}}
+    assert check(outputs=scratch) == ()
+
+
+def test_per_job_role_needs_per_job_paths():
+    """The per-job role lets a job write only under jobs/<its name>/: a shared checkpoint prefix would fail
+    (and before issue 26 it let the second job's --resume auto continue the first's run)."""
+    outputs = {**OUTPUTS, "mrk-role": PER_JOB}
+    ws = check(outputs=outputs)
+    assert ws == (
+        "target.sagemaker.output_s3: s3://mrk-artifacts/mpirun-kit/j/output is outside the job's own prefix "
+        "s3://mrk-artifacts/mpirun-kit/jobs/${job_name}/, the only place the role lets a job write (and the only one "
+        "its --resume auto may see); set it to ${stack:mrk-role.RoleS3Uri}/jobs/${job_name}/output",
+        "checkpoint.s3: s3://mrk-artifacts/mpirun-kit/j/checkpoints is outside the job's own prefix "
+        "s3://mrk-artifacts/mpirun-kit/jobs/${job_name}/, the only place the role lets a job write (and the only one "
+        "its --resume auto may see); set it to ${stack:mrk-role.RoleS3Uri}/jobs/${job_name}/checkpoints")
+    fixed = SPEC.replace("{s3: s3://mrk-artifacts/mpirun-kit/j/checkpoints}",
+                         "{s3: 's3://mrk-artifacts/mpirun-kit/j/checkpoints'}").replace(
+        "mpirun-kit/j/", "mpirun-kit/jobs/${job_name}/")
+    assert check(fixed, outputs=outputs) == ()
