@@ -163,6 +163,8 @@ class SubmitOptions:
 
     wait: bool = False                  # sagemaker: follow the job until it ends
     job_name: str | None = None         # sagemaker: the training job's name
+    keep_keys: bool = False             # sagemaker: leave the job's key secret in S3 after the job
+    resume_from: str | None = None      # sagemaker: seed this job's checkpoints from that job's
     job_id: str | None = None           # the record's job id (records.RecordStore.create); None: a dry run
     run_dir: str | None = None          # the record's run directory, never reused; None: a dry run
 
