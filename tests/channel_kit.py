@@ -6,7 +6,7 @@ import os
 import socket
 
 from mpirun_kit.exec.channel import wire
-from mpirun_kit.exec.channel.keys import key_dir, remove_rank_keys, write_rank_keys
+from mpirun_kit.exec.channel.keys import remove_key_dir, write_key_dir
 from mpirun_kit.exec.channel.link import MasterLink
 from mpirun_kit.exec.channel.rank_link import RankLink
 from mpirun_kit.exec.channel.server import ResultServer
@@ -37,15 +37,14 @@ def rank_env(server) -> dict:
     by_host = {}
     for r, h in server.rank_hosts.items():
         by_host.setdefault(h, []).append(r)
-    directory = key_dir(server.run_nonce.hex())
-    for h, ranks in by_host.items():
-        write_rank_keys(directory, h, server.host_seed(h), server.job, ranks)
+    server.test_key_dirs = [write_key_dir(server.run_nonce.hex(), h, server.host_seed(h), server.job, ranks)
+                            for h, ranks in by_host.items()]
     return {RESULT_ADDR_VAR: f"127.0.0.1:{server.port}", RUN_NONCE_VAR: server.run_nonce.hex()}
 
 
 def remove_keys(server) -> None:
-    for h in set(server.rank_hosts.values()):
-        remove_rank_keys(key_dir(server.run_nonce.hex()), h)
+    for d in getattr(server, "test_key_dirs", ()):
+        remove_key_dir(d)
 
 
 def raw(server, source="127.0.0.1", greet=True, timeout=5.0):

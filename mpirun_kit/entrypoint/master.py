@@ -27,7 +27,7 @@ from typing import Mapping, TextIO
 
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode, LaunchError, SSHUnreachableError
-from ..exec.channel.keys import key_dir, new_run_key, remove_rank_keys, worker_key_without_secret, write_rank_keys
+from ..exec.channel.keys import new_run_key, remove_key_dir, worker_key_without_secret, write_key_dir
 from ..exec.channel.server import ResultServer
 from ..exec.channel.stop import HOLD_MARGIN_S, RankStop
 from ..exec.process import LauncherExit, run_launcher
@@ -125,9 +125,9 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     result: JobResult | None = None
     started = False
     finishing = False
-    keys = key_dir(server.run_nonce.hex())
+    keys: str | None = None
     try:
-        _write_own_rank_keys(server, plan, keys, job)
+        keys = _write_own_rank_keys(server, plan, job)
         workers = plan.workers
         # srun starts ranks through each node's slurmd: no worker's sshd is needed (plan/mpi.py's srun row).
         if workers and get_flavour(plan.mpi_flavour).uses_ssh:
@@ -183,10 +183,10 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                 opt_ml, out, rec, everyone=not started)
 
 
-def _finished(server: ResultServer, plan: LaunchPlan, keys: str, result: JobResult, opt_ml: Path, out: TextIO,
-              rec: timeline.Recorder, everyone: bool) -> JobResult:
+def _finished(server: ResultServer, plan: LaunchPlan, keys: str | None, result: JobResult, opt_ml: Path,
+              out: TextIO, rec: timeline.Recorder, everyone: bool) -> JobResult:
     """The job's end on the master: key files gone, refusals counted into the result, the result out."""
-    remove_rank_keys(keys, plan.master)
+    remove_key_dir(keys)
     counts = server.rejection_counts()
     if counts:
         log.warning("result channel: refused by kind: %s", ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
@@ -209,16 +209,18 @@ def _run_nonce_value(server: ResultServer, plan: LaunchPlan, workers_run_entrypo
     return server.run_nonce.hex() + "@" + ",".join(sorted(keyed))
 
 
-def _write_own_rank_keys(server: ResultServer, plan: LaunchPlan, directory: str, job: str) -> None:
-    """This host's ranks' key files (exec/channel/keys.py); without them its ranks run but do not report."""
+def _write_own_rank_keys(server: ResultServer, plan: LaunchPlan, job: str) -> str | None:
+    """This host's ranks' key directory (exec/channel/keys.py), or None: without it its ranks run but do not
+    report."""
     mine = [r.rank for r in plan.ranks if r.host == plan.master]
     if not mine:
-        return
+        return None
     try:
-        write_rank_keys(directory, plan.master, server.host_seed(plan.master), job, mine)
+        return write_key_dir(server.run_nonce.hex(), plan.master, server.host_seed(plan.master), job, mine)
     except OSError as exc:
-        log.warning("cannot write the ranks' key files under %s (%s); ranks on %s will not report to the result "
-                    "channel", directory, exc.strerror or exc, plan.master)
+        log.warning("cannot write the ranks' key files (%s); ranks on %s will not report to the result channel",
+                    exc, plan.master)
+        return None
 
 
 def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signalled: str | None,

@@ -34,7 +34,7 @@ from typing import TextIO
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError, MasterLostError
-from ..exec.channel.keys import key_dir, remove_rank_keys, worker_key_without_secret, write_rank_keys
+from ..exec.channel.keys import remove_key_dir, worker_key_without_secret, write_key_dir
 from ..exec.channel.link import MasterLink
 from ..exec.channel.protocol import HEARTBEAT_S
 from ..exec.daemon import alive, find_daemons, signal_pids
@@ -75,14 +75,12 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
 
     def on_keys(seed: bytes, run_nonce: bytes) -> None:
         # The master's seed for this host's ranks: their key files, before mpirun starts them (keys.py).
-        directory = key_dir(run_nonce.hex())
         mine = [r.rank for r in plan.ranks if r.host == me]
         try:
-            write_rank_keys(directory, me, seed, job, mine)
-            keys.append(directory)
+            keys.append(write_key_dir(run_nonce.hex(), me, seed, job, mine))
         except OSError as exc:
-            log.warning("worker %s: cannot write the ranks' key files under %s (%s); ranks here will not report "
-                        "to the result channel", me, directory, exc.strerror or exc)
+            log.warning("worker %s: cannot write the ranks' key files (%s); ranks here will not report to the "
+                        "result channel", me, exc)
 
     try:
         link = MasterLink.connect(plan.master, plan.result_port, me, Deadline(clock, t.master_connect_s),
@@ -101,7 +99,7 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     finally:
         link.close()
         for directory in keys:
-            remove_rank_keys(directory, me)
+            remove_key_dir(directory)
         if sshd is not None and sshd.poll() is None:
             sshd.terminate()
     if result.exit_code != 0:

@@ -7,8 +7,12 @@ what mpirun's own messages often lose: which rank on which host ended how
 1. reports the rank's start and exit to the master's result channel
    (``MPIRUN_KIT_RESULT_ADDR`` = host:port, set by the plan), signed with this rank's own key,
    which it takes from the key file its host's entrypoint wrote (exec/channel/keys.py; the file's
-   directory is named by ``MPIRUN_KIT_RUN_NONCE``, forwarded by ``-x NAME``) and removes before the
-   program starts: the program never holds a key, neither in its environment nor in its parent's;
+   directory is found by ``MPIRUN_KIT_RUN_NONCE``, forwarded by ``-x NAME``) and removes before the
+   program starts: the program never holds a key, neither in its environment nor in its parent's, and
+   it starts only once every rank of its host took its own file.  The wrapper makes itself not dumpable
+   (``PR_SET_DUMPABLE`` 0) before it reads its key, so a program of the same uid cannot read the key from
+   its memory (``/proc/<pid>/mem``, ptrace) nor take its socket (``pidfd_getfd``); only CAP_SYS_PTRACE can
+   (docs/threat-model.md);
 2. forwards SIGTERM/SIGINT/SIGHUP to the program, and SIGTERMs it when the MPI
    daemon that started the rank dies (no orphaned ranks);
 3. on the master's stop (a signed request on its channel connection, exec/channel/stop.py),
@@ -36,7 +40,8 @@ import time
 
 # Only the stdlib and stdlib-only modules: every rank imports this at start, on the
 # launch's critical path (the rest of the package is imported lazily where needed).
-from ..exec.channel.keys import key_dir, take_rank_key
+from ..core.clock import SYSTEM_CLOCK, Deadline
+from ..exec.channel.keys import KEY_WAIT_S, take_rank_key, wait_siblings
 from ..exec.channel.rank_link import RankLink
 from ..exec.pdeathsig import set_parent_death_signal
 from ..exec.signals import signal_name
@@ -99,10 +104,27 @@ def die_with_parent() -> None:
     set_parent_death_signal(signal.SIGTERM, os.getppid())
 
 
-def channel_link(env: dict, rank: int, host: str, wait_s: float | None = None) -> tuple[RankLink | None, str]:
+PR_SET_DUMPABLE = 4
+
+
+def set_not_dumpable() -> bool:
+    """``prctl(PR_SET_DUMPABLE, 0)``: no core dump, and no ptrace, ``/proc/<pid>/mem`` or ``pidfd_getfd`` on this
+    process for anyone without CAP_SYS_PTRACE, same uid included.  Its program is dumpable again (execve resets
+    it).  False where prctl is unavailable."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def channel_link(env: dict, rank: int, host: str, wait_s: float = KEY_WAIT_S,
+                 clock=SYSTEM_CLOCK) -> tuple[RankLink | None, str]:
     """(the rank's link to the result channel, "") or (None, why not: reports are then off).
 
-    Takes this rank's key file (and removes it) before the program starts (exec/channel/keys.py).
+    Takes this rank's key file (and removes it), then waits until its host's other ranks took theirs, before
+    the program starts (exec/channel/keys.py); both waits end at one deadline of ``wait_s`` (``clock``).
     """
     addr, value = env.get(RESULT_ADDR_VAR), env.get(RUN_NONCE_VAR, "")
     if not addr:
@@ -114,12 +136,18 @@ def channel_link(env: dict, rank: int, host: str, wait_s: float | None = None) -
         return None, "no rank number from the MPI: no reports to the master"
     if at and host not in keyed.split(","):
         return None, f"no entrypoint on {host} handed out keys before mpirun started: no reports to the master"
-    directory = key_dir(nonce)
-    got = take_rank_key(directory, host, rank) if wait_s is None else take_rank_key(directory, host, rank, wait_s)
+    deadline = Deadline(clock, wait_s)
+    got = take_rank_key(nonce, host, rank, deadline, clock=clock)
     if got is None:
-        return None, (f"no key file for rank {rank} under {directory}/{host} (written by this host's entrypoint): "
-                      "no reports to the master")
-    return RankLink(addr, rank, *got), ""
+        return None, (f"no key file for rank {rank} of run {nonce} on {host} within {wait_s:g} s (a 0700 directory "
+                      "of this uid, written by this host's entrypoint): no reports to the master")
+    key, job, directory = got
+    left = wait_siblings(directory, deadline, clock)
+    if left:
+        print(f"mpirun_kit.rank: rank {rank} on {host}: {len(left)} other rank(s) of this host did not take their "
+              f"key file within {wait_s:g} s ({', '.join(sorted(left)[:4])}); starting anyway", file=sys.stderr,
+              flush=True)
+    return RankLink(addr, rank, key, job), ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     env = child_env(dict(os.environ))
     rank, host, local, _ = rank_identity(env)
+    set_not_dumpable()      # before the key is read: nothing of this process's memory is readable from then on
     link, why_not = channel_link(env, rank, host)
     if why_not:
         print(f"mpirun_kit.rank: rank {rank} on {host}: {why_not}", file=sys.stderr, flush=True)

@@ -2,7 +2,8 @@
 
 Place in the data flow: the worker's entrypoint (entrypoint/worker.py) connects at start, sends its
 hello, heartbeats and finally its ack; the master's server (server.py) sends back this host's seed for
-its ranks' keys (handed to ``on_keys``, keys.py), heartbeats and the job's result.  Lines are framed
+its ranks' keys, sealed to the workers' key and this connection (keys.py ``seal_seed``; opened here and
+handed to ``on_keys``), heartbeats and the job's result.  Lines are framed
 and checked by wire.py: the master's greeting binds every MAC to this run and this connection.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Callable
 from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ...errors import MasterLostError
 from . import wire
+from .keys import seal_seed
 from .protocol import valid_from_master
 
 log = logging.getLogger(__name__)
@@ -39,8 +41,10 @@ class MasterLink:
     """Worker side: one connection to the master's result channel, signed with the workers' key."""
 
     def __init__(self, sock: socket.socket, master: str, key: bytes, session: wire.Session, run_nonce: bytes,
-                 buf: bytes = b"", on_keys: Callable[[bytes, bytes], None] | None = None):
+                 buf: bytes = b"", on_keys: Callable[[bytes, bytes], None] | None = None, *,
+                 conn_nonce: bytes = b"", me: str = ""):
         self.sock = sock
+        self.conn_nonce, self.me = conn_nonce, me
         self.master = master
         self.key = key
         self.session = session
@@ -83,7 +87,7 @@ class MasterLink:
                 session = wire.Session(job, *nonces, master_end=False)
                 sock.sendall(session.seal({"type": "hello", "host": me, **({"sshd": True} if sshd_up else {})},
                                           key, wire.WORKER_SENDER))
-                return cls(sock, master, key, session, nonces[0], rest, on_keys)
+                return cls(sock, master, key, session, nonces[0], rest, on_keys, conn_nonce=nonces[1], me=me)
             except OSError as exc:
                 last_err = exc.strerror or str(exc)
                 if sock is not None:
@@ -127,7 +131,7 @@ class MasterLink:
             if msg["type"] != "keys":
                 return msg
             if self.seed is None:
-                self.seed = bytes.fromhex(msg["seed"])
+                self.seed = seal_seed(bytes.fromhex(msg["seed"]), self.key, self.run_nonce, self.conn_nonce, self.me)
                 if self.on_keys is not None:
                     self.on_keys(self.seed, self.run_nonce)
 

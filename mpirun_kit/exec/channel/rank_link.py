@@ -7,21 +7,32 @@ own key (keys.py: the wrapper took it from its key file; the program never holds
 line through wire.py, so the connection's first line makes it this rank's connection at the master.
 
 Reports are best effort: a rank must run even where the channel is down (mpirun's own status still
-reaches the master).  Stdlib only: every rank imports this at start, on the launch's critical path.
+reaches the master).  But a master that is up and refusing connections (at its cap, under a flood of
+connections without keys) only delays a report: a connection closed before its greeting is retried with
+jittered backoff until ``retry_s`` (the injected clock); only a refused connect (nothing listening) gives
+up at once.  Stdlib only: every rank imports this at start, on the launch's critical path.
 """
 from __future__ import annotations
 
+import errno
+import random
 import socket
 import threading
 
+from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from . import wire
+
+#: how long a report is retried while the master accepts connections but closes them unanswered.
+RETRY_S = 10.0
 
 
 class RankLink:
     """One rank's connection to ``host:port``, opened on the first send (and again if it breaks)."""
 
-    def __init__(self, addr: str, rank: int, key: bytes, job: str, timeout: float = 2.0):
+    def __init__(self, addr: str, rank: int, key: bytes, job: str, timeout: float = 2.0, *,
+                 retry_s: float = RETRY_S, clock: Clock = SYSTEM_CLOCK):
         self.addr, self.rank, self.key, self.job, self.timeout = addr, rank, key, job, timeout
+        self.retry_s, self.clock = retry_s, clock
         self.sender = wire.rank_sender(rank)
         self.sock: socket.socket | None = None
         self.session: wire.Session | None = None
@@ -30,12 +41,16 @@ class RankLink:
         # and a stack dump's thread all send.
         self._lock = threading.Lock()
 
-    def _connect(self) -> bool:
+    def _connect(self) -> bool | None:
+        """True when connected and greeted; False when worth retrying (closed unanswered, timed out); None
+        when nothing listens there (refused) or the address is malformed."""
         host, _, port = self.addr.rpartition(":")
         try:
             sock = socket.create_connection((host, int(port)), timeout=self.timeout)
-        except (OSError, ValueError):
-            return False
+        except ValueError:
+            return None
+        except OSError as exc:
+            return None if exc.errno == errno.ECONNREFUSED else False
         try:
             buf = b""
             while b"\n" not in buf and len(buf) <= 256:
@@ -59,15 +74,26 @@ class RankLink:
             return self._send(msg)
 
     def _send(self, msg: dict) -> bool:
-        for _ in range(2):      # once on the open connection, once more on a new one if that one broke
-            if self.sock is None and not self._connect():
+        deadline: Deadline | None = None
+        delay = 0.05
+        while True:
+            if self.sock is None:
+                got = self._connect()
+                if got is None:
+                    return False
+            if self.sock is not None:
+                try:
+                    self.sock.sendall(self.session.seal({"type": "rank", **msg}, self.key, self.sender))
+                    return True
+                except OSError:
+                    self.close()
+            # Refused unanswered or broken: the master is up but busy (its cap, a flood); retry until retry_s.
+            if deadline is None:
+                deadline = Deadline(self.clock, self.retry_s)
+            if deadline.expired():
                 return False
-            try:
-                self.sock.sendall(self.session.seal({"type": "rank", **msg}, self.key, self.sender))
-                return True
-            except OSError:
-                self.close()
-        return False
+            self.clock.sleep(min(deadline.remaining(), delay * random.uniform(0.5, 1.0)))
+            delay = min(1.0, delay * 2)
 
     def read(self) -> list[dict] | None:
         """The master's valid messages that have arrived (one ``recv``); None once the connection closed.

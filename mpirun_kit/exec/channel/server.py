@@ -17,7 +17,11 @@ so the server trusts nothing it has not checked:
   one, or another rank's line on it, is refused); a worker's hello must come from its host's planned
   address and never replaces a live authenticated connection of that host;
 * every field is validated against the plan (protocol.py), each (rank, event) counts once,
-  connections are capped, and a connection that says nothing valid within ``first_message_s`` is closed.
+  connections are capped, and a connection that is not authenticated within ``first_message_s`` is closed
+  (a worker's connection is authenticated by its hello, not by its first signed line: a holder of the
+  workers' key that never says hello is timed out and evicted like an outsider);
+* authenticated connections are capped per source address (its hosts' ranks, plus one per worker, plus
+  ``PER_HOST_SLACK``), so even a holder of a key cannot fill the server's cap from one host.
 
 A refused message is counted by reason (``rejection_counts()``), logged (rate-limited per reason, so a
 flood of one kind hides no other), kept in ``rejected()``, and dropped: it never changes the job's result.
@@ -45,13 +49,15 @@ from ..result import JobResult, RankFailure, rank_failure_from_report
 from ...errors import LaunchError
 from . import filter as peer_filter
 from . import wire
-from .keys import host_seed, rank_key
+from .keys import host_seed, rank_key, seal_seed
 from .protocol import check_rank_identity, check_rank_report
 
 log = logging.getLogger(__name__)
 
 #: a connection that sends no valid message this long after connecting is closed.
 FIRST_MESSAGE_S = 10.0
+#: authenticated connections one address may hold beyond its hosts' ranks and workers (a rank's reconnect).
+PER_HOST_SLACK = 2
 #: while accept() fails for lack of file descriptors, retry it this often.
 ACCEPT_RETRY_S = 0.1
 #: per reason, log at most this many rejected messages in full, then one in every ``_LOG_EVERY``.
@@ -90,8 +96,9 @@ class _Peer:
     changes; ``role`` is "worker" or "rank" accordingly, ``rank`` the rank's number, ``host`` a worker's host."""
 
     def __init__(self, sock: socket.socket, addr: str = "?", opened: float = 0.0,
-                 session: wire.Session | None = None):
+                 session: wire.Session | None = None, conn_nonce: bytes = b""):
         self.sock = sock
+        self.conn_nonce = conn_nonce      # the greeting's (the seed is sealed to it, keys.py)
         self.addr = addr
         self.opened = opened
         self.session = session
@@ -104,6 +111,7 @@ class _Peer:
         self.rank: int | None = None
         self.host: str | None = None
         self.alive = True
+        self.counted = False              # counted in its address's authenticated connections
 
     def send_msg(self, msg: dict, key: bytes) -> bool:
         """Seal ``msg`` as this connection's next master line and send it (never blocking)."""
@@ -189,6 +197,8 @@ class ResultServer:
         self.worker_silence_s = worker_silence_s
         self.first_message_s = first_message_s
         self.max_connections = max_connections or (len(self.rank_hosts) + len(self.workers) + 64)
+        self._addr_cap = self._per_address_caps()
+        self._authed_by_addr: collections.Counter[str] = collections.Counter()
         self.on_rank_event = on_rank_event
         self.check_other = check_other
         # Re-entrant: wait_* predicates may call the query methods while holding it.
@@ -222,6 +232,34 @@ class ResultServer:
         self._accept_paused_until: float | None = None
         self._next_heartbeat = 0.0
         self._next_silence_check = 0.0                  # no worker can be lost before this (monotonic)
+
+    def _per_address_caps(self) -> dict[str, int]:
+        """Authenticated connections each address may hold: the ranks and workers of the hosts that connect
+        from it, plus PER_HOST_SLACK.  Without ``host_addresses`` every connection comes from anywhere: the
+        whole plan's count."""
+        per_host = collections.Counter(self.rank_hosts.values())
+        for w in self.workers:
+            per_host[w] += 1
+        if self.host_addresses is None:
+            return collections.defaultdict(lambda: sum(per_host.values()) + PER_HOST_SLACK)
+        caps: dict[str, int] = collections.defaultdict(lambda: PER_HOST_SLACK)
+        for host, addrs in self.host_addresses.items():
+            for a in addrs:
+                caps[a] = caps[a] + per_host.get(host, 0)
+        return caps
+
+    def _authenticated(self, peer: _Peer) -> bool:
+        """Move ``peer`` out of the unauthenticated set, when its address is under its cap; False (refused,
+        dropped) when the address already holds as many authenticated connections as its hosts need."""
+        if self._authed_by_addr[peer.addr] >= self._addr_cap[peer.addr]:
+            self._reject(peer.addr, f"{self._addr_cap[peer.addr]} authenticated connections already open from "
+                                    f"{peer.addr} (its hosts' ranks and workers, plus {PER_HOST_SLACK})", "capacity")
+            self._drop(peer)
+            return False
+        self._authed_by_addr[peer.addr] += 1
+        peer.counted = True
+        self._unauthed.pop(peer, None)
+        return True
 
     # -- life cycle -------------------------------------------------------------
     def start(self) -> "ResultServer":
@@ -400,7 +438,7 @@ class ResultServer:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 conn_nonce = os.urandom(wire.NONCE_BYTES)
                 peer = _Peer(conn, ip, self.clock.monotonic(),
-                             wire.Session(self.job, self.run_nonce, conn_nonce, master_end=True))
+                             wire.Session(self.job, self.run_nonce, conn_nonce, master_end=True), conn_nonce)
                 # The greeting: the nonces every MAC on this connection is bound to (wire.py).
                 if not peer.send_raw(wire.greeting(self.run_nonce, conn_nonce)):
                     raise OSError("the greeting could not be sent")
@@ -413,13 +451,14 @@ class ResultServer:
             self._unauthed[peer] = None
 
     def _evict_one(self) -> bool:
-        """Make room for one connection: the oldest that has not authenticated goes.  Each candidate's
-        pending bytes are read first, so a rank whose report is already here is never the one evicted."""
+        """Make room for one connection: the oldest that has not authenticated goes (a worker's connection
+        without its hello included).  Each candidate's pending bytes are read first, so a rank whose report
+        is already here is never the one evicted."""
         for p in list(self._unauthed):  # oldest first
             self._read(p)
             if not p.alive:
                 return True  # it closed, or its line was refused: room made
-            if p.role is None:
+            if p in self._unauthed:
                 self._reject(p.addr, "connection closed to make room: it had not authenticated", "capacity")
                 self._drop(p)
                 return True
@@ -429,6 +468,9 @@ class ResultServer:
         """Close ``peer``; ``by_peer``: it closed first (EOF or reset), not us."""
         peer.alive = False
         self._unauthed.pop(peer, None)
+        if peer.counted:
+            peer.counted = False
+            self._authed_by_addr[peer.addr] -= 1
         try:
             fd = peer.sock.fileno()
             if fd >= 0:
@@ -536,8 +578,9 @@ class ResultServer:
     def _bind(self, peer: _Peer, sender: str) -> bool:
         """Make ``peer`` the connection of ``sender`` (its first valid line); False when it may not be."""
         if sender == wire.WORKER_SENDER:
-            peer.sender, peer.role = sender, "worker"   # its host is bound by its hello
-            self._unauthed.pop(peer, None)
+            # Its host is bound by its hello, and only the hello authenticates it: until then it stays among
+            # the unauthenticated (first-message deadline, eviction at the cap).
+            peer.sender, peer.role = sender, "worker"
             return True
         rank = self._senders[sender]
         host = self.rank_hosts[rank]
@@ -556,8 +599,12 @@ class ResultServer:
             self._refuse(peer, f"rank {rank} already has an open connection (from {old.addr}); this one is "
                                "refused", "identity")
             return False
+        if not self._authenticated(peer):
+            with self._lock:
+                if self._rank_peer.get(rank) is peer:
+                    del self._rank_peer[rank]
+            return False
         peer.sender, peer.role, peer.rank = sender, "rank", rank
-        self._unauthed.pop(peer, None)
         return True
 
     def _rank_report(self, peer: _Peer, msg: dict) -> None:
@@ -624,7 +671,7 @@ class ResultServer:
     def _worker_message(self, peer: _Peer, kind: str, msg: dict) -> None:
         now = self.clock.monotonic()
         if kind == "hello":
-            if not self._hello(peer, msg):
+            if not self._hello(peer, msg) or not self._authenticated(peer):
                 return
             host = msg["host"]
             with self._changed:
@@ -639,10 +686,11 @@ class ResultServer:
                     self._next_silence_check = min(self._next_silence_check, now + self.worker_silence_s)
                 result = self._result
                 self._changed.notify_all()
-            # The host's seed, for its ranks' keys (keys.py); then a worker that arrives after the result
-            # gets it straight away.
+            # The host's seed, for its ranks' keys, sealed to the workers' key and this connection (keys.py): a
+            # recording of the traffic does not hold it.  Then a worker that arrives after the result gets it.
             reply = {"type": "result", **result} if result else {"type": "heartbeat", "t": self.clock.time()}
-            if not peer.send_msgs(({"type": "keys", "seed": self._seeds[host].hex()}, reply), self.worker_key):
+            sealed = seal_seed(self._seeds[host], self.worker_key, self.run_nonce, peer.conn_nonce, host)
+            if not peer.send_msgs(({"type": "keys", "seed": sealed.hex()}, reply), self.worker_key):
                 self._drop(peer)
             return
         if peer.host is None:
@@ -768,7 +816,7 @@ class ResultServer:
         Sends never block, so one pass over the workers is as fast as a parallel one.
         Returns the number of workers it was delivered to.
         """
-        payload = {"exit_code": int(result.exit_code), "summary": result.summary}
+        payload = {"exit_code": int(result.exit_code), "result": result.to_dict()}   # exec/result.py's JSON
         with self._lock:
             self._result = payload
             peers = list(self._worker_peer.values())
