@@ -22,6 +22,7 @@ from ..errors import ClusterError, ExitCode, SpecError
 from ..exec.result import exit_code_from_failure
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..spec.compile import JOB_NAME_REF, CompiledJob, checkpoint_path, with_job_name
+from ..stack.infra import JOB_TAG, KEY_CHANNEL
 from ..redact import redact_value
 from .base import DryRun, StatusLine, SubmitOptions, Target
 from .outcome import Outcome, outcome_of
@@ -140,6 +141,10 @@ def build_request(compiled: CompiledJob, job_name: str) -> dict:
         req["VpcConfig"] = {"Subnets": list(job.vpc.subnets), "SecurityGroupIds": list(job.vpc.security_groups)}
     if job.retries:
         req["RetryStrategy"] = {"MaximumRetryAttempts": job.retries}
+    if sm.submit_role:
+        # The execution role's session gets the submit session's tag mpirun-kit-job=<name> (run() assumes
+        # the submit role with it): the role's S3 and KMS statements reach only this job's prefixes.
+        req["SessionChainingConfig"] = {"EnableSessionTagChaining": True}
     if sm.tensorboard_s3:
         # SageMaker uploads what the program writes under LocalPath to S3OutputPath while the job runs.
         req["TensorBoardOutputConfig"] = {"S3OutputPath": sm.tensorboard_s3, "LocalPath": TENSORBOARD_LOCAL_PATH}
@@ -170,7 +175,8 @@ def dryrun(compiled: CompiledJob, *, job_name: str, generated_name: bool = False
     sm = compiled.job.target.sagemaker
     warnings = tuple(unnamed_job_warnings(compiled, job_name)) if generated_name else ()
     return DryRun("sagemaker", compiled.job.name,
-                  {"region": sm.region, "logs": sm.logs, "CreateTrainingJob": build_request(compiled, job_name)},
+                  {"region": sm.region, "logs": sm.logs, **({"submit_role": sm.submit_role} if sm.submit_role else {}),
+                   "CreateTrainingJob": build_request(compiled, job_name)},
                   warnings=warnings, redact=redact_request)
 
 
@@ -284,37 +290,171 @@ def make_clients(region: str | None) -> tuple[Any, Any]:
     return boto3.client("sagemaker", region_name=region), boto3.client("logs", region_name=region)
 
 
+def make_client(service: str, region: str | None, credentials: dict | None = None) -> Any:
+    """A boto3 client; with ``credentials`` (an AssumeRole answer's), as that role session."""
+    import boto3
+
+    kw = {} if credentials is None else {"aws_access_key_id": credentials["AccessKeyId"],
+                                         "aws_secret_access_key": credentials["SecretAccessKey"],
+                                         "aws_session_token": credentials["SessionToken"]}
+    return boto3.client(service, region_name=region, **kw)
+
+
+def _s3_split(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    return bucket, key
+
+
+def submit_session(sts: Any, role_arn: str, job_name: str) -> dict:
+    """Credentials of the submit role, tagged ``mpirun-kit-job=<job_name>`` (SageMaker chains the tag into the
+    execution role's session: the job reaches only its own prefixes)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return sts.assume_role(RoleArn=role_arn, RoleSessionName=job_name[:64], DurationSeconds=3600,
+                               Tags=[{"Key": JOB_TAG, "Value": job_name}])["Credentials"]
+    except (BotoCoreError, ClientError) as exc:
+        raise ClusterError(f"could not assume the submit role {role_arn} with the session tag {JOB_TAG}={job_name}: "
+                           f"{exc}; you need sts:AssumeRole and sts:TagSession on it (role stack output "
+                           "SubmitRoleArn), or drop target.sagemaker.submit_role") from exc
+
+
+def key_channel_uri(request: dict) -> str | None:
+    """The S3 prefix of the request's key channel (``mpirun-keys``), if it has one."""
+    for ch in request.get("InputDataConfig") or ():
+        if ch["ChannelName"] == KEY_CHANNEL and "S3DataSource" in ch["DataSource"]:
+            return ch["DataSource"]["S3DataSource"]["S3Uri"]
+    return None
+
+
+def put_job_keys(s3: Any, prefix_uri: str, job_name: str) -> tuple[str, bool]:
+    """Make the job's secret and upload it as ``<prefix>/job-secret``; (its URI, made here).
+
+    A secret already there (pre-staged with ops/make-job-keys.sh) is used as it is and not made again
+    (``made`` False: it is not ours to remove).  The object takes the bucket's default encryption.
+    """
+    import secrets
+
+    from botocore.exceptions import ClientError
+
+    from ..exec.sshkeys import SECRET_BYTES, SECRET_FILE_NAME, derive_material, format_secret
+
+    bucket, prefix = _s3_split(prefix_uri)
+    key = f"{prefix.rstrip('/')}/{SECRET_FILE_NAME}" if prefix else SECRET_FILE_NAME
+    uri = f"s3://{bucket}/{key}"
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return uri, False
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            raise ClusterError(f"could not check for a pre-staged job secret at {uri}: {exc}") from exc
+    secret = secrets.token_bytes(SECRET_BYTES)
+    derive_material(secret, job_name)  # a name the keys cannot be derived for fails here, not on the hosts
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=format_secret(secret).encode())
+    except ClientError as exc:
+        raise ClusterError(f"could not upload the job secret to {uri}: {exc}; the submit role (or you) needs "
+                           "s3:PutObject on the job's key prefix") from exc
+    return uri, True
+
+
+def delete_job_keys(s3: Any, uri: str) -> None:
+    bucket, key = _s3_split(uri)
+    s3.delete_object(Bucket=bucket, Key=key)
+
+
+def seed_checkpoints(s3: Any, checkpoint_uri: str, job_name: str, other: str) -> tuple[str, int]:
+    """Copy job ``other``'s checkpoints into this job's (empty) checkpoint prefix: resuming another job's run
+    is explicit (``submit --resume-from``); ``--resume auto`` alone sees only the job's own.  Returns
+    (the source prefix, objects copied)."""
+    parts = checkpoint_uri[len("s3://"):].split("/")
+    if job_name not in parts[1:]:
+        raise SpecError(f"--resume-from {other}: checkpoint.s3 ({checkpoint_uri}) does not name the job "
+                        f"(${{job_name}}), so every job shares it and there is nothing to copy; give each job its "
+                        "own: checkpoint.s3: .../jobs/${job_name}/checkpoints")
+    src = "s3://" + "/".join(other if i and p == job_name else p for i, p in enumerate(parts))
+    (sb, sk), (db, dk) = _s3_split(src), _s3_split(checkpoint_uri)
+    sk, dk = sk.rstrip("/") + "/", dk.rstrip("/") + "/"
+    copied = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sb, Prefix=sk):
+        for obj in page.get("Contents") or ():
+            s3.copy_object(Bucket=db, Key=dk + obj["Key"][len(sk):], CopySource={"Bucket": sb, "Key": obj["Key"]})
+            copied += 1
+    if not copied:
+        raise SpecError(f"--resume-from {other}: no checkpoints under {src}; check the job name "
+                        "(`aws sagemaker list-training-jobs`)")
+    return src, copied
+
+
 def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tuple[Any, Any]] = make_clients,
-        clock: Clock = SYSTEM_CLOCK, out=None, poll_s: float = 10.0, final: dict | None = None) -> int:
-    """Create the training job; with ``wait``, follow it and return its exit code (``final``: see ``follow``)."""
+        clock: Clock = SYSTEM_CLOCK, out=None, poll_s: float = 10.0, final: dict | None = None,
+        keep_keys: bool = False, resume_from: str | None = None,
+        aws: Callable[..., Any] = make_client) -> int:
+    """Create the training job; with ``wait``, follow it and return its exit code (``final``: see ``follow``).
+
+    Before creating it: with ``target.sagemaker.submit_role``, assume that role tagged with the job's name
+    (``aws("sts", region)``; every later call runs as that session); with ``resume_from``, copy that job's
+    checkpoints into this job's prefix (as you, ``aws("s3", region)``); with a key channel, make the job's
+    secret and upload it there.  The secret is removed when the job has ended (``wait``), or when creating
+    it failed, unless ``keep_keys``.
+    """
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     out = out or sys.stdout
     req = dry.request["CreateTrainingJob"]
-    sm, logs = clients(dry.request["region"])
+    name, region = req["TrainingJobName"], dry.request["region"]
+    creds = None
+    if dry.request.get("submit_role"):
+        creds = submit_session(aws("sts", region), dry.request["submit_role"], name)
+        sm, logs = aws("sagemaker", region, creds), aws("logs", region, creds)
+    else:
+        sm, logs = clients(region)
+    if resume_from:
+        src, n = seed_checkpoints(aws("s3", region), req["CheckpointConfig"]["S3Uri"], name, resume_from) \
+            if req.get("CheckpointConfig") else (None, 0)
+        if src is None:
+            raise SpecError(f"--resume-from {resume_from}: the job has no checkpoint.s3 to resume into")
+        out.write(f"resuming from {resume_from}: {n} checkpoint object(s) copied from {src}\n")
+    keys_uri, made = None, False
+    if key_channel_uri(req):
+        keys_uri, made = put_job_keys(aws("s3", region, creds), key_channel_uri(req), name)
+        out.write(f"job secret {'made and uploaded to' if made else 'pre-staged at'} {keys_uri}\n")
+
+    def remove_keys(why: str) -> None:
+        if made and not keep_keys:
+            delete_job_keys(aws("s3", region, creds), keys_uri)
+            out.write(f"job secret {keys_uri} removed ({why})\n")
     try:
         resp = sm.create_training_job(**req)
     except NoCredentialsError as exc:
+        remove_keys("the job was not created")
         # Nothing reached AWS: the role, image and quota are not the problem.
-        raise ClusterError(f"CreateTrainingJob {req['TrainingJobName']}: no AWS credentials found; set AWS_PROFILE, "
+        raise ClusterError(f"CreateTrainingJob {name}: no AWS credentials found; set AWS_PROFILE, "
                            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run `aws configure`") from exc
     except (BotoCoreError, ClientError) as exc:
-        raise ClusterError(f"CreateTrainingJob {req['TrainingJobName']} was refused: {exc}; check the role, image, "
+        remove_keys("the job was not created")
+        raise ClusterError(f"CreateTrainingJob {name} was refused: {exc}; check the role, image, "
                            "instance quota and region (`mpirun_kit submit --dry-run` shows the request)") from exc
-    out.write(f"created {resp.get('TrainingJobArn', req['TrainingJobName'])}\n")
+    out.write(f"created {resp.get('TrainingJobArn', name)}\n")
     out.flush()
     if not wait:
-        out.write(f"follow it with: mpirun_kit status {req['TrainingJobName']} / mpirun_kit logs "
-                  f"{req['TrainingJobName']} --follow\n")
+        out.write(f"follow it with: mpirun_kit status {name} / mpirun_kit logs {name} --follow\n")
+        if made and not keep_keys:
+            out.write(f"the job secret stays at {keys_uri} until you remove it after the job: `aws s3 rm "
+                      f"{keys_uri}` (submit --wait removes it itself)\n")
         return 0
     stop = req["StoppingCondition"]
     limit = stop.get("MaxWaitTimeInSeconds", stop["MaxRuntimeInSeconds"]) + 3600
     try:
-        return follow(sm, req["TrainingJobName"], logs_client=logs if dry.request["logs"] else None,
+        code = follow(sm, name, logs_client=logs if dry.request["logs"] else None,
                       clock=clock, out=out, poll_s=poll_s, timeout_s=limit, final=final)
     except KeyboardInterrupt:
-        out.write(f"stopped following; the job keeps running (mpirun_kit stop {req['TrainingJobName']})\n")
+        out.write(f"stopped following; the job keeps running (mpirun_kit stop {name})\n")
+        if made and not keep_keys:
+            out.write(f"the job secret stays at {keys_uri}: `aws s3 rm {keys_uri}` after the job\n")
         return ExitCode.INTERRUPTED
+    remove_keys("the job has ended")
+    return code
 
 
 def job_name_for(base: str, now: float) -> str:
@@ -324,14 +464,14 @@ def job_name_for(base: str, now: float) -> str:
 
 
 def unnamed_job_warnings(compiled: CompiledJob, generated: str) -> list[str]:
-    """A channel that reads per-job material under ``${job_name}`` needs a name known before submit:
-    the generated one (a timestamp) cannot have had keys made for it, so the job would stop at start."""
+    """A channel other than the key channel that reads ``${job_name}`` needs its data staged for a name known
+    before submit: a generated name (a timestamp) has nothing there.  (The key channel's secret ``submit``
+    makes itself, for whatever name the job gets.)"""
     src = compiled.job.source or "the job spec"
     return [f"{src}: data channel {ch.name!r} reads {ch.s3}, and no --job-name was given: this job would be "
-            f"named {generated}, for which no keys were made, so it would fail at start. Make them with "
-            f"`bash ops/make-job-keys.sh --job NAME --out {ch.s3.split(JOB_NAME_REF)[0]}NAME/` and submit with "
-            f"--job-name NAME"
-            for ch in compiled.job.data if ch.s3 and JOB_NAME_REF in ch.s3]
+            f"named {generated}, for which nothing was staged there, so the channel would be empty. Stage it "
+            f"under {ch.s3.split(JOB_NAME_REF)[0]}NAME/ and submit with --job-name NAME"
+            for ch in compiled.job.data if ch.s3 and JOB_NAME_REF in ch.s3 and ch.name != KEY_CHANNEL]
 
 
 class SageMakerTarget(Target):
@@ -348,7 +488,8 @@ class SageMakerTarget(Target):
             clients: Callable[[str | None], tuple[Any, Any]] = make_clients, poll_s: float = 10.0) -> Outcome:
         started = time.time() if started is None else started
         final: dict = {}
-        code = run(dry, wait=opts.wait, clients=clients, poll_s=poll_s, final=final)
+        code = run(dry, wait=opts.wait, clients=clients, poll_s=poll_s, final=final, keep_keys=opts.keep_keys,
+                   resume_from=opts.resume_from)
         name = dry.request["CreateTrainingJob"]["TrainingJobName"]
         if not opts.wait:
             return Outcome(self.name, dry.job, code, "platform", f"training job {name} created; it runs on SageMaker "

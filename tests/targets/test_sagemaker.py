@@ -16,6 +16,7 @@ import pytest
 from botocore.stub import Stubber
 
 from mpirun_kit.errors import ClusterError, SpecError
+from mpirun_kit.exec.result import RankFailure, failure_file_text, job_result
 from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec
 from mpirun_kit.spec.compile import compile_job
 from mpirun_kit.spec.load import load_job_text
@@ -199,6 +200,11 @@ def stubbed_sagemaker():
     return client, Stubber(client)
 
 
+def _report(rank: int, host: str, code: int) -> str:
+    """The master's failure file for rank ``rank`` exiting ``code``, as SageMaker puts it in FailureReason."""
+    return "AlgorithmError: " + failure_file_text(job_result(code, None, (RankFailure(rank, host, code, None, 43201.0),)))
+
+
 def _desc(status, secondary, reason=None):
     d = {"TrainingJobName": "j", "TrainingJobArn": "arn:aws:sagemaker:us-west-2:1:training-job/j",
          "ModelArtifacts": {"S3ModelArtifacts": "s3://b/o"}, "TrainingJobStatus": status,
@@ -211,8 +217,7 @@ def _desc(status, secondary, reason=None):
 
 
 @pytest.mark.parametrize("final,code", [
-    (_desc("Failed", "Failed", "AlgorithmError: mpirun_kit exit_code=7\n"
-                               "root cause: rank 3 on algo-2 exited with code 7 (first seen 12:00:01Z)"), 7),
+    (_desc("Failed", "Failed", _report(3, "algo-2", 7)), 7),
     (_desc("Failed", "MaxRuntimeExceeded", "MaxRuntimeExceeded"), 124),
     (_desc("Stopped", "Stopped"), 143),
     (_desc("Failed", "Failed", "ClientError: out of capacity"), 1),
@@ -249,7 +254,7 @@ def test_stop_and_status_commands(monkeypatch, capsys):
     stub.add_client_error("stop_training_job", "ValidationException", "Job j is already Completed",
                           expected_params={"TrainingJobName": "j"})
     stub.add_response("describe_training_job",
-                      _desc("Failed", "Failed", "AlgorithmError: mpirun_kit exit_code=5\nrank 0 exited with code 5"),
+                      _desc("Failed", "Failed", _report(0, "algo-1", 5)),
                       {"TrainingJobName": "j"})
     monkeypatch.setattr(T, "make_clients", lambda region: (client, None))
     with stub:
@@ -303,11 +308,9 @@ def test_secret_env_on_sagemaker_is_warned_about():
 
 @pytest.mark.parametrize("reason,source,cause,text", [
     # the master's failure report, as SageMaker carries it in FailureReason
-    ("AlgorithmError: mpirun_kit exit_code=7\nroot cause: rank 3 on algo-2 exited with code 7 (first seen 12:00:01Z)",
-     "job", {"rank": 3, "host": "algo-2", "exit_code": 7, "signal": None}, "rank 3 on algo-2 exited with code 7"),
+    (_report(3, "algo-2", 7), "job", {"rank": 3, "host": "algo-2", "exit_code": 7, "signal": None}, "rank 3 on algo-2 exited with code 7"),
     # a job's own exit code 70 is the job's, not the launcher's: only the report can say so
-    ("AlgorithmError: mpirun_kit exit_code=70\nroot cause: rank 0 on algo-1 exited with code 70 (first seen 12:00:01Z)",
-     "job", {"rank": 0, "host": "algo-1", "exit_code": 70, "signal": None}, "rank 0 on algo-1 exited with code 70"),
+    (_report(0, "algo-1", 70), "job", {"rank": 0, "host": "algo-1", "exit_code": 70, "signal": None}, "rank 0 on algo-1 exited with code 70"),
     # no report of ours: SageMaker itself ended the job
     ("CapacityError: Unable to provision requested ML compute capacity", "platform", None,
      "failed: CapacityError: Unable to provision requested ML compute capacity"),
@@ -327,7 +330,8 @@ def test_submit_wait_outcome_reads_the_failure_report_from_failure_reason(reason
 
 
 def test_a_job_name_channel_without_job_name_is_warned_about(capsys):
-    """Keys are made for a job name before submit; a generated name (a timestamp) has none.  The dry run
+    """Data staged for a job name before submit; a generated name (a timestamp) has none (the key channel's
+    secret submit makes itself, issue 26).  The dry run
     returns the warning (the target prints nothing); submit prints it on stderr, --json carries it."""
     from mpirun_kit.targets.base import SubmitOptions
 
@@ -336,9 +340,8 @@ def test_a_job_name_channel_without_job_name_is_warned_about(capsys):
     name = dry.request["CreateTrainingJob"]["TrainingJobName"]
     assert dry.warnings == (
         f"mrcnn.yaml: data channel 'extra' reads s3://bucket/keys/${{job_name}}/, and no "
-        f"--job-name was given: this job would be named {name}, for which no keys were made, so it would fail at "
-        "start. Make them with `bash ops/make-job-keys.sh --job NAME --out s3://bucket/keys/NAME/` and submit with "
-        "--job-name NAME",)
+        f"--job-name was given: this job would be named {name}, for which nothing was staged there, so the channel "
+        "would be empty. Stage it under s3://bucket/keys/NAME/ and submit with --job-name NAME",)
     assert json.loads(dry.to_json())["warnings"] == list(dry.warnings)
     assert T.TARGET.prepare(c, SubmitOptions(job_name="mrcnn-1")).warnings == ()
     assert T.TARGET.prepare(compiled(), SubmitOptions()).warnings == ()   # no ${job_name} channel: nothing to say
@@ -357,3 +360,142 @@ def test_submit_prints_the_dry_runs_warnings(tmp_path, capsys):
     assert json.loads(out)["warnings"][0].startswith(f"{spec}: data channel 'extra'")
     assert main(["submit", str(spec), "--dry-run", "--job-name", "mrcnn-1", *outputs]) == 0
     assert "data channel" not in capsys.readouterr().err
+
+
+# --- issue 26: keys made by submit, one home per job, the submit role's tag -------------------------------
+
+PER_JOB = (SPEC.replace("s3: s3://bucket/extra", "s3: s3://bucket/mpirun-kit/keys/${job_name}/")
+           .replace("  extra:\n", "  mpirun-keys:\n")
+           .replace("checkpoint: {s3: s3://bucket/ckpt}", "checkpoint: {s3: 's3://bucket/mpirun-kit/jobs/${job_name}/checkpoints'}")
+           .replace("output_s3: s3://bucket/out", "output_s3: s3://bucket/mpirun-kit/jobs/${job_name}/output"))
+
+
+def moto_aws(url):
+    def make(service, region, credentials=None):
+        kw = {} if credentials is None else {"aws_access_key_id": credentials["AccessKeyId"],
+                                             "aws_secret_access_key": credentials["SecretAccessKey"],
+                                             "aws_session_token": credentials["SessionToken"]}
+        return boto3.client(service, region_name="us-west-2", endpoint_url=url, **kw)
+    return make
+
+
+def _keys(s3, name):
+    return [o["Key"] for o in s3.list_objects_v2(Bucket="bucket", Prefix=f"mpirun-kit/keys/{name}/").get("Contents", [])]
+
+
+def test_submit_makes_the_jobs_keys_under_its_own_prefix_and_removes_them_after(moto):
+    """Before issue 26 every multi-host job needed ops/make-job-keys.sh by hand for its exact name first."""
+    from mpirun_kit.exec.sshkeys import derive_material, parse_secret
+
+    aws = moto_aws(moto)
+    s3 = aws("s3", "us-west-2")
+    s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    out = io.StringIO()
+    dry = T.dryrun(compiled(PER_JOB), job_name="mrcnn-a")
+    assert T.run(dry, clients=moto_clients(moto), aws=aws, out=out, keep_keys=True) == 0
+    assert "job secret made and uploaded to s3://bucket/mpirun-kit/keys/mrcnn-a/job-secret\n" in out.getvalue()
+    (key,) = _keys(s3, "mrcnn-a")
+    derive_material(parse_secret(s3.get_object(Bucket="bucket", Key=key)["Body"].read().decode()), "mrcnn-a")
+    # --wait: removed once the job has ended (moto's jobs complete at once)
+    out = io.StringIO()
+    clock = FakeClock()
+    dry = T.dryrun(compiled(PER_JOB), job_name="mrcnn-b")
+    assert T.run(dry, wait=True, clients=moto_clients(moto), aws=aws, out=out, clock=clock) == 0
+    assert "job secret s3://bucket/mpirun-kit/keys/mrcnn-b/job-secret removed (the job has ended)" in out.getvalue()
+    assert _keys(s3, "mrcnn-b") == [] and _keys(s3, "mrcnn-a") != []
+
+
+def test_a_prestaged_secret_is_used_and_left_alone(moto):
+    aws = moto_aws(moto)
+    s3 = aws("s3", "us-west-2")
+    s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    s3.put_object(Bucket="bucket", Key="mpirun-kit/keys/mrcnn-p/job-secret", Body=b"staged")
+    out = io.StringIO()
+    dry = T.dryrun(compiled(PER_JOB), job_name="mrcnn-p")
+    assert T.run(dry, wait=True, clients=moto_clients(moto), aws=aws, out=out, clock=FakeClock()) == 0
+    assert "job secret pre-staged at s3://bucket/mpirun-kit/keys/mrcnn-p/job-secret" in out.getvalue()
+    assert s3.get_object(Bucket="bucket", Key="mpirun-kit/keys/mrcnn-p/job-secret")["Body"].read() == b"staged"
+
+
+def test_keys_are_removed_when_the_job_is_refused():
+    """Stubber: moto accepts any CreateTrainingJob; AWS refuses (here a quota), and the secret must not stay."""
+    calls = []
+
+    class S3:
+        def head_object(self, **kw):
+            from botocore.exceptions import ClientError
+            raise ClientError({"Error": {"Code": "404"}}, "HeadObject")
+
+        def put_object(self, **kw):
+            calls.append(("put", kw["Key"]))
+
+        def delete_object(self, **kw):
+            calls.append(("delete", kw["Key"]))
+
+    sm = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x",
+                      endpoint_url="http://127.0.0.1:9")
+    dry = T.dryrun(compiled(PER_JOB), job_name="mrcnn-r")
+    with Stubber(sm) as stub:
+        stub.add_client_error("create_training_job", "ResourceLimitExceeded", "quota")
+        with pytest.raises(ClusterError):
+            T.run(dry, clients=lambda r: (sm, None), aws=lambda *a: S3(), out=io.StringIO())
+    assert calls == [("put", "mpirun-kit/keys/mrcnn-r/job-secret"), ("delete", "mpirun-kit/keys/mrcnn-r/job-secret")]
+
+
+def test_two_jobs_from_one_spec_have_two_homes_and_resume_auto_sees_only_its_own(moto):
+    """The checkpoint prefix SageMaker downloads at start is the job's own: the second job starts fresh
+    (before issue 26 both jobs had s3://.../maskrcnn/checkpoints, so the second continued the first's run).
+    Continuing another job's run is explicit: --resume-from copies its checkpoints in first."""
+    aws = moto_aws(moto)
+    s3 = aws("s3", "us-west-2")
+    s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    a, b = (T.dryrun(compiled(PER_JOB), job_name=n).request["CreateTrainingJob"] for n in ("mrcnn-a", "mrcnn-b"))
+    for field in (("CheckpointConfig", "S3Uri"), ("OutputDataConfig", "S3OutputPath")):
+        assert a[field[0]][field[1]] != b[field[0]][field[1]]
+    assert T.key_channel_uri(a) != T.key_channel_uri(b)
+    s3.put_object(Bucket="bucket", Key="mpirun-kit/jobs/mrcnn-a/checkpoints/model_0001000.pth", Body=b"w")
+
+    def sees(req):  # what SageMaker downloads into /opt/ml/checkpoints at start
+        bucket, _, prefix = req["CheckpointConfig"]["S3Uri"][5:].partition("/")
+        return [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", [])]
+    assert sees(a) == ["mpirun-kit/jobs/mrcnn-a/checkpoints/model_0001000.pth"]
+    assert sees(b) == []
+    out = io.StringIO()
+    dry_c = T.dryrun(compiled(PER_JOB), job_name="mrcnn-c")
+    assert T.run(dry_c, clients=moto_clients(moto), aws=aws, out=out, resume_from="mrcnn-a") == 0
+    assert ("resuming from mrcnn-a: 1 checkpoint object(s) copied from s3://bucket/mpirun-kit/jobs/mrcnn-a/checkpoints"
+            in out.getvalue())
+    assert sees(dry_c.request["CreateTrainingJob"]) == ["mpirun-kit/jobs/mrcnn-c/checkpoints/model_0001000.pth"]
+    with pytest.raises(SpecError, match="--resume-from mrcnn-z: no checkpoints under s3://bucket/mpirun-kit/jobs/"
+                                        "mrcnn-z/checkpoints"):
+        T.run(T.dryrun(compiled(PER_JOB), job_name="mrcnn-d"), clients=moto_clients(moto), aws=aws,
+              out=io.StringIO(), resume_from="mrcnn-z")
+
+
+def test_submit_role_session_is_tagged_with_the_job_name(moto):
+    """With target.sagemaker.submit_role: the request asks for tag chaining, and run() creates the job as the
+    submit role's session tagged mpirun-kit-job=<name> (moto records AssumeRole; it does not check trust or tags)."""
+    aws = moto_aws(moto)
+    s3 = aws("s3", "us-west-2")
+    s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    text = PER_JOB.replace("    tags: {team: vision}\n", "    tags: {team: vision}\n"
+                           "    submit_role: arn:aws:iam::123456789012:role/mrk-submit\n")
+    seen = []
+
+    def spy(service, region, credentials=None):
+        seen.append((service, credentials is not None))
+        client = aws(service, region, credentials)
+        if service == "sts":
+            real = client.assume_role
+
+            def assume_role(**kw):
+                seen.append(kw["Tags"])
+                return real(**kw)
+            client.assume_role = assume_role
+        return client
+    dry = T.dryrun(compiled(text), job_name="mrcnn-t")
+    assert dry.request["CreateTrainingJob"]["SessionChainingConfig"] == {"EnableSessionTagChaining": True}
+    assert T.run(dry, aws=spy, out=io.StringIO(), keep_keys=True) == 0
+    assert seen[:2] == [("sts", False), [{"Key": "mpirun-kit-job", "Value": "mrcnn-t"}]]
+    assert ("sagemaker", True) in seen and ("s3", True) in seen
+    assert "SessionChainingConfig" not in T.dryrun(compiled(PER_JOB), job_name="x").request["CreateTrainingJob"]
