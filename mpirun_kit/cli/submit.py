@@ -45,7 +45,8 @@ def _submit(args) -> int:
         for w in compiled.warnings:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         target = get_target(compiled.job.target.type)
-        opts = SubmitOptions(wait=args.wait, job_name=args.job_name)
+        opts = SubmitOptions(wait=args.wait, job_name=args.job_name, keep_keys=args.keep_keys,
+                             resume_from=args.resume_from)
         dry = target.prepare(compiled, opts)
         for w in dry.warnings:  # a target returns what the user must hear; the CLI says it
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
@@ -103,4 +104,8 @@ def register(subparsers) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the request (argv, spec, CreateTrainingJob) and exit 0")
     p.add_argument("--wait", action="store_true", help="sagemaker: follow status and CloudWatch logs until the job ends")
     p.add_argument("--job-name", metavar="NAME", help="sagemaker: training job name (default NAME-YYYYmmdd-HHMMSS)")
+    p.add_argument("--keep-keys", action="store_true", help="sagemaker: leave the job's key secret (which submit makes "
+                   "under the job's own key prefix) in S3 after the job; by default --wait removes it when the job ends")
+    p.add_argument("--resume-from", metavar="JOB", help="sagemaker: copy training job JOB's checkpoints into this job's "
+                   "own checkpoint prefix first, so --resume auto continues JOB's run (by default a job sees only its own)")
     p.set_defaults(func=_submit)
