@@ -269,3 +269,82 @@ def test_outside_connections_are_dropped_before_their_handshake():
         until(lambda: server.connected_workers() == {"algo-2"})
         link.close()
 
+
+
+# -- issue 27: a holder of the workers' key, floods, the seed on the wire ------------------------------------------
+def test_a_worker_key_holder_cannot_fill_the_connection_cap_for_good():
+    """Issue 27 finding 4: one valid worker line took a connection out of the unauthenticated set for good; 67
+    such connections and rank 0's exit report was refused (capacity).  Now a worker's connection is
+    authenticated only by its hello: without one it is evicted at the cap and timed out like an outsider's."""
+    with make_server(RANK_HOSTS, WORKERS, first_message_s=2.0) as server:
+        held = []
+        for _ in range(server.max_connections + 3):
+            s, session = raw(server)
+            s.sendall(session.seal({"type": "heartbeat", "host": "algo-2"}, WORKER_KEY, "w"))
+            held.append(s)
+        link = rank_link(server, 0)
+        assert link.send({"event": "exit", "rank": 0, "host": "algo-1", "exit_code": 0, "signal": None, "t": 1.0})
+        until(lambda: any(e["rank"] == 0 for e in server.rank_events()), what=f"rank 0's report refused: "
+              f"{server.rejection_counts()}")
+        # and the ones the cap did not evict are closed at the unauthenticated deadline
+        assert is_closed(held[-1], timeout=10.0)
+        link.close()
+        for s in held:
+            s.close()
+
+
+def test_a_flood_without_keys_delays_reports_but_loses_none():
+    """Issue 27 finding 7: a flood of connections without keys cost 1-2 of 32 start reports (send() returned
+    False).  At the cap the server closes a connection before its greeting; the rank retries until RETRY_S."""
+    import threading
+
+    with make_server({r: "algo-1" for r in range(32)}, max_connections=4) as server:
+        stop = threading.Event()
+
+        def flood():
+            held = []
+            while not stop.is_set():
+                try:
+                    held.append(socket.create_connection(("127.0.0.1", server.port), timeout=1))
+                except OSError:
+                    pass
+                if len(held) > 200:
+                    for s in held[:100]:
+                        s.close()
+                    del held[:100]
+            for s in held:
+                s.close()
+
+        flooders = [threading.Thread(target=flood, daemon=True) for _ in range(2)]
+        for t in flooders:
+            t.start()
+        time.sleep(0.2)
+        try:
+            sent = [rank_link(server, r).send({"event": "start", "rank": r, "host": "algo-1", "t": 1.0})
+                    for r in range(32)]
+        finally:
+            stop.set()
+            for t in flooders:
+                t.join(10)
+        assert all(sent), sent.count(False)
+        until(lambda: len(server.rank_events()) == 32, what=f"{len(server.rank_events())} of 32 start reports "
+              f"arrived; refused {server.rejection_counts()}")
+
+
+def test_the_seed_on_the_wire_is_not_the_seed():
+    """Issue 27 finding 7: the host seed crossed the network in clear (a recording of the channel gave every
+    rank key of that host).  The keys line carries it sealed; the worker's link opens it."""
+    with make_server(RANK_HOSTS, WORKERS) as server:
+        s, session = raw(server)
+        s.sendall(hello_line(session))
+        buf = b""
+        while buf.count(b"\n") < 1:
+            buf += s.recv(65536)
+        seed = server.host_seed("algo-2")
+        assert seed.hex().encode() not in buf and b'"keys"' in buf
+        got = []
+        link = worker_link(server, "algo-3", on_keys=lambda sd, nonce: got.append(sd))
+        until(lambda: link.recv(0.1) is not None or bool(got))
+        assert got == [server.host_seed("algo-3")]
+        link.close()
+        s.close()
