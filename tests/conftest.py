@@ -19,6 +19,15 @@ from moto_process import free_port, moto_process
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def job_records(tmp_path_factory, monkeypatch):
+    """Every test's job records in a store of its own (mpirun_kit/records/), never the user's ~/.local/state:
+    ``submit`` records each run; child processes inherit the variable."""
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("MPIRUN_KIT_STATE_DIR", str(state))
+    return state
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     """Start ``moto_server`` on 127.0.0.1 for the session; yield its endpoint URL."""

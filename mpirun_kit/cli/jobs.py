@@ -1,13 +1,18 @@
-"""`mpirun_kit status|logs|stop NAME`: look after a SageMaker training job submitted with `submit`.
+"""`mpirun_kit jobs|status|logs|cancel|stop`: follow the jobs `submit` recorded, on every target.
 
-Argument parsing and client creation only; the work is targets/sagemaker.py
-(describe, follow, exit-code mapping).
+Argument parsing and printing only: the record comes from the store (records/), the work from the
+job's target (targets/base.py ``Target.describe``, ``cancel``, ``logs``, ``list``; the defaults in
+targets/supervised.py for local, sim and ssh, SageMaker's and Slurm's own calls for theirs).
+A name the store does not know is taken for a SageMaker training job's name, as before records
+existed (a job submitted elsewhere, or by the SageMaker SDK): ``status``, ``logs`` and ``stop``/``cancel``
+then ask SageMaker directly (targets/sagemaker.py).
 """
 from __future__ import annotations
 
 import json
 import re
 import sys
+import time
 
 from ..errors import ExitCode, SpecError
 from .main import add_command, exit_codes
@@ -24,6 +29,26 @@ def check_job_name(name: str) -> str:
     return name
 
 
+def _record(args):
+    """(store, the job's record) or (store, None) when the store does not know ``args.name`` (a SageMaker name)."""
+    from .submit import store_of
+
+    if args.name.startswith("-") or not args.name:
+        raise SpecError(f"training job name {args.name!r} is not valid; expected a job id (`mpirun_kit jobs` "
+                        "lists them) or a SageMaker training job name")
+    store = store_of(args)
+    try:
+        return store, store.get(args.name)
+    except SpecError:
+        return store, None
+
+
+def _target(rec):
+    from ..targets import get_target
+
+    return get_target(rec.target)
+
+
 def _clients(args):
     from ..targets.sagemaker import make_clients
 
@@ -31,7 +56,77 @@ def _clients(args):
     return make_clients(args.region)
 
 
+# -- jobs ------------------------------------------------------------------------------------------
+
+def _jobs(args) -> int:
+    from ..records import JobState
+    from ..targets import get_target
+    from .sim import sweep_orphans
+    from .submit import store_of
+
+    sweep_orphans()   # sim clusters left by a submit killed with SIGKILL go now, each said on stderr (H2)
+    store = store_of(args)
+    states = [JobState(s) for s in args.state] if args.state else None
+    records = store.list(spec=args.spec, target=args.target, limit=args.limit if not states else None)
+    by_target: dict[str, list] = {}
+    for r in records:
+        by_target.setdefault(r.target, []).append(r)
+    statuses = {s.job_id: s for t, recs in by_target.items() for s in get_target(t).list(recs)}
+    rows = [statuses[r.job_id] for r in records if r.job_id in statuses]
+    if states:
+        rows = [s for s in rows if s.state in states][:args.limit or None]
+    if args.json:
+        print(json.dumps([s.to_dict() for s in rows], sort_keys=True))
+        return 0
+    if not rows:
+        print("no jobs recorded" + (" matching the filters" if states or args.spec or args.target else "")
+              + f" ({store.db})", file=sys.stderr)
+        return 0
+    print(f"{'JOB ID':<28} {'STATE':<10} {'TARGET':<10} {'EXIT':>4}  {'CREATED':<19}  SPEC")
+    for s in rows:
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created_at or 0))
+        code = "-" if s.exit_code is None else str(s.exit_code)
+        print(f"{s.job_id:<28} {s.state.value:<10} {s.target:<10} {code:>4}  {created:<19}  {s.spec or '-'}")
+    return 0
+
+
+# -- status ----------------------------------------------------------------------------------------
+
 def _status(args) -> int:
+    store, rec = _record(args)
+    if rec is None:
+        return _sagemaker_status(args)
+    status = _target(rec).describe(rec)
+    if status.state != rec.state and status.state.terminal:   # what the record did not know yet (a lost job)
+        store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
+                     reason=status.reason, root_cause=status.root_cause)
+    if args.json:
+        print(status.to_json())
+    else:
+        cause = status.root_cause
+        rows = [("job", status.job_id), ("state", status.state.value), ("target", status.target),
+                ("exit_code", status.exit_code), ("source", status.source), ("reason", status.reason),
+                ("root_cause", f"rank {cause['rank']} on {cause['host']}" if cause else None),
+                ("native", status.native), ("detail", status.detail), ("run_dir", status.run_dir),
+                ("spec", status.spec)]
+        for k, v in rows:
+            if v is not None:
+                print(f"{k:<11} {v}")
+    return status_code(status)
+
+
+def status_code(status) -> int:
+    """``status``'s exit code: 0 while the job is pending or running, else the job's own (70: lost)."""
+    from ..records import JobState
+
+    if not status.state.terminal:
+        return 0
+    if status.state == JobState.LOST:
+        return ExitCode.LAUNCH_FAILED
+    return int(status.exit_code or 0)
+
+
+def _sagemaker_status(args) -> int:
     from ..targets.sagemaker import TERMINAL, describe, exit_code_for
 
     sm, _ = _clients(args)
@@ -49,7 +144,23 @@ def _status(args) -> int:
     return exit_code_for(desc) if desc.get("TrainingJobStatus") in TERMINAL else 0
 
 
+# -- logs ------------------------------------------------------------------------------------------
+
 def _logs(args) -> int:
+    store, rec = _record(args)
+    if rec is None:
+        return _sagemaker_logs(args)
+    target = _target(rec)
+    out = sys.stdout
+    for line in target.logs(rec, rank=args.rank, follow=args.follow):
+        out.write(line + "\n")
+        out.flush()
+    if not args.follow:
+        return 0
+    return status_code(target.describe(store.get(rec.job_id)))
+
+
+def _sagemaker_logs(args) -> int:
     from ..targets.sagemaker import LogFollower, follow
 
     sm, logs = _clients(args)
@@ -59,7 +170,45 @@ def _logs(args) -> int:
     return 0
 
 
-def _stop(args) -> int:
+# -- cancel / stop -----------------------------------------------------------------------------------
+
+def _cancel(args) -> int:
+    from ..records import JobState
+
+    store, rec = _record(args)
+    if rec is None:
+        return _sagemaker_stop(args)
+    target = _target(rec)
+    before = target.describe(rec)
+    if before.state.terminal:
+        _say(args, rec.job_id, before, f"job {rec.job_id} already ended ({before.state.value}); nothing to cancel")
+        return 0
+    rec = store.update(rec.job_id, cancel_requested=True)
+    status = target.cancel(rec)
+    if status.state == JobState.LOST or not (target.platform or status.state.terminal):
+        # Its supervisor was killed after the grace period, before it could write the job's end.
+        store.finish(rec.job_id, state=JobState.CANCELLED, exit_code=status.exit_code or ExitCode.SIGKILL,
+                     source="user", reason="cancelled (`mpirun_kit cancel`): its supervisor was killed after the "
+                                           "grace period")
+        status = target.describe(store.get(rec.job_id))
+    elif status.state.terminal:
+        store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
+                     reason=status.reason, root_cause=status.root_cause)
+    _say(args, rec.job_id, status, f"job {rec.job_id}: {status.state.value}"
+         + (f" (exit code {status.exit_code})" if status.exit_code is not None else "")
+         + ("; the platform stops it on every host" if target.platform and not status.state.terminal else
+            "; nothing of it is left running"))
+    return 0
+
+
+def _say(args, job_id: str, status, text: str) -> None:
+    if args.json:
+        print(status.to_json())
+    else:
+        print(text)
+
+
+def _sagemaker_stop(args) -> int:
     from botocore.exceptions import ClientError
 
     from ..errors import ClusterError
@@ -78,48 +227,87 @@ def _stop(args) -> int:
     return 0
 
 
+_WHICH = ("ID: a job id `submit` printed (or a unique prefix of one), or a SageMaker training job name; the job "
+          "records are in --state-dir (default $MPIRUN_KIT_STATE_DIR, else $XDG_STATE_HOME/mpirun_kit, else "
+          "~/.local/state/mpirun_kit).")
+_AWS_CODES = {64: "no such job, a bad job name, or (a SageMaker name) no AWS region configured",
+              69: "no AWS credentials, AWS refused, or the SageMaker job is unknown"}
+
 _COMMANDS = {
-    "status": ("show a SageMaker training job's status and recent transitions",
-               "Print a training job's status, secondary status, failure reason, start/end times and billable "
-               "seconds, then its last five status transitions (--json: the same fields as one object).",
-               ["mpirun_kit status maskrcnn-20261123-101500",
-                "mpirun_kit status maskrcnn-20261123-101500 --region us-west-2 --json"],
-               exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, notes={
-                   0: "the job completed, or is still running",
-                   64: "bad job name, or no AWS region configured",
-                   69: "no AWS credentials, AWS refused, or the job is unknown"},
-                   extra="other codes: the job ended; its exit code (1-63 job, 124 deadline, 143 stopped)")),
-    "logs": ("print a SageMaker training job's CloudWatch logs, every host prefixed",
-             "Print the CloudWatch logs of every host of a training job, each line prefixed with its host "
-             "([algo-1] ...). --follow keeps polling until the job ends and returns the job's exit code.",
-             ["mpirun_kit logs maskrcnn-20261123-101500",
+    "status": ("show a job's state, exit code, source and root cause (any target)",
+               "Print a job's state (pending, running, succeeded, failed, cancelled, lost), and once it ended its "
+               "exit code, who decided it (source: job, launcher, user, platform), the reason and the root cause, "
+               "as `submit --json` has them (--json: one object). " + _WHICH + " For a SageMaker name the "
+               "store does not know: the training job's status, secondary status, failure reason, times and "
+               "last five transitions.",
+               ["mpirun_kit status hello-3fa9c1", "mpirun_kit status hello-3fa9c1 --json",
+                "mpirun_kit status maskrcnn-20261123-101500 --region us-west-2"],
+               exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED, notes={
+                   0: "the job succeeded, or is pending or running", **_AWS_CODES,
+                   70: "the job is lost: its supervisor ended without a result (killed, a reboot)"},
+                   extra="other codes: the job ended with it (1-63 job, 124 deadline, 130/143 cancelled)")),
+    "logs": ("print a job's output, every line behind [rank host]; --rank R for one rank",
+             "Print what a job's ranks printed (its run directory's output.log; SageMaker: the CloudWatch logs of "
+             "every host, each line prefixed with its host). --rank R keeps rank R's lines; --follow keeps "
+             "printing new lines until the job ends and returns the job's exit code. " + _WHICH,
+             ["mpirun_kit logs hello-3fa9c1", "mpirun_kit logs hello-3fa9c1 --rank 1 --follow",
               "mpirun_kit logs maskrcnn-20261123-101500 --follow --poll 30"],
              exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, notes={
-                 0: "the logs were printed (without --follow)",
-                 64: "bad job name, or no AWS region configured",
-                 69: "no AWS credentials, AWS refused, or the job is unknown"},
-                 extra="--follow: the job's exit code when it ends (1-63 job, 124 deadline, 143 stopped)")),
-    "stop": ("stop a SageMaker training job (SIGTERM to every host, then the job ends)",
-             "Ask SageMaker to stop a training job: every host's processes get SIGTERM, then the job ends as "
-             "Stopped. Returns once the request is accepted; `mpirun_kit status NAME` shows when it ended.",
-             ["mpirun_kit stop maskrcnn-20261123-101500",
-              "mpirun_kit stop maskrcnn-20261123-101500 --region us-west-2"],
+                 0: "the logs were printed (without --follow)", **_AWS_CODES},
+                 extra="--follow: the job's exit code when it ends (1-63 job, 124 deadline, 130/143 cancelled)")),
+    "cancel": ("stop a job on every host: SIGTERM, the grace period, SIGKILL; nothing is left",
+               "Stop a job wherever it runs: every rank on every host gets SIGTERM, then SIGKILL after the spec's "
+               "timeouts.grace_s; the simulated cluster's namespaces, sshd, orted and ranks all go. Returns once "
+               "nothing of it runs (SageMaker: once StopTrainingJob is accepted). The job's state becomes "
+               "cancelled; cancelling a job that ended changes nothing. " + _WHICH,
+               ["mpirun_kit cancel hello-3fa9c1", "mpirun_kit cancel hello-3fa9c1 --json",
+                "mpirun_kit cancel maskrcnn-20261123-101500 --region us-west-2"],
+               exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, notes={
+                   0: "the job was cancelled (or had already ended)", **_AWS_CODES})),
+    "stop": ("stop a job: the same as cancel (kept for SageMaker training job names)",
+             "The same as `cancel`, under the name earlier versions gave it for SageMaker: ask SageMaker to stop "
+             "a training job (every host's processes get SIGTERM, then the job ends as Stopped), or stop a "
+             "recorded job of any target. " + _WHICH,
+             ["mpirun_kit stop maskrcnn-20261123-101500", "mpirun_kit stop maskrcnn-20261123-101500 --region us-west-2"],
              exit_codes(ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, notes={
-                 0: "stop requested",
-                 64: "bad job name, or no AWS region configured",
+                 0: "stop requested", **_AWS_CODES,
                  69: "no AWS credentials, AWS refused (the job already ended), or the job is unknown"})),
 }
 
 
 def register(subparsers) -> None:
-    for name, func in (("status", _status), ("logs", _logs), ("stop", _stop)):
+    from ..records import JobState
+    from .submit import add_state_dir_arg
+
+    p = add_command(
+        subparsers, "jobs", help="list the jobs `submit` recorded, newest first (any target)",
+        description="List recorded jobs, newest first: job id, state (refreshed from the job's supervisor or "
+                    "platform: a job whose supervisor died without a result shows as lost), target, exit code, "
+                    "when it was submitted and its spec. --state and --spec filter; --json prints one JSON list.",
+        examples=["mpirun_kit jobs", "mpirun_kit jobs --state running --state pending",
+                  "mpirun_kit jobs --spec jobs/allreduce-bench.yaml --json"],
+        codes=exit_codes(ExitCode.BAD_INPUT, notes={0: "listed (also when none matched)",
+                                                    64: "the job record store cannot be opened"}))
+    p.add_argument("--state", action="append", choices=[s.value for s in JobState], metavar="STATE",
+                   help="only jobs in this state (repeatable): " + ", ".join(s.value for s in JobState))
+    p.add_argument("--spec", metavar="SPEC", help="only jobs of this spec (its file, or its job name)")
+    p.add_argument("--target", choices=("local", "sim", "ssh", "sagemaker", "slurm"), help="only jobs on this target")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N jobs (default 50; 0: all)")
+    p.add_argument("--json", action="store_true", help="one JSON list of job statuses")
+    add_state_dir_arg(p)
+    p.set_defaults(func=_jobs)
+    for name, func in (("status", _status), ("logs", _logs), ("cancel", _cancel), ("stop", _cancel)):
         text, description, examples, codes = _COMMANDS[name]
         p = add_command(subparsers, name, help=text, description=description, examples=examples, codes=codes)
-        p.add_argument("name", metavar="NAME", help="training job name (printed by `submit`)")
-        p.add_argument("--region", metavar="REGION", help="AWS region (default: the AWS configuration)")
-        if name in ("status", "stop"):
+        p.add_argument("name", metavar="ID", help="job id (printed by `submit`), or a SageMaker training job name")
+        p.add_argument("--region", metavar="REGION", help="AWS region of a SageMaker job (default: the AWS "
+                                                          "configuration)")
+        if name != "logs":
             p.add_argument("--json", action="store_true", help="machine-readable output (one JSON object)")
         if name == "logs":
+            p.add_argument("--rank", type=int, metavar="R", help="only rank R's lines")
             p.add_argument("--follow", action="store_true", help="keep following until the job ends")
-            p.add_argument("--poll", type=float, default=10.0, metavar="S", help="seconds between polls (default 10)")
+            p.add_argument("--poll", type=float, default=10.0, metavar="S",
+                           help="SageMaker: seconds between polls (default 10)")
+        add_state_dir_arg(p)
         p.set_defaults(func=func)

@@ -49,6 +49,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "completion",
     "sim",
     "entrypoint",
+    "run_detached",
 )
 
 #: commands whose stderr is the job's own log (CloudWatch on SageMaker, entrypoint.log on the sim), read

@@ -175,3 +175,48 @@ class FileTail:
         for line in lines:
             out.write(self.prefix + line + b"\n")
         out.flush()
+
+
+class FdTee:
+    """Everything written to file descriptor ``fd`` (ours and our children's: they inherit it) also appended to
+    ``path``: ``submit`` in the foreground keeps the job's output in its run directory (records.RUN_FILES's
+    ``output.log``) while the terminal still shows it.  ``close`` puts ``fd`` back and waits for the copy;
+    the log keeps what arrived even when the original reader left (a closed pipe)."""
+
+    def __init__(self, fd: int, path: str | Path):
+        import os
+
+        self.fd, self._os = fd, os
+        self.saved = os.dup(fd)
+        self.log = open(path, "ab")
+        r, w = os.pipe()
+        os.dup2(w, fd)
+        os.close(w)
+        self.thread = threading.Thread(target=self._pump, args=(r,), name="fd-tee", daemon=True)
+        self.thread.start()
+
+    def _pump(self, r: int) -> None:
+        os, reader_gone = self._os, False
+        try:
+            while True:
+                data = os.read(r, 65536)
+                if not data:
+                    return
+                self.log.write(data)
+                self.log.flush()
+                view = memoryview(data)
+                while view and not reader_gone:
+                    try:
+                        view = view[os.write(self.saved, view):]
+                    except OSError:   # the reader left (`| head`); the log still gets everything
+                        reader_gone = True
+        finally:
+            os.close(r)
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Restore ``fd``; the copy ends when the last writer (a child that outlived us too) closes the pipe."""
+        self._os.dup2(self.saved, self.fd)
+        self.thread.join(wait_s)
+        self._os.close(self.saved)
+        if not self.thread.is_alive():
+            self.log.close()

@@ -95,6 +95,11 @@ def resolve_relative_paths(job: S.JobSpec, base_dir: str) -> S.JobSpec:
     Local and sim targets: data ``local``/``mount``, checkpoint/output ``local_path``, ``working_dir``,
     ``target.sim.root``.  ssh: the identity and known_hosts files (the rest is on the remote hosts).
     SageMaker paths are inside the container and stay as written; so do ``~`` and ``${...}`` values.
+
+    On local, sim and ssh the ranks' working directory is ``working_dir``, by default ``base_dir`` itself:
+    ``command: [python, x.py]`` means the x.py beside the spec from any directory, and on every host
+    (sim hosts see this machine's files at the same paths; ssh hosts must share the directory, or the spec
+    sets ``working_dir``), so the pre-launch check and the ranks look at the same file.
     """
     def fix(p: str | None) -> str | None:
         if not p or os.path.isabs(p) or p.startswith("~") or "${" in p:
@@ -102,6 +107,8 @@ def resolve_relative_paths(job: S.JobSpec, base_dir: str) -> S.JobSpec:
         return os.path.normpath(os.path.join(base_dir, p))
 
     t = job.target
+    if t.type in ("local", "sim", "ssh") and not job.program.working_dir:
+        job = dataclasses.replace(job, program=dataclasses.replace(job.program, working_dir=base_dir))
     if t.type == "ssh":
         return dataclasses.replace(job, target=dataclasses.replace(t, ssh=dataclasses.replace(
             t.ssh, identity_file=fix(t.ssh.identity_file), known_hosts=fix(t.ssh.known_hosts))))

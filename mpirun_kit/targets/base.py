@@ -220,9 +220,25 @@ class Target(ABC, Generic[R]):
     """
 
     name = ""
+    #: the request's dataclass (``request_from`` rebuilds it from JSON); None: the request is a dict.
+    request_type: type | None = None
+    #: True for a target that hands the job to a platform (sagemaker, slurm): after ``run`` returns without
+    #: waiting, the job runs on there and ``describe`` asks the platform, not the record.
+    platform = False
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         return {}
+
+    def request_from(self, data: Any) -> R:
+        """The request back from ``plain(request)`` (the detached supervisor reads it from the run directory)."""
+        return self.request_type(**data) if self.request_type is not None else data
+
+    def handle(self, dry: DryRun[R]) -> tuple[str | None, dict]:
+        """What the job's record keeps to find it again: the target's own name for it (None: the record's job
+        id is the only one) and JSON-ready details (``grace_s``, ``deadline_s``, a region)."""
+        req = plain(dry.request)
+        keep = ("grace_s", "deadline_s")
+        return None, {k: req[k] for k in keep if isinstance(req, dict) and req.get(k) is not None}
 
     @abstractmethod
     def dryrun(self, compiled, **choices) -> DryRun[R]:

@@ -30,6 +30,8 @@ from .base import STOPPED, DryRun, StatusLine, SubmitOptions, Target, retrying
 from .outcome import Outcome, launch_timeline, outcome_of
 
 SPEC_FILE = "launch-spec.json"
+#: the run directory a dry run shows: a real run's is the job id's, made by the record (records/).
+DRY_RUN_DIR = "<job id>"
 #: seconds allowed on top of the job's own limit for start-up and the launcher's shutdown.
 OVERHEAD_S = 120.0
 DEFAULT_JOB_S = 7 * 24 * 3600.0
@@ -180,7 +182,9 @@ class LocalTarget(Target):
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         from ..spec.compile import output_path
 
-        return {"run_dir": (Path(output_path(compiled.job)) / "launch").resolve(), "python": sys.executable,
+        # The record's run directory, never reused (records/); a dry run has none yet and shows where it would be.
+        run_dir = Path(opts.run_dir) if opts.run_dir else Path(output_path(compiled.job)).resolve() / DRY_RUN_DIR
+        return {"run_dir": run_dir, "python": sys.executable,
                 "result_port": free_port(), "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
                 "quiet": verbosity.LEVEL <= verbosity.QUIET}
 

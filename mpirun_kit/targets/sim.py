@@ -209,7 +209,7 @@ class SimTarget(Target):
         sim = compiled.job.target.sim
         # No root given: run_outcome makes a temporary one when the job starts (a dry run writes nothing).
         exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
-        return {"root": Path(sim.root) if sim.root else None, "name": f"s{os.getpid():x}"[:12], "mpirun_kit_exe": exe,
+        return {"root": Path(sim.root) if sim.root else None, "name": cluster_name(opts.job_id), "mpirun_kit_exe": exe,
                 "verbose": verbosity.LEVEL >= verbosity.VERBOSE, "quiet": verbosity.LEVEL <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun:
@@ -217,6 +217,18 @@ class SimTarget(Target):
 
     def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         return run_outcome(dry)
+
+    def handle(self, dry: DryRun) -> tuple[str | None, dict]:
+        # The cluster's name is the job's on the simulated hosts: `sim list` shows the job id beside it.
+        return dry.request["name"], {"grace_s": dry.request["grace_s"], "deadline_s": dry.request["deadline_s"]}
+
+
+def cluster_name(job_id: str | None) -> str:
+    """The simulated cluster's name for job ``job_id`` (``j`` and its random part, 1-12 lowercase letters and
+    digits, so two jobs' clusters never collide); without a job (a dry run, a test), one per process."""
+    if job_id:
+        return ("j" + job_id.rsplit("-", 1)[-1])[:12]
+    return f"s{os.getpid():x}"[:12]
 
 
 TARGET = SimTarget()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit.cli.main import main
+from mpirun_kit.exec.result import RankFailure, failure_file_text, job_result
 
 from . import exact_output
 
@@ -45,12 +46,18 @@ def spec(tmp_path: Path, codes: tuple[int, int], retries: int = 0) -> Path:
                     f"env: {{EXIT_0: {codes[0]}, EXIT_1: {codes[1]}, OMP_NUM_THREADS: 1}}\nretries: {retries}\n")
 
 
+def run_dir(tmp_path: Path) -> Path:
+    """The one run directory a test's single submit made under tmp_path/out (records/: one per run)."""
+    (found,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
+    return found
+
+
 def test_two_ranks_succeed_with_prefixed_output_and_preset(tmp_path, capfd):
     assert main(["submit", str(spec(tmp_path, (0, 0)))]) == 0
     out = capfd.readouterr().out
     assert "[0 localhost] rank 0 of 2 tuned ^docker,lo,veth" in out
     assert "[1 localhost] rank 1 of 2 tuned ^docker,lo,veth" in out
-    written = json.loads((tmp_path / "out" / "launch" / "launch-spec.json").read_text())
+    written = json.loads((run_dir(tmp_path) / "launch-spec.json").read_text())
     assert written["processes_per_host"] == 2
 
 
@@ -61,7 +68,10 @@ def test_default_output_is_the_ranks_and_warnings_only_and_v_adds_progress(tmp_p
     assert main(["submit", str(job)]) == 0
     captured = capfd.readouterr()
     assert "[1 localhost] rank 1 of 2 tuned" in captured.out
-    tool = [ln for ln in (captured.out + captured.err).splitlines()
+    # the job id and run directory first (issue #28), then nothing of the tool's own
+    first, *rest = captured.err.splitlines()
+    assert first == f"mpirun_kit: job {run_dir(tmp_path).name} (run directory {run_dir(tmp_path)})"
+    tool = [ln for ln in captured.out.splitlines() + rest
             if not ln.startswith(("[0 localhost] ", "[1 localhost] ", "mpirun_kit: warning:", "mpirun_kit: error:"))]
     assert tool == [], tool
     assert main(["submit", str(job), "-v"]) == 0
@@ -76,7 +86,7 @@ def test_rank_exit_code_is_the_submit_exit_code_and_retries(tmp_path, capfd):
     captured = capfd.readouterr()
     assert captured.out.count("[0 localhost] rank 0 of 2") == 2  # ran twice: one retry
     assert "attempt 1 failed with exit code 3; retrying (1 left)" in captured.err
-    failure = (tmp_path / "out" / "launch" / "output" / "failure").read_text()
+    failure = (run_dir(tmp_path) / "output" / "failure").read_text()
     assert "rank 1 on localhost exited with code 3" in failure
 
 
@@ -106,7 +116,7 @@ def test_json_result_tells_the_jobs_own_70_from_the_launchers(tmp_path, capfd):
     job = spec(tmp_path, (0, 70))
     assert main(["submit", str(job), "--json"]) == 70
     result = json.loads(capfd.readouterr().out.splitlines()[-1])
-    failure = tmp_path / "out" / "launch" / "output" / "failure"
+    failure = Path(result["run_dir"]) / "output" / "failure"
     assert {k: result[k] for k in ("target", "exit_code", "source", "reason", "root_cause", "failure_file")} == {
         "target": "local", "exit_code": 70, "source": "job", "reason": "rank 1 on localhost exited with code 70",
         "root_cause": {"rank": 1, "host": "localhost", "exit_code": 70, "signal": None},
@@ -134,15 +144,18 @@ def test_json_result_tells_the_jobs_own_70_from_the_launchers(tmp_path, capfd):
 
 
 def test_json_result_of_a_success_and_a_stale_failure_report_is_not_reused(tmp_path, capfd):
+    """Each run has a directory of its own (issue #28: `runs/NAME/launch` was reused, so a run could overwrite
+    another's failure report and timeline): an earlier run's report is never this run's."""
     job = spec(tmp_path, (0, 0))
     stale = tmp_path / "out" / "launch" / "output" / "failure"
     stale.parent.mkdir(parents=True)
-    stale.write_text("mpirun_kit exit_code=3\nroot cause: rank 1 on localhost exited with code 3 (first seen x)\n")
+    stale.write_text(failure_file_text(job_result(3, None, (RankFailure(1, "localhost", 3, None, 1.0),))) + "\n")
     assert main(["submit", str(job), "--json"]) == 0
     result = json.loads(capfd.readouterr().out.splitlines()[-1])
     assert (result["exit_code"], result["source"], result["reason"], result["root_cause"]) == (
         0, "job", "the job succeeded", None)
-    assert not stale.exists()
+    assert Path(result["run_dir"]).parent == tmp_path / "out" and Path(result["run_dir"]).name != "launch"
+    assert stale.exists()   # another run's file: left as it was
 
 
 def test_failed_job_with_json_and_q_prints_the_root_cause_once(tmp_path, capfd):
@@ -150,7 +163,7 @@ def test_failed_job_with_json_and_q_prints_the_root_cause_once(tmp_path, capfd):
     (last lines):" with the ranks' output and the banners again.  Now stderr is the root cause, once."""
     assert main(["submit", str(spec(tmp_path, (0, 3))), "--json", "-q"]) == 3
     captured = capfd.readouterr()
-    failure = tmp_path / "out" / "launch" / "output" / "failure"
+    failure = run_dir(tmp_path) / "output" / "failure"
     lines = captured.err.splitlines()
     assert lines[0] == f"mpirun_kit: job failed with exit code 3; failure written to {failure}"
     assert lines[1].startswith("root cause: rank 1 on localhost exited with code 3 (first seen ")
@@ -189,9 +202,13 @@ def test_a_program_that_cannot_start_exits_127_not_the_usage_code(command, why, 
                     f"output: {{local_path: {tmp_path / 'out'}}}\nprogram:\n  command: {command}\n")
     assert main(["submit", str(spec), "--json"]) == 127
     out, err = capfd.readouterr()
-    assert err == f"mpirun_kit: error: nostart: the program cannot start: program.command: {why.format(d=tmp_path)}\n"
+    run = run_dir(tmp_path)
+    assert err == (f"mpirun_kit: job {run.name} (run directory {run})\n"
+                   f"mpirun_kit: error: nostart: the program cannot start: program.command: {why.format(d=tmp_path)}\n")
     assert json.loads(out)["exit_code"] == 127
-    assert not (tmp_path / "out").exists()  # refused before anything ran or was written
+    # refused before anything ran: the run directory has the record's files, no launch spec, and says 127
+    assert not (run / "launch-spec.json").exists()
+    assert json.loads((run / "result.json").read_text())["exit_code"] == 127
     # a dry run is a value: it prints the request and checks nothing on this machine
     assert main(["submit", str(spec), "--dry-run"]) == 0
 
