@@ -17,6 +17,19 @@ def _root(args) -> Path:
     return Path(args.root) if args.root else DEFAULT_ROOT / args.name
 
 
+def sweep_orphans() -> list[str]:
+    """Tear down the sim clusters whose `submit` died by SIGKILL (sim/cluster.py), each said on stderr; run by
+    every `sim`, `submit` and `jobs` command.  Root only (the namespaces are root's); cheap when none is
+    recorded."""
+    import os
+
+    if os.geteuid() != 0:
+        return []
+    from ..sim.cluster import sweep_orphans as sweep
+
+    return sweep(report=lambda line: print(f"mpirun_kit: {line}", file=sys.stderr))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from ..errors import ExitCode
     from .main import add_command, exit_codes
@@ -82,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _up(args) -> int:
+    sweep_orphans()
     from ..sim import SimCluster, SimClusterExistsError
     sim = SimCluster(args.hosts, _root(args), args.name, instance_type=args.instance_type)
     try:
@@ -106,6 +120,7 @@ def _up(args) -> int:
 
 
 def _down(args) -> int:
+    sweep_orphans()
     from ..sim import down_all, down_named, purge_root
     if args.all:
         names = down_all()
@@ -125,6 +140,7 @@ def _down(args) -> int:
 
 
 def _list(args) -> int:
+    sweep_orphans()
     from ..sim import list_clusters
     names = list_clusters()
     print(json.dumps(names) if args.json else "\n".join(names))
@@ -132,6 +148,7 @@ def _list(args) -> int:
 
 
 def _exec(args) -> int:
+    sweep_orphans()
     from ..errors import SpecError
     from ..sim import SimCluster
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv

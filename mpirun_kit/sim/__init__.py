@@ -11,9 +11,9 @@ creates namespaces and starts one ``hostinit`` (PID 1) per host -> callers run
 programs on hosts with ``popen``/``start_entrypoints`` -> ``down()`` kills every
 process in the namespaces by pid and deletes them.  Needs root.
 """
-from .cluster import (HOST_OPT_ML, SimCluster, SimClusterExistsError, SimError, SimProcess, down_all, down_named,
-                      list_clusters, purge_root)
+from .cluster import (HOST_OPT_ML, SimCluster, SimClusterExistsError, SimError, SimProcess, SimStopped, down_all,
+                      down_named, list_clusters, purge_root, sweep_orphans)
 from .layout import SimHost, SimLayout, plan_layout
 
 __all__ = ["HOST_OPT_ML", "SimCluster", "SimClusterExistsError", "SimError", "SimProcess", "SimHost", "SimLayout",
-           "plan_layout", "down_all", "down_named", "list_clusters", "purge_root"]
+           "plan_layout", "down_all", "down_named", "list_clusters", "purge_root", "SimStopped", "sweep_orphans"]

@@ -20,9 +20,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-import psutil
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, SpecError
@@ -40,6 +39,72 @@ class SimError(ClusterError):
 
 class SimClusterExistsError(SimError):
     """``up`` refused: a cluster of that name is already up (it is left alone)."""
+
+
+class SimStopped(SimError):
+    """``up`` gave up because its caller asked it to stop (``cancelled``: a Ctrl-C during the bring-up)."""
+
+
+#: one file per cluster brought up for a job: its owner's pid and start time (tmpfs: gone with the namespaces
+#: at a reboot).
+OWNERS_DIR = Path("/run/mpirun-kit-sim/owners")
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` (field 22 of /proc/PID/stat, clock ticks since boot), None when it is gone:
+    a pid and its start time name one process, never a later one that reused the pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _owner_file(name: str) -> Path:
+    return OWNERS_DIR / f"{name}.json"
+
+
+def record_owner(name: str, n_hosts: int, root: Path, owner: int) -> None:
+    """Record ``owner`` (a live pid) as the process that tears cluster ``name`` down."""
+    OWNERS_DIR.mkdir(parents=True, exist_ok=True)
+    write_atomic(_owner_file(name), json.dumps({"name": name, "hosts": n_hosts, "root": str(root), "pid": owner,
+                                                "start": _process_start(owner)}))
+
+
+def sweep_orphans(report=None, clock: Clock = SYSTEM_CLOCK) -> list[str]:
+    """Tear down every recorded cluster whose owner died without doing it (SIGKILL); return their names.
+
+    ``report`` hears one line per cluster swept (the CLI prints it).  Its namespaces, processes and keys go;
+    its logs stay under its root.  Clusters whose owner runs, and clusters without an owner, are left alone.
+    """
+    try:
+        files = sorted(OWNERS_DIR.glob("*.json"))
+    except OSError:
+        return []
+    swept = []
+    for f in files:
+        try:
+            rec = json.loads(f.read_text())
+            name, pid = str(rec["name"]), int(rec["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            f.unlink(missing_ok=True)   # unreadable: written by no owner of ours that still runs
+            continue
+        if rec.get("start") is not None and _process_start(pid) == rec["start"]:
+            continue   # its owner runs: its cluster is in use
+        try:
+            layout = plan_layout(name, int(rec.get("hosts", 1)), rec.get("root", "/"))
+        except SpecError:
+            f.unlink(missing_ok=True)
+            continue
+        existed = down_named(name, clock)
+        for path in secret_files(layout) + [layout.state_file]:
+            path.unlink(missing_ok=True)
+        f.unlink(missing_ok=True)
+        swept.append(name)
+        if report is not None and existed:
+            report(f"swept sim cluster {name!r}: its submit (pid {pid}) died without tearing it down; its "
+                   f"namespaces, processes and keys are gone, its logs are kept in {rec.get('root')}")
+    return swept
 
 
 def _run(argv: Sequence[str]) -> None:
@@ -64,6 +129,7 @@ def _netns_pids(netns: str) -> list[int]:
 
 def _kill_netns(names: Sequence[str], clock: Clock, timeout: float = 10.0) -> None:
     """SIGKILL every process in the given namespaces, wait for them, delete the namespaces."""
+    import psutil  # here, not at the top: submit imports this module for sweep_orphans alone
     procs = []
     for ns in names:
         for pid in _netns_pids(ns):
@@ -163,6 +229,7 @@ class SimProcess:
     @property
     def pid(self) -> int:
         """Pid (in the machine's PID namespace) of the program itself."""
+        import psutil  # here, not at the top: submit imports this module for sweep_orphans alone
         end = Deadline(SYSTEM_CLOCK, 5.0)
         while True:
             try:
@@ -205,15 +272,21 @@ class SimCluster:
             but never answers ssh, like a host that failed to boot its image.
         clock: injected time for every wait.
         up_timeout: seconds allowed for all hosts to come up.
+        owner: the pid of the process that tears the cluster down (recorded: ``sweep_orphans``); it must be
+            this process (its death then SIGKILLs the hosts, PR_SET_PDEATHSIG).  None: kept until ``down``.
+        cancelled: asked while ``up`` waits for the hosts; True ends the wait (SimStopped).
     """
 
     def __init__(self, n_hosts: int, root: Path | str, name: str = "sim", *,
                  instance_type: str = "ml.c5.xlarge", start_sshd: Sequence[str] | None = None,
-                 clock: Clock = SYSTEM_CLOCK, up_timeout: float = 60.0):
+                 clock: Clock = SYSTEM_CLOCK, up_timeout: float = 60.0, owner: int | None = None,
+                 cancelled: Callable[[], bool] | None = None):
         self.layout: SimLayout = plan_layout(name, n_hosts, root, instance_type=instance_type)
         self.start_sshd = set(start_sshd) if start_sshd is not None else {h.name for h in self.layout.hosts}
         self.clock = clock
         self.up_timeout = up_timeout
+        self.owner = owner
+        self.cancelled = cancelled
         self._inits: dict[str, subprocess.Popen] = {}
         self._init_pids: dict[str, int] = {}
 
@@ -263,6 +336,8 @@ class SimCluster:
                            f"(mpirun_kit sim down --name {self.name}), replace it (sim up --replace) "
                            "or choose another name")
         self.down()
+        if self.owner is not None:   # before any namespace exists: a SIGKILL from now on is swept
+            record_owner(self.name, len(self.hosts), self.layout.root, self.owner)
         self._write_files()
         self._make_network()
         for d in ("/opt/ml", "/root/.ssh"):
@@ -289,6 +364,8 @@ class SimCluster:
         self._init_pids.clear()
         for path in secret_files(self.layout) + [self.layout.state_file]:
             path.unlink(missing_ok=True)
+        if self.owner is not None:
+            _owner_file(self.name).unlink(missing_ok=True)
 
     @classmethod
     def attach(cls, name: str, root: Path | str, clock: Clock = SYSTEM_CLOCK) -> "SimCluster":
@@ -389,6 +466,7 @@ class SimCluster:
     # -- faults -----------------------------------------------------------------
     def stop_sshd(self, host: str) -> None:
         """Stop ``host``'s sshd listener; existing sessions stay."""
+        import psutil  # here, not at the top: submit imports this module for sweep_orphans alone
         cfg = str(self.host(host).sshd_config)
         killed = []
         for pid in _netns_pids(self.host(host).netns):
@@ -404,6 +482,7 @@ class SimCluster:
 
     def kill_host(self, host: str) -> None:
         """Power ``host`` off: every process on it dies at once (its PID 1 is killed)."""
+        import psutil  # here, not at the top: submit imports this module for sweep_orphans alone
         pid = self._init_pid(host)
         os.kill(pid, signal.SIGKILL)
         psutil.wait_procs([psutil.Process(pid)], timeout=10) if psutil.pid_exists(pid) else None
@@ -415,6 +494,7 @@ class SimCluster:
 
     # -- internals --------------------------------------------------------------
     def _init_pid(self, host: str) -> int:
+        import psutil  # here, not at the top: submit imports this module for sweep_orphans alone
         self.host(host)
         pid = self._init_pids.get(host)
         if pid is None or not psutil.pid_exists(pid):
@@ -485,6 +565,12 @@ class SimCluster:
             ready.unlink()
         argv = ["ip", "netns", "exec", h.netns, "unshare", "--pid", "--fork", "--mount-proc", "--uts",
                 "--mount", "--kill-child", "--", sys.executable, "-m", "mpirun_kit.sim.hostinit", str(cfg_path)]
+        if self.owner is not None:
+            # The owner's death SIGKILLs unshare (ip execs it), whose --kill-child SIGKILLs the host's PID 1,
+            # and with it every process of the host: nothing of a job runs on once its submit is gone.
+            from ..exec.process import with_parent_death_signal
+
+            argv = with_parent_death_signal(argv, signal.SIGKILL, self._init_env()["PATH"])
         logf = open(h.dir / "hostinit.log", "wb")
         try:
             return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
@@ -500,6 +586,7 @@ class SimCluster:
         return env
 
     def _wait_ready(self) -> None:
+        import psutil  # here, not at the top: submit imports this module for sweep_orphans alone
         deadline = Deadline(self.clock, self.up_timeout)
         pending = {h.name for h in self.hosts}
         while pending:
@@ -516,6 +603,8 @@ class SimCluster:
                     tail = (h.dir / "hostinit.log").read_text(errors="replace")[-800:]
                     raise SimError(f"host {name} failed to come up (init exited {self._inits[name].returncode}): "
                                    f"{tail}")
+            if pending and self.cancelled is not None and self.cancelled():
+                raise SimStopped(f"the bring-up of sim cluster {self.name!r} was stopped")
             if pending and deadline.expired():
                 raise SimError(f"hosts {sorted(pending)} of sim cluster {self.name!r} did not come up within "
                                f"{self.up_timeout:.0f} s; logs in {self.layout.root}")

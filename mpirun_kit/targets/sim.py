@@ -26,10 +26,11 @@ from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import FileTail
 from ..exec.process import exit_code_of
 from ..exec.signals import SignalLatch
+from ..exec.supervisor import Stop, Supervisor, signal_group
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
 from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
-from ..errors import ExitCode
+from ..errors import ClusterError, ExitCode
 from ..core import verbosity
 from .base import STOPPED, DryRun, StatusLine, SubmitOptions, Target, retrying
 from .outcome import Outcome, launch_timeline, outcome_of
@@ -39,6 +40,10 @@ OVERHEAD_S = 180.0
 DEFAULT_JOB_S = 3600.0
 #: after SIGTERM, the master waits grace_s before SIGKILLing mpirun; this much more for it to report and exit.
 STOP_MARGIN_S = 15.0
+#: during a stop, once the master's entrypoint ended: how long the workers get to end on their own (its result
+#: reaching them), then how long after their own SIGTERM before SIGKILL.
+WORKER_SETTLE_S = 2.0
+WORKER_STOP_S = 3.0
 TEMP_ROOT_PREFIX = "mrk-sim-"
 
 
@@ -85,10 +90,11 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     """One attempt on a fresh cluster under ``root/attempt-N``: (exit code, each host's code, master's /opt/ml).
 
     What the ranks print (the entrypoints' stdout) goes to ``out``, everything else (the entrypoints' own
-    lines, mpirun's messages) to ``err``, as on the other targets.
+    lines, mpirun's messages) to ``err``, as on the other targets.  The hosts' entrypoints run under the one
+    supervisor (exec/supervisor.py, ``SimHosts``); a stop during the bring-up ends it at once, before any
+    entrypoint starts.
     """
-    from ..exec.sshkeys import SECRET_BYTES, format_secret
-    from ..sim import SimCluster
+    from ..sim.cluster import SimStopped
 
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
@@ -96,39 +102,37 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     progress = progress or StatusLine(clock=clock)
     latch = latch or SignalLatch(signals=())
     progress.update(f"sim: bringing up {req['hosts']} host(s)")
+    try:
+        return _run_on_cluster(dry, attempt, root, clock, out, err, progress, latch)
+    except SimStopped:   # stopped during the bring-up: nothing was started, the cluster is down again
+        stop = latch.stop()
+        progress.done(f"sim: {stop.why} during the bring-up; the cluster is torn down")
+        return stop.exit_code, {}, root / f"attempt-{attempt}" / "algo-1" / "opt_ml"
+
+
+def _run_on_cluster(dry: DryRun, attempt: int, root: Path, clock: Clock, out: BinaryIO, err: BinaryIO,
+                    progress: StatusLine, latch: SignalLatch) -> tuple[int, dict[str, int], Path]:
+    from ..exec.sshkeys import SECRET_BYTES, format_secret
+    from ..sim import SimCluster
+
+    req = dry.request
+    # The cluster records us as its owner: should we die by SIGKILL, the next sim, submit or jobs sweeps it.
     with SimCluster(req["hosts"], root / f"attempt-{attempt}", req["name"], instance_type=req["instance_type"],
-                    clock=clock) as sim:
+                    clock=clock, owner=os.getpid(), cancelled=lambda: latch.received is not None) as sim:
+        master = sim.hosts[0].name
+        opt_ml = sim.host(master).opt_ml
+        if latch.received:   # stopped just after the bring-up: nothing more is started
+            raise SimStopped("stopped after the bring-up")
         sim.write_sagemaker_config(hyperparameters=req["hyperparameters"])
         sim.write_job_secret(format_secret(os.urandom(SECRET_BYTES)))  # a new one per run, removed with the cluster
         procs = sim.start_entrypoints(req["entrypoint"], split_output=True)
-        master = sim.hosts[0].name
         tails = [(FileTail(sim.host(h).dir / name, "" if h == master else f"[{h} entrypoint] "), dst)
                  for h in procs for name, dst in (("entrypoint.out", out), ("entrypoint.log", err))]
-        deadline = Deadline(clock, req["deadline_s"])
-        stopped: int | None = None
-        while True:
-            for t, dst in tails:
-                t.pump(dst)
-            running = [h for h, p in procs.items() if p.poll() is None]
-            if not running:
-                break
-            if stopped is None and (latch.received or deadline.expired()):
-                why = latch.received or f"the job ran past {req['deadline_s']:g}s"
-                stopped = ExitCode.for_signal(signal.Signals[latch.received]) if latch.received else ExitCode.TIMEOUT
-                _stop(procs[master], why, req["grace_s"], progress)
-                deadline = Deadline(clock, req["grace_s"] + STOP_MARGIN_S)
-            elif stopped is not None and deadline.expired():
-                progress.done(f"sim: host(s) {', '.join(running)} still running after the grace period; "
-                              "killing them with the cluster")
-                break
-            else:
-                progress.update(f"sim: {len(procs) - len(running)}/{len(procs)} host(s) finished; "
-                                f"running: {', '.join(running)}")
-            clock.sleep(0.2)
-        for t, dst in tails:
-            t.pump(dst, final=True)
+        hosts = SimHosts(procs, master, tails, req["grace_s"], progress, clock)
+        ended = Supervisor(hosts, deadline_s=req["deadline_s"], grace_s=req["grace_s"] + STOP_MARGIN_S,
+                           requested=latch.stop, clock=clock, tick_s=0.2, deadline_what="the sim job").run()
         codes = {h: exit_code_of(p.returncode) if p.returncode is not None else ExitCode.SIGKILL for h, p in procs.items()}
-        opt_ml = sim.host(master).opt_ml
+    stopped = ended.stop.exit_code if ended.stop is not None else None
     code = stopped if stopped is not None else codes[master]
     summary = ", ".join(f"{h}={c}" for h, c in codes.items())
     if stopped is None:
@@ -141,6 +145,68 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     return code, codes, opt_ml
 
 
+class SimHosts:
+    """The hosts' entrypoints as the supervisor's child (exec/supervisor.Child): polled (their output copied
+    each tick), stopped through the master's entrypoint, killed with their process groups.
+
+    A master that ends during a stop without the workers following (it died before it could tell them: a
+    SIGTERM during its start-up ends it before its handlers exist) leaves them waiting for nobody: after
+    WORKER_SETTLE_S they get SIGTERM, WORKER_STOP_S later SIGKILL, instead of the whole grace period.
+    """
+
+    def __init__(self, procs: dict, master: str, tails: list, grace_s: float, progress: StatusLine,
+                 clock: Clock = SYSTEM_CLOCK):
+        self.procs, self.master, self.tails, self.grace_s, self.progress = procs, master, tails, grace_s, progress
+        self.clock = clock
+        self.master_gone: Deadline | None = None
+        self.workers_termed = False
+
+    def poll(self) -> int | None:
+        for t, dst in self.tails:
+            t.pump(dst)
+        running = [h for h, p in self.procs.items() if p.poll() is None]
+        if not running:
+            return self.procs[self.master].returncode
+        self.progress.update(f"sim: {len(self.procs) - len(running)}/{len(self.procs)} host(s) finished; "
+                             f"running: {', '.join(running)}")
+        return None
+
+    def terminate(self, stop: Stop) -> float | None:
+        _stop(self.procs[self.master], stop.why, self.grace_s, self.progress)
+        return None
+
+    def stopping(self) -> float | None:
+        if self.workers_termed or self.procs[self.master].poll() is None:
+            return None
+        if self.master_gone is None:
+            self.master_gone = Deadline(self.clock, WORKER_SETTLE_S)   # its result may still be on its way
+            return None
+        if not self.master_gone.expired():
+            return None
+        self.workers_termed = True
+        running = [h for h, p in self.procs.items() if p.poll() is None]
+        self.progress.done(f"sim: the master's entrypoint ended; sending SIGTERM to host(s) {', '.join(running)}, "
+                           f"which wait for it (SIGKILL {WORKER_STOP_S:g}s later)")
+        for h in running:
+            try:
+                self.procs[h].send_signal(signal.SIGTERM)
+            except (ProcessLookupError, OSError, ClusterError):
+                pass   # it ended meanwhile
+        return WORKER_STOP_S
+
+    def kill(self) -> None:
+        running = [h for h, p in self.procs.items() if p.poll() is None]
+        self.progress.done(f"sim: host(s) {', '.join(running)} still running "
+                           f"{'after their SIGTERM' if self.workers_termed else 'after the grace period'}; "
+                           "killing them with the cluster")
+        for h in running:
+            signal_group(self.procs[h].popen.pid, signal.SIGKILL)   # nsenter and the entrypoint: one session
+
+    def drain(self, deadline: Deadline) -> None:
+        for t, dst in self.tails:
+            t.pump(dst, final=True)
+
+
 def _stop(master, why: str, grace_s: float, progress: StatusLine) -> None:
     """SIGTERM to the master's entrypoint: it forwards SIGTERM through mpirun to every rank on every host,
     SIGKILLs mpirun after the grace period and tells the workers the result, so they end too.
@@ -148,8 +214,8 @@ def _stop(master, why: str, grace_s: float, progress: StatusLine) -> None:
     (Signalling the workers' entrypoints as well would stop their MPI daemons under the ranks, whose
     last output, their handlers' included, would then never reach the master.)
     """
-    progress.done(f"sim: {why}: sending SIGTERM to the master's entrypoint (it stops every rank; SIGKILL "
-                  f"{grace_s:g}s later)")
+    progress.done(f"sim: {why}: sending SIGTERM to the master's entrypoint (it stops every rank, SIGKILL "
+                  f"{grace_s:g}s later; what is left {grace_s + STOP_MARGIN_S:g}s from now goes with the cluster)")
     if master.poll() is None:
         try:
             master.send_signal(signal.SIGTERM)
