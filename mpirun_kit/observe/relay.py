@@ -18,6 +18,17 @@ step numbers to it), then runs a ``Relay`` thread next to ``child.wait()``.  The
   a signal to the wrapper, or the channel's end, so that mpirun sees no rank exit (and starts
   no 1-s kill of the others) while other ranks still run their SIGTERM handlers.
 
+* watches the program from outside (``Sampler``), once the master's ``{"type": "watch", "stall_s": S}``
+  came (the master sends it when the rank starts): while the program reports no step and reads or
+  writes nothing (``/proc/<pid>/io``: its output, files, sockets), it reads the program's stacks at a
+  low rate (observe/stacks.py: py-spy with native frames and locals, else eu-stack/gdb) and sends
+  ``{"event": "sample", "quiet_s", "sig", "frames", "how"}``: how long nothing changed (no step, no
+  I/O, the same stack signature), and where the main thread waits.  The rate is bounded by the
+  sampling's own cost (``Sampler.interval``), so it stays below 1 % of a core;
+* answers the master's ``{"type": "finish"}`` (a rank that called exit and sits in ``MPI_Finalize``
+  while the others wait, observe/hang.py) by letting the program's exit go on (``stacks.finish_exit``)
+  and reports ``{"event": "finish", "found", "code", "returned", "why"}``.
+
 The program never holds the rank's key: the wrapper took it from its key file and signs
 (exec/channel/rank_link.py).  Stdlib only (it is imported by every rank, on the launch's critical path).
 """
@@ -36,6 +47,7 @@ from collections.abc import Callable  # not typing: every rank imports this modu
 from ..exec.channel.rank_link import RankLink
 from ..exec.channel.wire import MAX_LINE
 from ..progress import PROGRESS_FD_VAR, STACK_FILE_VAR
+from . import stacks as stack_tools
 
 #: a progress report goes out at most this often per rank (the master's loop sees a few a second).
 PROGRESS_EVERY_S = 0.5
@@ -48,6 +60,11 @@ STOP_SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGHUP": si
 MAX_HOLD_S = 3600.0
 #: how often a holding wrapper checks for a signal or its parent's death between channel reads.
 HOLD_POLL_S = 0.05
+
+
+#: sampling: at least this long between two reads of a quiet program's stacks, and at most the sampling's
+#: own CPU cost times ``COST_FACTOR`` (1 %): a costly read waits longer (``Sampler.interval``).
+MIN_SAMPLE_S, COST_FACTOR = 1.0, 100.0
 
 
 #: the prefix of a wrapper's stack file (``<prefix><wrapper pid>.<random>`` in the temporary directory).
@@ -118,16 +135,6 @@ def prepare(env: dict) -> tuple[dict, int, int, str | None]:
     return env, r, w, stack_file
 
 
-def _frames_from_pyspy(text: str) -> list[dict]:
-    threads = []
-    for th in json.loads(text)[:MAX_THREADS]:
-        frames = [{"name": str(f.get("name", "?"))[:120], "file": str(f.get("filename", "?"))[-200:],
-                   "line": int(f.get("line") or 0)} for f in th.get("frames", [])[:MAX_FRAMES]]
-        name = th.get("thread_name") or ("MainThread" if th.get("os_thread_id") == th.get("pid") else None)
-        threads.append({"thread": str(name or th.get("thread_id"))[:80], "frames": frames})
-    return threads
-
-
 def _frames_from_faulthandler(text: str) -> list[dict]:
     """faulthandler's dump: 'Thread 0x... (most recent call first):' then '  File "f", line N in name'."""
     threads: list[dict] = []
@@ -144,41 +151,103 @@ def _frames_from_faulthandler(text: str) -> list[dict]:
     return [{"thread": t["thread"], "frames": t["frames"][:MAX_FRAMES]} for t in threads[:MAX_THREADS]]
 
 
-def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -> tuple[list[dict], str]:
-    """(threads with frames innermost first, how), or ([], why not)."""
-    pyspy = find_pyspy()
+def read_threads(pid: int, *, local_values: bool = False) -> tuple[list[dict], str]:
+    """(threads, how) from py-spy (native frames between the Python ones), else from a native stack tool
+    (eu-stack, gdb: a program that is not Python, or an interpreter already finalizing in an exit hook);
+    ([], why not) when neither reads it.  Each thread: ``{"thread", "main", "frames", "locals"}``."""
+    path_var = os.environ.get("PATH", "")
+    pyspy = find_pyspy(path_var)
+    why = "py-spy is not installed (pip install py-spy)"
     if pyspy:
-        import subprocess
+        threads, why = stack_tools.pyspy_threads(pyspy, pid, local_values=local_values)
+        if threads:
+            return threads, "py-spy"
+    threads, why_native, how = stack_tools.native_threads(pid, path_var)
+    return (threads, how) if threads else ([], f"{why}; {why_native}")
 
-        try:
-            p = subprocess.run([pyspy, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True,
-                               timeout=DUMP_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return [], f"py-spy failed: {exc}"
-        if p.returncode == 0:
-            try:
-                return _frames_from_pyspy(p.stdout), "py-spy"
-            except (ValueError, TypeError, AttributeError) as exc:
-                return [], f"py-spy's output was not understood ({exc})"
-        return [], f"py-spy exited {p.returncode}: {p.stderr.strip()[-200:]}"
-    if stack_file and faulthandler_ready:
-        before = os.path.getsize(stack_file) if os.path.exists(stack_file) else 0
-        try:
-            os.kill(pid, signal.SIGUSR1)
-        except OSError as exc:
-            return [], f"cannot signal the program ({exc.strerror})"
-        end = time.monotonic() + 2.0
-        while time.monotonic() < end:
-            time.sleep(0.05)
-            size = os.path.getsize(stack_file) if os.path.exists(stack_file) else 0
-            if size > before:
-                time.sleep(0.1)  # let faulthandler finish writing every thread
-                with open(stack_file, errors="replace") as f:
-                    f.seek(before)
-                    return _frames_from_faulthandler(f.read()), "faulthandler"
-        return [], "the program did not write its stacks within 2 s of SIGUSR1"
-    return [], ("no stack source: py-spy is not installed (pip install 'mpirun_kit[stacks]') and the program "
-                "does not use mpirun_kit.progress")
+
+def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -> tuple[list[dict], str]:
+    """(threads with frames innermost first, how), or ([], why not).
+
+    py-spy first; without it, the program's own faulthandler dump when it uses mpirun_kit.progress (Python
+    frames), else a native stack tool."""
+    pyspy = find_pyspy()
+    if pyspy or not (stack_file and faulthandler_ready):
+        threads, how = read_threads(pid)
+        if threads or pyspy:
+            return [{"thread": t["thread"], "frames": t["frames"]} for t in threads], how
+        if not (stack_file and faulthandler_ready):
+            return [], ("no stack source: py-spy is not installed (pip install 'mpirun_kit[stacks]') and the "
+                        "program does not use mpirun_kit.progress; " + how.split("; ", 1)[-1])
+    before = os.path.getsize(stack_file) if os.path.exists(stack_file) else 0
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError as exc:
+        return [], f"cannot signal the program ({exc.strerror})"
+    end = time.monotonic() + 2.0
+    while time.monotonic() < end:
+        time.sleep(0.05)
+        size = os.path.getsize(stack_file) if os.path.exists(stack_file) else 0
+        if size > before:
+            time.sleep(0.1)  # let faulthandler finish writing every thread
+            with open(stack_file, errors="replace") as f:
+                f.seek(before)
+                return _frames_from_faulthandler(f.read()), "faulthandler"
+    return [], "the program did not write its stacks within 2 s of SIGUSR1"
+
+
+class Sampler:
+    """When and how a quiet program's stacks are read, and how long nothing changed (the wrapper's view).
+
+    ``tick`` (the relay thread, every ``PROGRESS_EVERY_S``) looks at the program's step and I/O counters;
+    any change is activity.  Once the program has been quiet for an interval, ``due`` says a sample is due;
+    ``record`` takes a read's main thread: a new signature (frames, and for Python their locals) is a
+    change too.  ``quiet_s`` is how long no step, no I/O and no new signature was seen, as of the last
+    sample: the master compares it with ``stall_s`` (observe/hang.py).
+    """
+
+    def __init__(self, stall_s: float, now: float):
+        self.stall_s = float(stall_s)
+        self.cost_s = 0.0               # CPU seconds the last read cost (py-spy/eu-stack and their pause)
+        self.last_change = now          # monotonic: the last step, I/O or new signature seen
+        self.next_at = now + self.interval()
+        self.sig: str | None = None
+        self.sent_quiet = False         # the last sample sent said "quiet": activity must be sent at once
+        self.samples = 0
+        self._io: tuple[int, int] | None = None
+        self._step: int | None = None
+
+    def interval(self) -> float:
+        """Seconds between two reads: a fifth of stall_s (several reads per stall_s), at least MIN_SAMPLE_S,
+        and at least COST_FACTOR times what the last read cost (the 1 % bound), up to half of stall_s."""
+        return max(self.stall_s / 5, MIN_SAMPLE_S, min(COST_FACTOR * self.cost_s, self.stall_s / 2))
+
+    def tick(self, now: float, step: int | None, io: tuple[int, int] | None) -> bool:
+        """True when the program showed activity since the last tick (a new step, bytes read or written)."""
+        active = (step != self._step) or (io is not None and self._io is not None and io != self._io)
+        self._step, self._io = step, io if io is not None else self._io
+        if active:
+            self.last_change = now
+            self.next_at = max(self.next_at, now + self.interval())
+        return active
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at and now - self.last_change >= self.interval()
+
+    def record(self, started: float, now: float, sig: str, cost_s: float) -> float:
+        """A read started at ``started`` gave ``sig``; returns quiet_s.  The next read is an interval away,
+        with a random part (+-20 %) so that reads do not lock onto a loop's period."""
+        if sig != self.sig:
+            self.sig, self.last_change = sig, started
+        self.cost_s = cost_s
+        self.samples += 1
+        self.next_at = now + self.interval() * (0.8 + 0.4 * os.urandom(1)[0] / 255)
+        return max(0.0, now - self.last_change)
+
+
+def _children_cpu_s() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
 
 
 class Relay:
@@ -201,6 +270,10 @@ class Relay:
         self._thread = threading.Thread(target=self._run, daemon=True, name="mpirun_kit-relay")
         self._dumping: threading.Thread | None = None   # the stack dump in progress, if any
         self._pipebuf = b""
+        self.sampler: Sampler | None = None       # set by the master's "watch" request
+        self._sampling: threading.Thread | None = None
+        self._sample_lock = threading.Lock()      # the sampler's state: the relay thread and a sample's thread
+        self._ptrace = threading.Lock()           # one tracer at a time (py-spy, eu-stack, gdb)
 
     def start(self, pid: int, signal_program: Callable[[int], None] | None = None) -> "Relay":
         """Run the thread for program ``pid``; ``signal_program(signum)`` carries out the master's stop."""
@@ -294,7 +367,62 @@ class Relay:
                 self._on_stop(msg)
             elif msg.get("type") == "stacks" and self.pid is not None:
                 self._start_dump()
+            elif msg.get("type") == "watch":
+                stall_s = msg.get("stall_s")
+                if isinstance(stall_s, (int, float)) and not isinstance(stall_s, bool) and 0.5 <= stall_s <= 1e7:
+                    with self._sample_lock:
+                        self.sampler = Sampler(stall_s, time.monotonic())
+            elif msg.get("type") == "finish" and self.pid is not None:
+                threading.Thread(target=self._finish, daemon=True, name="mpirun_kit-finish").start()
         return True
+
+    def _watch(self) -> None:
+        """The relay thread's look at a quiet program: activity out at once, a sample when one is due."""
+        if self.sampler is None or self.pid is None:
+            return
+        now = time.monotonic()
+        with self._sample_lock:
+            active = self.sampler.tick(now, self.step, stack_tools.io_counters(self.pid))
+            tell, due = active and self.sampler.sent_quiet, not active and self.sampler.due(now)
+            if tell:
+                self.sampler.sent_quiet = False
+        if tell:
+            self._send({"event": "sample", "quiet_s": 0.0, "sig": "", "frames": [], "how": "activity"})
+        if due and (self._sampling is None or not self._sampling.is_alive()):
+            self._sampling = threading.Thread(target=self._sample, daemon=True, name="mpirun_kit-sample")
+            self._sampling.start()
+
+    def _sample(self) -> None:
+        """Read the program's stacks once (a thread of its own, like a dump) and send what changed."""
+        try:
+            self._sample_once()
+        except Exception as exc:  # noqa: BLE001 (best effort, never the program's problem)
+            self.sampler = None
+            print(f"mpirun_kit.rank: watching the program stopped: {exc!r}", file=sys.stderr, flush=True)
+
+    def _sample_once(self) -> None:
+        if not self._ptrace.acquire(blocking=False):
+            return              # a dump or a finish is tracing the program; the next tick tries again
+        try:
+            started, cpu0 = time.monotonic(), _children_cpu_s()
+            threads, how = read_threads(self.pid, local_values=True)
+            cost = _children_cpu_s() - cpu0
+        finally:
+            self._ptrace.release()
+        main = threads[0] if threads else {"frames": [], "locals": []}
+        sig = stack_tools.signature(main["frames"], main["locals"]) if threads else "none"
+        with self._sample_lock:
+            quiet = self.sampler.record(started, time.monotonic(), sig, cost)
+            self.sampler.sent_quiet = quiet > 0
+        self._send({"event": "sample", "quiet_s": round(quiet, 2), "sig": sig, "frames": main["frames"][:12],
+                    "how": how[:300]})
+
+    def _finish(self) -> None:
+        """The master's finish: let a program that called exit leave MPI_Finalize; report what happened."""
+        with self._ptrace:
+            got, why = stack_tools.finish_exit(self.pid, os.environ.get("PATH", ""))
+        self._send({"event": "finish", "found": bool(got.get("found")), "code": got.get("code"),
+                    "returned": bool(got.get("returned")), "why": why[:300]})
 
     def _start_dump(self) -> None:
         """Dump the program's stacks on a thread of its own: a stop must never wait behind py-spy."""
@@ -304,7 +432,8 @@ class Relay:
         self._dumping.start()
 
     def _dump(self) -> None:
-        threads, how = collect_stacks(self.pid, self.stack_file, self.faulthandler_ready)
+        with self._ptrace:
+            threads, how = collect_stacks(self.pid, self.stack_file, self.faulthandler_ready)
         reply = {"event": "stacks", "threads": threads, "how": how[:300]}
         while len(json.dumps(reply)) > MAX_LINE - 400 and any(t["frames"] for t in threads):
             for t in threads:
@@ -345,3 +474,8 @@ class Relay:
             if sock is not None and sock in ready and not self._on_channel():
                 closed = sock
             self._send_progress()
+            try:
+                self._watch()
+            except Exception as exc:  # noqa: BLE001 (watching is best effort: this thread also carries the stop)
+                self.sampler = None
+                print(f"mpirun_kit.rank: watching the program stopped: {exc!r}", file=sys.stderr, flush=True)

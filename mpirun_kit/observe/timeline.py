@@ -65,6 +65,10 @@ class Recorder:
     role: str
     clock: Clock = SYSTEM_CLOCK
     records: list[dict] = field(default_factory=list)
+    #: the master's: the stall the hang monitor found (observe/hang.py ``hang_json``) and the job's exit code,
+    #: for the chart's stall and stop marks.
+    hang: dict | None = None
+    exit_code: int | None = None
 
     def mark(self, phase: str, **extra) -> dict:
         rec = {"phase": phase, "t": self.clock.time(), "mono": self.clock.monotonic(), "cpu_s": cpu_seconds(),

@@ -116,7 +116,9 @@ def test_suspect_is_the_rank_waiting_where_the_majority_does_not():
     stall = Stall({r: 6.0 for r in HOSTS}, True)
     stacks = {0: stacks_at(10), 1: stacks_at(10), 2: stacks_at(10), 3: stacks_at(7)}
     assert suspects(stall, stacks) == [3]
-    assert suspects(stall, {0: stacks_at(10), 1: stacks_at(7)}) == []   # a tie blames nobody
+    # Two ranks at different lines (issue 29: this said "none singled out"): no majority, so both are named.
+    assert suspects(stall, {0: stacks_at(10), 1: stacks_at(7)}) == [0, 1]
+    assert suspects(stall, {0: stacks_at(10), 1: stacks_at(10)}) == []    # the same place: nobody
     assert suspects(Stall({2: 6.0}, False), {}) == [2]
 
 
@@ -128,7 +130,7 @@ def test_report_names_rank_host_step_duration_and_frames(tmp_path):
     stacks = {0: stacks_at(10), 1: stacks_at(10), 2: stacks_at(10), 3: stacks_at(7)}
     text = render_report(stall, w.snapshot(), stacks, HOSTS, 5, clock.time(), clock.monotonic(), 30)
     assert "no rank advanced for 6.5 s (timeouts.stall_s = 5 s)" in text
-    assert "suspect: rank 3 on algo-2 (waiting where the other ranks are not)" in text
+    assert "suspect: rank 3 on algo-2: in f (prog.py:7) while ranks 0, 1, 2 wait in f (prog.py:10)" in text
     assert "* rank 3 on algo-2: last step 7, 6.5 s ago" in text
     assert "      f (prog.py:7)" in text and "      f (prog.py:10)" in text
     assert "exit code 76 (hung) if no rank advances within 30 s (timeouts.hang_abort_s)" in text
