@@ -32,7 +32,7 @@ from ..exec.channel.server import ResultServer
 from ..exec.channel.stop import HOLD_MARGIN_S, RankStop
 from ..exec.process import LauncherExit, run_launcher
 from ..plan.contract import RUN_NONCE_VAR
-from ..exec.result import JobResult, job_result
+from ..exec.result import JobResult, RankFailure, job_result
 from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable
 from ..observe import timeline
@@ -109,7 +109,9 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     rank_hosts = {r.rank: r.host for r in plan.ranks}
     monitor = HangMonitor(rank_hosts, t.stall_s, t.hang_abort_s, opt_ml,
                           lambda ranks: server.send_to_ranks(ranks, {"type": "stacks"}), clock=clock, out=out,
-                          progress_to_out=progress_shown())
+                          progress_to_out=progress_shown(),
+                          # the ranks' wrappers watch their programs from outside (observe/relay.py)
+                          send=lambda ranks, msg: server.send_to_ranks(ranks, msg))
     try:
         addresses = host_addresses(plan, bind)
         server = ResultServer(
@@ -164,7 +166,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         lex = run_launcher(
             plan.argv, env, rank_hosts={r.rank: r.host for r in plan.ranks},
             tag_regex=get_flavour(plan.mpi_flavour).tag_regex,
-            cancelled=lambda: latch.received or ("SIGTERM" if server.lost_workers() or monitor.hung() else None),
+            cancelled=lambda: latch.received or ("SIGTERM" if server.lost_workers() or monitor.stop_asked() else None),
             grace_s=t.grace_s, job_timeout_s=t.job_s, cwd=plan.working_dir, clock=clock,
             parent_death_signal=signal.SIGTERM,
             # A stop reaches the ranks over the channel first: mpirun would SIGKILL them 1 s after its SIGTERM.
@@ -173,6 +175,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         rec.mark("mpirun_exited")
         monitor.stop()
         result = _result_of(lex, server, plan, latch.received, monitor)
+        rec.hang, rec.exit_code = monitor.hang, int(result.exit_code)    # the timeline's stall and stop marks
         finishing = True
         return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=False)
     finally:
@@ -226,6 +229,12 @@ def _write_own_rank_keys(server: ResultServer, plan: LaunchPlan, job: str) -> st
 def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signalled: str | None,
                monitor: HangMonitor | None = None) -> JobResult:
     """The job's result; ``signalled``: the signal the entrypoint itself received, if any."""
+    exiting = monitor.exit_failure() if monitor is not None else None
+    if exiting is not None and signalled is None:
+        # A rank called exit and sat in MPI_Finalize while the others waited for it, and its exit could not be let
+        # go on (observe/hang.py): the job ends with the code its stacks showed (1 when they did not), naming it.
+        first = RankFailure(exiting["rank"], exiting["host"], exiting["code"] or ExitCode.FAILED, None, exiting["t"])
+        return job_result(lex.returncode, lex.signal, (first,), (), None)
     if monitor is not None and monitor.hung() and lex.interrupted_by is not None and signalled is None:
         return JobResult(ExitCode.HUNG, summary=(
             f"hung: no rank advanced within timeouts.hang_abort_s = {plan.timeouts.hang_abort_s:g} s of the hang "
