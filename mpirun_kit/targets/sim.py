@@ -206,6 +206,9 @@ class SimHosts:
         for t, dst in self.tails:
             t.pump(dst, final=True)
 
+    def wait(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
 
 def _stop(master, why: str, grace_s: float, progress: StatusLine) -> None:
     """SIGTERM to the master's entrypoint: it forwards SIGTERM through mpirun to every rank on every host,

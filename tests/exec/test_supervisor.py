@@ -42,6 +42,7 @@ class FakeChild:
         self.terminate_returns = terminate_returns
         self.countdown = None
         self.polls = 0
+        self.clock = StepClock()
 
     def poll(self):
         self.polls += 1
@@ -75,10 +76,13 @@ class FakeChild:
     def drain(self, deadline):
         self.steps.append("drain")
 
+    def wait(self, seconds):
+        self.clock.sleep(seconds)
+
 
 def test_a_child_that_ends_on_its_own_is_drained_once_and_has_no_stop():
     child = FakeChild(ends_after=3, code=7)
-    sup = Supervisor(child, clock=StepClock())
+    sup = Supervisor(child, clock=child.clock)
     ended = sup.run()
     assert (ended.returncode, ended.stop, ended.killed, ended.abandoned) == (7, None, False, False)
     assert child.steps == ["drain"]
@@ -88,7 +92,7 @@ def test_a_child_that_ends_on_its_own_is_drained_once_and_has_no_stop():
 def test_the_deadline_stops_the_child_as_the_launcher_and_kills_it_after_the_grace_period():
     child = FakeChild(end_on="kill", ends_after=1, code=-9)
     phases = []
-    ended = Supervisor(child, deadline_s=5.0, grace_s=3.0, clock=StepClock(), on_tick=phases.append).run()
+    ended = Supervisor(child, deadline_s=5.0, grace_s=3.0, clock=child.clock, on_tick=phases.append).run()
     assert child.steps == [("terminate", "launcher", None), "kill", "drain"]
     assert ended.stop == deadline_stop(5.0) and ended.stop.exit_code == ExitCode.TIMEOUT
     assert ended.killed and ended.returncode == -9
@@ -109,14 +113,14 @@ def test_a_requested_stop_that_the_child_obeys_needs_no_kill():
         asked["n"] += 1
         return signal_stop("SIGINT") if asked["n"] == 3 else None
 
-    ended = Supervisor(child, grace_s=10.0, requested=requested, clock=StepClock()).run()
+    ended = Supervisor(child, grace_s=10.0, requested=requested, clock=child.clock).run()
     assert child.steps == [("terminate", "user", "SIGINT"), "drain"]
     assert not ended.killed and ended.stop.exit_code == 130
 
 
 def test_request_stop_from_another_thread_wins_over_later_requests_and_the_deadline():
     child = FakeChild(end_on="terminate", ends_after=1)
-    sup = Supervisor(child, deadline_s=0.0, clock=StepClock())
+    sup = Supervisor(child, deadline_s=0.0, clock=child.clock)
     sup.request_stop(Stop("user", "mpirun_kit cancel", ExitCode.SIGTERM, "SIGTERM"))
     sup.request_stop(signal_stop("SIGINT"))
     ended = sup.run()
@@ -125,7 +129,7 @@ def test_request_stop_from_another_thread_wins_over_later_requests_and_the_deadl
 
 def test_a_child_that_survives_sigkill_is_given_up_within_the_kill_wait():
     child = FakeChild()          # never ends
-    ended = Supervisor(child, deadline_s=1.0, grace_s=1.0, kill_wait_s=2.0, clock=StepClock()).run()
+    ended = Supervisor(child, deadline_s=1.0, grace_s=1.0, kill_wait_s=2.0, clock=child.clock).run()
     assert ended.abandoned and ended.killed and ended.returncode is None
     assert child.steps == [("terminate", "launcher", None), "kill", "drain"]
 
@@ -142,7 +146,7 @@ def test_terminate_may_postpone_the_kill_until_stopping_moves_it():
 
     child = Stepped()
     child.terminate_returns = float("inf")
-    ended = Supervisor(child, deadline_s=0.0, grace_s=1.0, clock=StepClock()).run()
+    ended = Supervisor(child, deadline_s=0.0, grace_s=1.0, clock=child.clock).run()
     assert child.ticks >= 20 and ended.killed   # no SIGKILL before stopping() moved the deadline
 
 
