@@ -84,11 +84,20 @@ def register(subparsers) -> None:
     g = q.add_mutually_exclusive_group(required=True)
     g.add_argument("--hosts", metavar="H1:N,H2:N", help="hosts with slots, e.g. localhost:2")
     g.add_argument("--hostfile", type=Path, metavar="FILE", help="'host slots=N' per line")
-    q.add_argument("--opt-ml", type=Path, default=Path("/tmp/mpirun-kit-launch"), metavar="DIR",
-                   help="where output/failure is written (default /tmp/mpirun-kit-launch)")
+    q.add_argument("--opt-ml", type=Path, default=None, metavar="DIR",
+                   help="where output/failure is written, and input/config/hyperparameters.json read (default "
+                        "$TMPDIR/mpirun-kit-launch-UID, made 0700; refused if it exists with another owner or "
+                        "group/other access)")
     _common(q, "a LaunchSpec JSON file: the program, env, MPI options and timeouts")
     q.set_defaults(func=_entrypoint, launch=True, role="master", no_sshd=True, sshd_config=None, current_host=None,
                    secret_file=None, job=None)
+
+
+def default_launch_opt_ml() -> Path:
+    """`launch`'s own directory: per user, in the temporary directory (TMPDIR, else /tmp)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"mpirun-kit-launch-{os.geteuid()}"
 
 
 def options_from_args(args):
@@ -100,8 +109,11 @@ def options_from_args(args):
                         ("result_port", "result_port"), ("ssh_port", "ssh_port")):
         if getattr(args, flag) is not None:
             overrides[field] = getattr(args, flag)
+    # launch's default directory sits in a shared /tmp: it must be this user's alone (entrypoint/main.py).
+    default_opt_ml = args.launch and args.opt_ml is None
+    opt_ml = default_launch_opt_ml() if default_opt_ml else args.opt_ml
     opts = EntrypointOptions(
-        opt_ml=args.opt_ml, role=args.role, dry_run=args.dry_run, json=args.json, start_sshd=not args.no_sshd,
+        opt_ml=opt_ml, opt_ml_private=default_opt_ml, role=args.role, dry_run=args.dry_run, json=args.json, start_sshd=not args.no_sshd,
         sshd_config=args.sshd_config, hosts=args.hosts, hostfile=args.hostfile, current_host=args.current_host,
         spec_file=args.spec, secret_file=args.secret_file, program=program, overrides=tuple(overrides.items()),
         job=args.job if args.job is not None else os.environ.get("TRAINING_JOB_NAME", ""), launch=args.launch)

@@ -17,6 +17,7 @@ from typing import Collection, Mapping
 from ..errors import SpecError
 from . import Cluster, Host
 from .hostfile import hostfile_cluster, parse_hostfile, parse_hosts_arg
+from .trust import read_plan_input
 from .sagemaker import HYPERPARAMETERS, RESOURCE_CONFIG, parse_resource_config, parse_sm_env, read_json
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def discover_cluster(opt_ml: Path, environ: Mapping[str, str], *, hosts: str | N
                                 "--hosts")
     if hostfile is not None:
         try:
-            text = Path(hostfile).read_text()
+            text = read_plan_input(Path(hostfile), "hostfile")
         except (OSError, UnicodeDecodeError) as exc:
             why = getattr(exc, "strerror", None) or "not UTF-8 text"
             raise SpecError(f"{hostfile}: cannot read hostfile ({why}); pass an existing file") from exc

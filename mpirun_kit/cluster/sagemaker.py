@@ -20,9 +20,14 @@ HYPERPARAMETERS = Path("input/config/hyperparameters.json")
 
 
 def read_json(path: Path) -> dict:
-    """Load a JSON object from ``path``; a clear SpecError when it is not one."""
+    """Load a JSON object from ``path``; a clear SpecError when it is not one, or when another user could
+    have written it (trust.py: a plan is built from it)."""
+    from .trust import read_plan_input
+
     try:
-        text = Path(path).read_text()
+        text = read_plan_input(Path(path), "plan input")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: cannot read (not UTF-8 text); expected a JSON file written by the platform") from exc
     except OSError as exc:
         raise SpecError(f"{path}: cannot read ({exc.strerror}); expected a JSON file written by the platform") from exc
     try:

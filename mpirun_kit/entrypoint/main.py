@@ -34,6 +34,7 @@ from typing import Mapping, TextIO
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster import Cluster, elect_master
 from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, gpu_count, read_hyperparameters
+from ..cluster.trust import private_dir, read_plan_input
 from ..errors import LaunchError, SpecError
 from ..exec.signals import SignalLatch
 from ..spec.launch_spec import LaunchSpec
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EntrypointOptions:
     opt_ml: Path = DEFAULT_OPT_ML
+    #: ``opt_ml`` must be this user's alone (made 0700, refused otherwise): `launch`'s default, in a shared /tmp.
+    opt_ml_private: bool = False
     role: str = "auto"                 # auto | master | worker
     dry_run: bool = False
     json: bool = False
@@ -72,10 +75,12 @@ def resolve_spec(opts: EntrypointOptions) -> LaunchSpec:
     Raises:
         SpecError: no program anywhere, or a source is invalid.
     """
+    if opts.opt_ml_private:
+        private_dir(opts.opt_ml, "launch directory (--opt-ml)")
     spec = LaunchSpec.from_hyperparameters(*hp) if (hp := read_hyperparameters(opts.opt_ml)) else None
     if opts.spec_file is not None:
         try:
-            text = Path(opts.spec_file).read_text()
+            text = read_plan_input(Path(opts.spec_file), "launch spec")
         except (OSError, UnicodeDecodeError) as exc:
             why = getattr(exc, "strerror", None) or "not UTF-8 text"
             raise SpecError(f"{opts.spec_file}: cannot read launch spec ({why}); pass a LaunchSpec JSON file") from exc
@@ -199,6 +204,8 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
     """Run this host's part of the job; return its exit code (the job's, on every host)."""
     out = out or sys.stdout
     log.info("entrypoint started")
+    if opts.opt_ml_private:
+        private_dir(opts.opt_ml, "launch directory (--opt-ml)")
     with SignalLatch() as latch:
         cluster = discover_cluster(opts.opt_ml, environ, hosts=opts.hosts, hostfile=opts.hostfile,
                                    current_host=opts.current_host)
