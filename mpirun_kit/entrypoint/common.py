@@ -1,4 +1,4 @@
-"""Small pieces both roles share: the failure file and the channel keys."""
+"""Small pieces both roles share: the result and failure files, and the channel keys."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +7,7 @@ from pathlib import Path
 from ..core import verbosity
 from ..exec.channel.keys import worker_key_from_secret
 from ..core.files import write_atomic
-from ..exec.result import failure_file_text
+from ..exec.result import RESULT_FILE, JobResult, error_result, failure_file_text
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +29,35 @@ def failure_path(opt_ml: Path) -> Path:
     return Path(opt_ml) / "output" / "failure"
 
 
-def write_failure(opt_ml: Path, exit_code: int, text: str) -> Path | None:
-    """Write ``<opt_ml>/output/failure`` atomically (SageMaker shows its first 1024 chars as FailureReason).
+def result_path(opt_ml: Path) -> Path:
+    return Path(opt_ml) / "output" / RESULT_FILE
 
-    Its first line is ``mpirun_kit exit_code=N`` (exec/result.py), the only part a program reads.
+
+def write_result(opt_ml: Path, result: JobResult) -> Path | None:
+    """Write the result as JSON to ``<opt_ml>/output/result.json`` and, when it failed, the failure file
+    ``<opt_ml>/output/failure`` (SageMaker shows its first 1024 chars as FailureReason), both atomically.
+
+    The failure file's first line is the result's JSON head (exec/result.py), the only part a program reads;
+    the rest is text generated from the same data.  Returns the failure file's path (None: none written).
     """
+    path = result_path(opt_ml)
+    try:
+        write_atomic(path, result.to_json() + "\n", 0o600)
+    except OSError as exc:
+        log.warning("could not write the result file %s: %s", path, exc)
+    if result.exit_code == 0:
+        return None
     path = failure_path(opt_ml)
     try:
-        return write_atomic(path, failure_file_text(exit_code, text) + "\n", 0o600)
+        return write_atomic(path, failure_file_text(result) + "\n", 0o600)
     except OSError as exc:
         log.warning("could not write the failure file %s: %s", path, exc)
         return None
+
+
+def write_failure(opt_ml: Path, exit_code: int, text: str) -> Path | None:
+    """``write_result`` for an error of ours with message ``text`` (its cause from its exit code)."""
+    return write_result(opt_ml, error_result(exit_code, text))
 
 
 def default_secret_file(opt_ml: Path) -> Path:
@@ -62,11 +80,9 @@ def channel_worker_key(secret_file: Path | None, opt_ml: Path, *, multi_host: bo
     from ..errors import SpecError
     from ..exec.sshkeys import parse_secret
 
-    from ..cluster.trust import read_plan_input
-
     path = Path(secret_file) if secret_file is not None else default_secret_file(opt_ml)
     try:
-        text = read_plan_input(path, "job secret")
+        text = path.read_text()
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: cannot read the job secret (not UTF-8 text); pass the file written by "
                         "`mpirun_kit keys new`") from exc

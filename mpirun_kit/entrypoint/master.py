@@ -41,7 +41,7 @@ from ..plan.env import launcher_env
 from ..plan.launch_plan import LaunchPlan
 from ..plan.mpi import get_flavour
 from ..redact import is_secret, redact_text
-from .common import progress_shown, say, write_failure
+from .common import progress_shown, say, write_result
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +78,10 @@ def host_addresses(plan: LaunchPlan, bind: str) -> dict[str, frozenset[str]]:
 
 
 def with_rejections(result: JobResult, counts: Mapping[str, int]) -> JobResult:
-    """``result`` with the result channel's refusals, by kind, added to its summary (none: unchanged)."""
+    """``result`` with the result channel's refusals, by kind (its JSON's ``rejections``; none: unchanged)."""
     if not counts:
         return result
-    text = ", ".join(f"{kind} {n}" for kind, n in sorted(counts.items()))
-    note = f"result channel refused {sum(counts.values())} message(s)/connection(s) ({text}); see the master's log"
-    return replace(result, summary=f"{result.summary}\n{note}" if result.summary else note)
+    return replace(result, rejections=dict(counts))
 
 
 def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch: SignalLatch, *,
@@ -147,12 +145,13 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                 say(out, f"all {len(workers)} worker sshd answered in {max(ready.values()):.2f} s")
             except SSHUnreachableError as exc:
                 if not latch.received:
-                    result = JobResult(exc.exit_code, summary=str(exc))
+                    result = JobResult(exc.exit_code, reason=str(exc), cause="unreachable")
                     raise
         rec.mark("ready")
         if latch.received:
-            result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value),
-                               summary=f"the master entrypoint received {latch.received} before mpirun started")
+            result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value), cause="interrupted",
+                               reason=f"the master entrypoint received {latch.received} before mpirun started",
+                               interrupted_by=latch.received)
             finishing = True
             return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=True)
         # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
@@ -182,7 +181,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         if not finishing:   # an error before the job's result was made
             monitor.stop()
             _finished(server, plan, keys, result or JobResult(
-                ExitCode.LAUNCH_FAILED, summary="the master entrypoint failed before the job ran; see its log"),
+                ExitCode.LAUNCH_FAILED, reason="the master entrypoint failed before the job ran; see its log",
+                cause="launch_failed"),
                 opt_ml, out, rec, everyone=not started)
 
 
@@ -236,7 +236,7 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
         first = RankFailure(exiting["rank"], exiting["host"], exiting["code"] or ExitCode.FAILED, None, exiting["t"])
         return job_result(lex.returncode, lex.signal, (first,), (), None)
     if monitor is not None and monitor.hung() and lex.interrupted_by is not None and signalled is None:
-        return JobResult(ExitCode.HUNG, summary=(
+        return JobResult(ExitCode.HUNG, cause="hung", reason=(
             f"hung: no rank advanced within timeouts.hang_abort_s = {plan.timeouts.hang_abort_s:g} s of the hang "
             f"report; mpirun was stopped.  Fix the hang the report names, then resume from the last checkpoint\n"
             + monitor.last_report()))
@@ -248,11 +248,11 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
         why = ("its host died or its network was cut" if not closed else
                f"{', '.join(closed)} closed its connection first (its entrypoint exited or was killed: see its "
                "log); any other stopped answering: its host died or its network was cut")
-        tail = (TAIL_HEADER + "\n".join(lex.tail)) if lex.tail else ""
-        return JobResult(ExitCode.HOST_LOST, summary=(
+        return JobResult(ExitCode.HOST_LOST, cause="host_lost", launcher_code=lex.returncode,
+                         launcher_signal=lex.signal, tail=_redacted_tail(lex, plan), reason=(
             f"host lost: worker {hosts} stopped answering on the result channel (silent {silent}; limit "
             f"timeouts.worker_silence_s = {plan.timeouts.worker_silence_s:g} s): {why}; mpirun was stopped.  "
-            f"Check that host's instance and network; resume from the last checkpoint{tail}"))
+            "Check that host's instance and network; resume from the last checkpoint"))
     failed = lex.returncode != 0 or lex.signal is not None
     if failed and not server.rank_failures():
         # mpirun can exit before the failing rank's report has been read; wait for it briefly.
@@ -260,24 +260,19 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
                                                 for e in evs), REPORT_GRACE_S)
     # mpirun's last lines go into the failure file and FailureReason: the ranks' secret env values are hidden
     # wherever they appear, not only behind a secret-looking name (mpirun_kit/redact.py).
-    known = [v for n, v in plan.env if is_secret(n)]
-    tail = tuple(redact_text(line, known) for line in lex.tail)
-    result = job_result(lex.returncode, lex.signal, server.rank_failures(), tail, lex.interrupted_by)
+    result = job_result(lex.returncode, lex.signal, server.rank_failures(), _redacted_tail(lex, plan),
+                        lex.interrupted_by)
     if lex.timed_out and lex.interrupted_by is None:
-        result = replace(result, exit_code=ExitCode.TIMEOUT,
-                         summary=f"the job ran past its deadline of {plan.timeouts.job_s:g} s and was stopped\n"
-                                 + result.summary)
+        # the ranks the deadline's stop ended are its consequences: none of them is the root cause
+        result = replace(result, exit_code=ExitCode.TIMEOUT, cause="timeout", root_cause=None,
+                         reason=f"the job ran past its deadline of {plan.timeouts.job_s:g} s and was stopped")
     return result
 
 
-#: where the summary quotes mpirun's last lines (exec/result.py, and the host-lost summary above).
-TAIL_HEADER = "\nmpirun output (last lines):\n"
-
-
-def terminal_summary(summary: str) -> str:
-    """The failure summary as printed here: without its quote of mpirun's last lines, which were just
-    printed on this same stream (the failure file and SageMaker's FailureReason keep them)."""
-    return summary.partition(TAIL_HEADER)[0]
+def _redacted_tail(lex: LauncherExit, plan: LaunchPlan) -> tuple[str, ...]:
+    """mpirun's last lines, with the ranks' secret env values hidden wherever they appear."""
+    known = [v for n, v in plan.env if is_secret(n)]
+    return tuple(redact_text(line, known) for line in lex.tail)
 
 
 def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: Path, out: TextIO,
@@ -285,10 +280,12 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
     """Failure file, result to the workers, their acks.  ``everyone``: wait for every worker of the plan, not
     only the connected ones (mpirun never started, so some may still be connecting and must hear the result)."""
     try:
+        # result.json (and on failure the failure file) before anything else can fail; the text printed here
+        # leaves out mpirun's last lines, just printed on this same stream (the failure file keeps them).
+        path = write_result(opt_ml, result)
         if result.exit_code != 0:
-            path = write_failure(opt_ml, result.exit_code, result.summary)
             print(f"mpirun_kit: job failed with exit code {result.exit_code}"
-                  + (f"; failure written to {path}" if path else "") + "\n" + terminal_summary(result.summary),
+                  + (f"; failure written to {path}" if path else "") + "\n" + result.text(tail=False, limit=None),
                   file=out, flush=True)
         sent = server.publish(result)
         if rec is not None:

@@ -38,11 +38,11 @@ from ..exec.channel.keys import remove_key_dir, worker_key_without_secret, write
 from ..exec.channel.link import MasterLink
 from ..exec.channel.protocol import HEARTBEAT_S
 from ..exec.daemon import alive, find_daemons, signal_pids
-from ..exec.result import JobResult
+from ..exec.result import JobResult, result_from_message
 from ..exec.signals import SignalLatch
 from ..observe.timeline import Recorder
 from ..plan.launch_plan import LaunchPlan
-from .common import say, write_failure
+from .common import say, write_failure, write_result
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +102,7 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
             remove_key_dir(directory)
         if sshd is not None and sshd.poll() is None:
             sshd.terminate()
-    if result.exit_code != 0:
-        write_failure(opt_ml, result.exit_code, result.summary or f"the job failed with exit code {result.exit_code}")
+    write_result(opt_ml, result)
     return result
 
 
@@ -140,7 +139,7 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
                 link.send(ack)
                 code = msg["exit_code"]  # validated by MasterLink: an int 0-255
                 say(out, f"worker {me}: job result from master: exit code {code}")
-                return JobResult(code, summary=str(msg.get("summary", "")))
+                return result_from_message(msg)
         if now - last_heard > t.master_silence_s:
             signal_pids(alive(daemons), signal.SIGTERM)
             raise MasterLostError(
@@ -157,7 +156,8 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
             running = alive(daemons)
             signal_pids(running, signal.SIGTERM)
             code = ExitCode.for_signal(signal.Signals[latch.received].value)
-            return JobResult(code, summary=f"worker {me} stopped by {latch.received}; the master sent no result "
+            return JobResult(code, cause="interrupted", interrupted_by=latch.received,
+                             reason=f"worker {me} stopped by {latch.received}; the master sent no result "
                                            f"within {t.grace_s + STOP_MARGIN_S:g} s (grace_s + {STOP_MARGIN_S:g} s)"
                                            + (f", so this host's MPI daemon(s) {', '.join(map(str, running))} were "
                                               "sent SIGTERM" if running else ""))

@@ -1,7 +1,7 @@
 """How a submitted job ended, as a value: the ``Outcome`` and the classification that makes it.
 
 Place in the data flow: every target's ``run`` ends in ``outcome_of(...)``, a pure function of
-what the target saw (the exit code, the master's failure report from exec/result.py, a signal
+what the target saw (the exit code, the master's result as JSON from exec/result.py, a signal
 submit received, the platform's reason); ``submit --json`` prints the ``Outcome`` as its last
 line.  It says who decided the code (the job, the launcher or the platform) and why, so scripts
 need not guess from the number.  The ``Target`` interface itself is in base.py.
@@ -9,26 +9,20 @@ need not guess from the number.  The ``Target`` interface itself is in base.py.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..errors import ExitCode, SpecError
-
+from ..errors import EXIT_CODE_TEXT, ExitCode, SpecError
+from ..exec.result import result_from_failure
 
 #: codes mpirun_kit itself exits with when the job did not decide; a job may exit with the same numbers,
 #: which is why an Outcome says who decided (``source``) instead of leaving scripts to guess from the code.
-LAUNCHER_CODES = {ExitCode.BAD_INPUT: "bad input (spec, flag, resourceconfig.json)",
-                  ExitCode.UNREACHABLE: "a host or AWS was unreachable", ExitCode.LAUNCH_FAILED: "the launcher failed",
-                  ExitCode.HOST_LOST: "a worker host was lost mid-job", ExitCode.MASTER_LOST: "a worker lost its master",
-                  ExitCode.HUNG: "the ranks hung", ExitCode.TIMEOUT: "the job ran past its deadline"}
+#: Their meanings are errors.py's one table.
+LAUNCHER_CODES = {c: EXIT_CODE_TEXT[c] for c in (ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED,
+                                                  ExitCode.HOST_LOST, ExitCode.MASTER_LOST, ExitCode.HUNG,
+                                                  ExitCode.TIMEOUT)}
 SOURCES = ("job", "launcher", "platform", "user")
-# The failure report's root-cause line, written by exec/result.py (RankFailure.describe); it comes before
-# any of the program's own output, which is only quoted after "mpirun output (last lines):".
-_ROOT_CAUSE_RE = re.compile(r"root cause: rank (?P<rank>\d+) on (?P<host>\S+) "
-                            r"(?:exited with code (?P<code>\d+)|was killed by (?P<signal>\S+))")
-_TAIL_MARK = "mpirun output (last lines):"
 
 
 @dataclass(frozen=True)
@@ -71,15 +65,13 @@ def launch_timeline(output_dir: Path) -> dict | None:
         "file": str(path)}
 
 
-def root_cause_of(failure_text: str) -> dict | None:
-    """The first failing rank named by a failure report, None when it names none (launcher failures)."""
-    head = failure_text.split(_TAIL_MARK, 1)[0]
-    for line in head.splitlines()[1:]:
-        m = _ROOT_CAUSE_RE.match(line)
-        if m:
-            return {"rank": int(m["rank"]), "host": m["host"],
-                    "exit_code": int(m["code"]) if m["code"] else None, "signal": m["signal"]}
-    return None
+def root_cause_of(head: dict | None) -> dict | None:
+    """The first failing rank of a result's JSON (exec/result.py, ``JobResult.head`` or ``to_dict``): rank, host,
+    exit_code, signal; None when no rank failed first (launcher failures)."""
+    root = (head or {}).get("root_cause")
+    if not isinstance(root, dict):
+        return None
+    return {k: root.get(k) for k in ("rank", "host", "exit_code", "signal")}
 
 
 def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_text: str | None = None,
@@ -90,15 +82,17 @@ def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_t
     """Who decided ``exit_code`` and why, from what the target saw (pure).
 
     Args:
-        failure_text: the master's failure report (``mpirun_kit exit_code=N`` first line), when read.
+        failure_text: the master's failure file (or SageMaker's FailureReason), when read: only its first line,
+            the result's JSON head (exec/result.py, ``result_from_failure``), is read; the rest is for people.
         interrupted: the signal name submit itself received (Ctrl-C: SIGINT), if it stopped the job.
         platform_reason: set when the platform (SageMaker/AWS) ended the job without a report of ours.
         started, ended: wall-clock seconds; hosts: each host's exit code (multi-host targets).
         error: (source, message) when submit itself ended in an error (bad spec, unreachable host, AWS).
         launch: the launcher's own timeline summary (``launch_timeline``), when it wrote one.
     """
-    # A stop's rank deaths are its consequences, not a cause.
-    cause = root_cause_of(failure_text) if failure_text and not interrupted else None
+    head = result_from_failure(failure_text) if failure_text else None
+    # A stop's rank deaths (ours, the deadline's, the platform's) are its consequences, not a cause.
+    cause = root_cause_of(head) if head is not None and head["source"] == "job" and not interrupted else None
     if error is not None:
         source, reason = error
     elif interrupted:
@@ -111,9 +105,8 @@ def outcome_of(target: str | None, job: str | None, exit_code: int, *, failure_t
         source, reason = "job", f"rank {cause['rank']} on {cause['host']} {how}"
     elif platform_reason:
         source, reason = "platform", platform_reason
-    elif failure_text:
-        lines = [ln for ln in failure_text.split(_TAIL_MARK, 1)[0].splitlines()[1:] if ln.strip()]
-        source, reason = "launcher", (lines[0] if lines else LAUNCHER_CODES.get(exit_code, "the launcher failed"))
+    elif head is not None:
+        source, reason = head["source"], head.get("reason") or LAUNCHER_CODES.get(exit_code, "the launcher failed")
     elif exit_code in LAUNCHER_CODES:
         source, reason = "launcher", LAUNCHER_CODES[exit_code] + " (from the exit code; no failure report was read)"
     else:

@@ -11,6 +11,7 @@ import pytest
 from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
+from result_kit import code_and_text
 from entrypoint_helpers import BIN, CLI, PY, cli, free_port, write_spec
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.mpi]
@@ -35,7 +36,7 @@ def test_rank_exit_code_and_failure_file(tmp_path):
     res = cli(launch_args(tmp_path, [PY, str(BIN / "exit_with.py"), "3", "1"]))
     assert res.returncode == 3, res.stderr
     failure = (tmp_path / "opt_ml" / "output" / "failure").read_text()
-    assert failure.startswith("mpirun_kit exit_code=3\nroot cause: rank 1 on localhost exited with code 3 (first seen ")
+    assert code_and_text(failure).startswith("exit_code=3\nroot cause: rank 1 on localhost exited with code 3 (first seen ")
     assert len(failure) <= 1025
     # what `submit --wait` makes of it once SageMaker has put it in FailureReason (issue 12 finding 4)
     from mpirun_kit.targets.sagemaker import exit_code_for
@@ -47,7 +48,7 @@ def test_rank_signal_by_name(tmp_path):
     res = cli(launch_args(tmp_path, [PY, str(BIN / "kill_self.py"), "SIGKILL", "1", "0.2"]))
     assert res.returncode == 137, res.stderr
     failure = (tmp_path / "opt_ml" / "output" / "failure").read_text()
-    assert failure.startswith("mpirun_kit exit_code=137\nroot cause: rank 1 on localhost was killed by SIGKILL")
+    assert code_and_text(failure).startswith("exit_code=137\nroot cause: rank 1 on localhost was killed by SIGKILL")
     from mpirun_kit.targets.sagemaker import exit_code_for
 
     assert exit_code_for({"TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: " + failure}) == 137
@@ -71,15 +72,15 @@ def test_sigterm_reaches_ranks(tmp_path):
         raise AssertionError("entrypoint still running 60 s after SIGTERM:\n" + (tmp_path / "entrypoint.log").read_text())
     assert p.returncode == 143, (tmp_path / "entrypoint.log").read_text()
     assert sorted(x.name for x in marks.glob("sigterm.*")) == ["sigterm.0", "sigterm.1"]
-    assert (tmp_path / "opt_ml" / "output" / "failure").read_text().startswith(
-        "mpirun_kit exit_code=143\nthe job was stopped by SIGTERM sent to the master entrypoint")
+    assert code_and_text((tmp_path / "opt_ml" / "output" / "failure").read_text()).startswith(
+        "exit_code=143\nthe job was stopped by SIGTERM sent to the master entrypoint")
 
 
 def test_job_deadline_124(tmp_path):
     res = cli(launch_args(tmp_path, [PY, str(BIN / "sleep_forever.py")], timeouts=Timeouts(job_s=2.0, grace_s=2.0)))
     assert res.returncode == 124, res.stderr
-    assert (tmp_path / "opt_ml" / "output" / "failure").read_text().startswith(
-        "mpirun_kit exit_code=124\nthe job ran past its deadline of 2 s and was stopped")
+    assert code_and_text((tmp_path / "opt_ml" / "output" / "failure").read_text()).startswith(
+        "exit_code=124\nthe job ran past its deadline of 2 s and was stopped")
 
 
 def test_result_port_taken(tmp_path):
@@ -145,8 +146,8 @@ def test_sigterm_while_planning_still_fails_cleanly_and_releases_the_worker(tmp_
     _, merr = master.communicate(timeout=30)
     _, werr = worker.communicate(timeout=30)  # released at once, not after master_connect_s (120 s)
     assert master.returncode == 143, merr
-    assert (tmp_path / "127.0.0.1" / "output" / "failure").read_text() == (
-        "mpirun_kit exit_code=143\nthe master entrypoint received SIGTERM before mpirun started\n")
+    assert code_and_text((tmp_path / "127.0.0.1" / "output" / "failure").read_text()) == (
+        "exit_code=143\nthe master entrypoint received SIGTERM before mpirun started\n")
     assert worker.returncode == 143, werr
     assert "job result from master: exit code 143" in werr
 

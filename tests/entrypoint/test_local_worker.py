@@ -17,6 +17,7 @@ from mpirun_kit.exec.channel.server import ResultServer
 from mpirun_kit.exec.result import JobResult
 from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
+from result_kit import code_and_text
 from entrypoint_helpers import CLI, free_port, write_spec
 
 pytestmark = pytest.mark.timeout(120)
@@ -63,11 +64,11 @@ def test_follows_daemon_then_exits_with_masters_code(tmp_path):
         d = subprocess.Popen([str(daemon), "1"])
         d.wait(30)
         time.sleep(0.5)  # let the worker see the daemon end (it scans every 0.2 s)
-        server.publish(JobResult(3, summary="root cause: rank 5 on algo-3 exited with code 3"))
+        server.publish(JobResult(3, reason="root cause: rank 5 on algo-3 exited with code 3"))
         out, err = w.communicate(timeout=30)
     assert w.returncode == 3, err
     assert "job result from master: exit code 3" in err
-    assert failure(tmp_path) == "mpirun_kit exit_code=3\nroot cause: rank 5 on algo-3 exited with code 3\n"
+    assert code_and_text(failure(tmp_path)) == "exit_code=3\nroot cause: rank 5 on algo-3 exited with code 3\n"
 
 
 def test_master_connection_closed_exit_75(tmp_path):
@@ -80,7 +81,7 @@ def test_master_connection_closed_exit_75(tmp_path):
     msg = ("worker localhost: master 127.0.0.1 closed the result channel before sending a result "
            "(MPI daemon waiting); the master entrypoint died or was killed: see its log")
     assert f"mpirun_kit: error: {msg}" in err
-    assert failure(tmp_path) == f"mpirun_kit exit_code=75\nworker localhost: {msg}\n"
+    assert code_and_text(failure(tmp_path)) == f"exit_code=75\nworker localhost: {msg}\n"
 
 
 def test_master_silent_exit_75(tmp_path):
@@ -155,7 +156,7 @@ def test_sigterm_to_worker_leaves_the_ranks_to_the_masters_mpirun(tmp_path):
             w.send_signal(15)
             time.sleep(1.0)    # the old worker sent its daemon SIGTERM at once
             assert d.poll() is None, "the worker stopped its MPI daemon under the ranks"
-            server.publish(JobResult(143, summary="the job was stopped by SIGTERM sent to the master entrypoint"))
+            server.publish(JobResult(143, reason="the job was stopped by SIGTERM sent to the master entrypoint"))
             out, err = w.communicate(timeout=30)
             assert d.poll() is None
         finally:

@@ -30,5 +30,5 @@ def test_the_result_names_the_channels_refusals():
     assert with_rejections(JobResult(0), {}) == JobResult(0)
     assert with_rejections(JobResult(0), {"mac": 1}).summary == (
         "result channel refused 1 message(s)/connection(s) (mac 1); see the master's log")
-    assert with_rejections(JobResult(3, summary="rank 1 failed"), {"mac": 2, "address": 1}).summary == (
+    assert with_rejections(JobResult(3, reason="rank 1 failed"), {"mac": 2, "address": 1}).summary == (
         "rank 1 failed\nresult channel refused 3 message(s)/connection(s) (address 1, mac 2); see the master's log")

@@ -13,6 +13,7 @@ import pytest
 from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER, LaunchSpec, Timeouts
 
+from result_kit import code_and_text
 from entrypoint_helpers import BIN, ENTRY, FAST, PY, failure_of, run_job, sim_cluster, wait_all
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(300)]
@@ -39,16 +40,16 @@ def test_rank_exit_3_on_worker_every_host_exits_3(sim3):
     codes = wait_all(procs)
     assert codes == {"algo-1": 3, "algo-2": 3, "algo-3": 3}, procs["algo-1"].output()
     for h in ("algo-1", "algo-2", "algo-3"):
-        assert failure_of(sim3, h).startswith(
-            "mpirun_kit exit_code=3\nroot cause: rank 3 on algo-2 exited with code 3 (first seen"), h
+        assert code_and_text(failure_of(sim3, h)).startswith(
+            "exit_code=3\nroot cause: rank 3 on algo-2 exited with code 3 (first seen"), h
 
 
 def test_rank_killed_by_signal_named(sim3):
     procs = run_job(sim3, [PY, str(BIN / "kill_self.py"), "SIGKILL", "5", "0.5"])
     codes = wait_all(procs)
     assert set(codes.values()) == {137}, procs["algo-1"].output()
-    assert failure_of(sim3, "algo-1").startswith(
-        "mpirun_kit exit_code=137\nroot cause: rank 5 on algo-3 was killed by SIGKILL")
+    assert code_and_text(failure_of(sim3, "algo-1")).startswith(
+        "exit_code=137\nroot cause: rank 5 on algo-3 was killed by SIGKILL")
 
 
 def test_sigterm_to_master_reaches_every_rank(sim3):

@@ -13,6 +13,7 @@ import pytest
 from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
+from result_kit import code_and_text
 from entrypoint_helpers import BIN, FAST, PY, failure_of, run_job, sim_cluster, wait_all
 
 pytestmark = [pytest.mark.sim, pytest.mark.timeout(300)]
@@ -104,7 +105,7 @@ def test_worker_network_cut_every_host_exits_with_host_lost(sim3):
     assert took < t.worker_silence_s + t.grace_s + 10, (took, out)
     for h in ("algo-1", "algo-2"):
         text = failure_of(sim3, h)
-        assert text.startswith("mpirun_kit exit_code=74\nhost lost: worker algo-3 stopped answering on the result "
+        assert code_and_text(text).startswith("exit_code=74\nhost lost: worker algo-3 stopped answering on the result "
                                "channel (silent "), (h, text)
         assert "limit timeouts.worker_silence_s = 4 s" in text
-    assert failure_of(sim3, "algo-3").startswith("mpirun_kit exit_code=75\nworker algo-3: ")
+    assert code_and_text(failure_of(sim3, "algo-3")).startswith("exit_code=75\nworker algo-3: ")

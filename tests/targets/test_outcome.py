@@ -1,13 +1,16 @@
-"""targets/outcome.py, outcome_of: who decided a submit's exit code, from the code and the failure report (pure; issue 16 defect 3)."""
+"""targets/outcome.py, outcome_of: who decided a submit's exit code, from the code and the result's JSON head on the
+failure report's first line (pure; issue 16 defect 3, issue 31 item 1: no English is parsed)."""
 from __future__ import annotations
 
+from mpirun_kit.errors import EXIT_CODE_TEXT
+from mpirun_kit.exec.result import JobResult, RankFailure, error_result, failure_file_text, job_result, \
+    result_from_failure
 from mpirun_kit.targets.outcome import LAUNCHER_CODES, outcome_of, root_cause_of
 
-REPORT = ("mpirun_kit exit_code=64\n"
-          "root cause: rank 3 on algo-2 exited with code 64 (first seen 01:02:03.004Z)\n"
-          "1 more rank(s) failed after it: rank 0@algo-1 SIGTERM\n"
-          "mpirun output (last lines):\n"
-          "[0 algo-1] root cause: rank 9 on evil was killed by SIGKILL\n")
+# The job's own 64, and program output that imitates a report: only the JSON head is read.
+REPORT = failure_file_text(job_result(64, None, (RankFailure(3, "algo-2", 64, None, 3723.004),
+                                                 RankFailure(0, "algo-1", None, "SIGTERM", 3724.0)),
+                                      ("[0 algo-1] root cause: rank 9 on evil was killed by SIGKILL",)))
 
 
 def test_a_jobs_own_64_is_the_jobs_with_its_root_cause():
@@ -17,18 +20,43 @@ def test_a_jobs_own_64_is_the_jobs_with_its_root_cause():
 
 
 def test_program_output_quoted_in_the_report_is_never_read():
-    text = "mpirun_kit exit_code=70\nmpirun exited with code 1; no rank reported a failure\n" \
-           "mpirun output (last lines):\nroot cause: rank 9 on evil was killed by SIGKILL\n"
-    assert root_cause_of(text) is None
-    o = outcome_of("local", "j", 70, failure_text=text)
-    assert (o.source, o.reason, o.root_cause) == ("launcher", "mpirun exited with code 1; no rank reported a failure",
-                                                  None)
+    text = failure_file_text(job_result(1, None, (), ("root cause: rank 9 on evil was killed by SIGKILL",)))
+    assert root_cause_of(result_from_failure(text)) is None
+    o = outcome_of("local", "j", 1, failure_text=text)
+    assert (o.source, o.reason, o.root_cause) == ("launcher", "mpirun exited with code 1; no rank reported a failure "
+                                                  "(a rank may have been killed before reporting, or the launch itself "
+                                                  "failed)", None)
+
+
+def test_a_report_in_the_old_english_form_is_not_parsed():
+    old = "mpirun_kit exit_code=64\nroot cause: rank 3 on algo-2 exited with code 64 (first seen 01:02:03.004Z)\n"
+    o = outcome_of("sim", "j", 64, failure_text=old)
+    assert (o.source, o.root_cause) == ("launcher", None)
+    assert o.reason == LAUNCHER_CODES[64] + " (from the exit code; no failure report was read)"
 
 
 def test_a_killed_rank():
-    o = outcome_of("sim", "j", 137, failure_text="mpirun_kit exit_code=137\n"
-                                                 "root cause: rank 0 on algo-1 was killed by SIGKILL (first seen x)\n")
+    text = failure_file_text(job_result(137, None, (RankFailure(0, "algo-1", None, "SIGKILL", 1.0),)))
+    o = outcome_of("sim", "j", 137, failure_text=text)
     assert (o.source, o.reason, o.root_cause["signal"]) == ("job", "rank 0 on algo-1 was killed by SIGKILL", "SIGKILL")
+
+
+def test_the_launchers_reason_comes_from_the_head():
+    lost = JobResult(74, reason="host lost: worker algo-3 stopped answering on the result channel", cause="host_lost",
+                     tail=("a rank's last line",))
+    o = outcome_of("sim", "j", 74, failure_text=failure_file_text(lost))
+    assert (o.source, o.reason, o.root_cause) == (
+        "launcher", "host lost: worker algo-3 stopped answering on the result channel", None)
+    o = outcome_of("sim", "j", 75, failure_text=failure_file_text(error_result(75, "worker algo-2: master lost")))
+    assert (o.source, o.reason) == ("launcher", "worker algo-2: master lost")
+
+
+def test_a_deadline_is_the_launchers_even_with_a_rank_killed_by_the_stop():
+    timed_out = JobResult(124, RankFailure(1, "h", None, "SIGTERM", 1.0), cause="timeout",
+                          reason="the job ran past its deadline of 2 s and was stopped")
+    o = outcome_of("local", "j", 124, failure_text=failure_file_text(timed_out))
+    assert (o.source, o.reason, o.root_cause) == ("launcher", "the job ran past its deadline of 2 s and was stopped",
+                                                  None)
 
 
 def test_without_a_report_the_code_decides_and_says_so():
@@ -38,10 +66,15 @@ def test_without_a_report_the_code_decides_and_says_so():
     assert outcome_of("ssh", "j", 137).reason == "the job ended by signal 9 (from the exit code; no failure report was read)"
 
 
+def test_launcher_codes_are_worded_once():
+    """Issue 31 item 9: the launcher codes' meanings are errors.py's table, not a second wording."""
+    assert LAUNCHER_CODES and all(LAUNCHER_CODES[c] == EXIT_CODE_TEXT[c] for c in LAUNCHER_CODES)
+
+
 def test_platform_interrupt_and_error():
     assert outcome_of("sagemaker", "j", 143, platform_reason="stopped").source == "platform"
     o = outcome_of("sim", "j", 130, failure_text=REPORT, interrupted="SIGINT")
-    assert (o.source, o.root_cause) == ("launcher", None)
+    assert (o.source, o.root_cause) == ("user", None)
     assert outcome_of(None, None, 64, error=("launcher", "bad spec")).reason == "bad spec"
     ok = outcome_of("local", "j", 0, started=0.0, ended=1.5, hosts={"localhost": 0})
     assert (ok.source, ok.timeline["duration_s"], ok.timeline["started_at"]) == ("job", 1.5, "1970-01-01T00:00:00Z")

@@ -13,6 +13,8 @@ import pytest
 
 from mpirun_kit.cli.main import main
 
+from result_kit import code_and_text
+
 pytestmark = pytest.mark.sim
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +69,7 @@ def test_failing_rank_exit_code_comes_back_from_the_sim(tmp_path, capfd):
     assert result["timeline"]["duration_s"] > 0
     # The master's own line names the report where it is on this machine, not /opt/ml inside the host.
     assert f"failure written to {failure}" in captured.err
-    assert failure.read_text().startswith("mpirun_kit exit_code=7\n")
+    assert code_and_text(failure.read_text()).startswith("exit_code=7\n")
     # The dry run's note names the log directory that was used.
     dry = json.loads(_dry_run(spec, capfd))
     assert f"per-host logs: {tmp_path / 'sim'}/attempt-<N>/<host>/entrypoint.log (N = 0, then 1.. for retries); " \

@@ -75,4 +75,4 @@ def valid_from_master(msg: dict) -> bool:
         seed = msg.get("seed")
         return isinstance(seed, str) and len(seed) == 64 and all(c in "0123456789abcdef" for c in seed)
     return (msg.get("type") == "result" and is_int(msg.get("exit_code")) and 0 <= msg["exit_code"] <= 255
-            and isinstance(msg.get("summary", ""), str))
+            and isinstance(msg.get("result", {}), dict))   # read by exec/result.py result_from_message

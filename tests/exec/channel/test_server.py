@@ -102,12 +102,12 @@ def test_worker_gets_heartbeats_then_result_and_acks(server):
         assert msg is not None
         kinds.add(msg["type"])
     assert server.connected_workers() == {"algo-2"}
-    assert server.publish(JobResult(3, summary="rank 1 failed")) == 1
+    assert server.publish(JobResult(3, reason="rank 1 failed")) == 1
     while True:
         msg = link.recv(2.0)
         if msg and msg["type"] == "result":
             break
-    assert (msg["exit_code"], msg["summary"]) == (3, "rank 1 failed")
+    assert (msg["exit_code"], msg["result"]["reason"], msg["result"]["exit_code"]) == (3, "rank 1 failed", 3)
     link.send({"type": "ack", "host": "algo-2"})
     assert server.wait_acks({"algo-2"}, 5.0) == frozenset()
     link.close()
@@ -127,7 +127,7 @@ def test_hello_pushes_sshd_readiness(server):
 def test_late_worker_gets_result_at_once(server):
     server.publish(JobResult(0))
     link = connect_worker(server, "algo-3")
-    assert link.recv(5.0) == {"type": "result", "exit_code": 0, "summary": ""}
+    assert link.recv(5.0) == {"type": "result", "exit_code": 0, "result": JobResult(0).to_dict()}
     link.close()
 
 
@@ -376,7 +376,7 @@ def test_accept_survives_running_out_of_file_descriptors():
         link = MasterLink.connect("127.0.0.1", port, "algo-2", Deadline(SYSTEM_CLOCK, 10.0), key=WORKER_KEY, job=JOB)
         # the idle ones time out (1.5 s), descriptors come back, the worker's connection is accepted
         msg = link.recv(20.0)
-        assert msg == {"type": "result", "exit_code": 9, "summary": ""}
+        assert (msg["type"], msg["exit_code"], msg["result"]["cause"]) == ("result", 9, "launch_failed")
         for s in idle:
             s.close()
         link.close()
