@@ -308,11 +308,15 @@ def _s3_split(uri: str) -> tuple[str, str]:
 def submit_session(sts: Any, role_arn: str, job_name: str) -> dict:
     """Credentials of the submit role, tagged ``mpirun-kit-job=<job_name>`` (SageMaker chains the tag into the
     execution role's session: the job reaches only its own prefixes)."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     try:
         return sts.assume_role(RoleArn=role_arn, RoleSessionName=job_name[:64], DurationSeconds=3600,
                                Tags=[{"Key": JOB_TAG, "Value": job_name}])["Credentials"]
+    except NoCredentialsError as exc:
+        # Nothing reached AWS: the roles, image and quota are not the problem.
+        raise ClusterError(f"AssumeRole {role_arn} for job {job_name}: no AWS credentials found; set AWS_PROFILE, "
+                           "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run `aws configure`") from exc
     except (BotoCoreError, ClientError) as exc:
         raise ClusterError(f"could not assume the submit role {role_arn} with the session tag {JOB_TAG}={job_name}: "
                            f"{exc}; you need sts:AssumeRole and sts:TagSession on it (role stack output "
@@ -496,19 +500,103 @@ class SageMakerTarget(Target):
                            f"(mpirun_kit status {name})")
         if code == ExitCode.INTERRUPTED:
             return Outcome(self.name, dry.job, code, "launcher", f"stopped following; training job {name} keeps running")
-        reason = final.get("FailureReason", "")
-        report = failure_report(reason)
-        platform = {ExitCode.SIGTERM: f"training job {name} was stopped (StopTrainingJob)",
-                    ExitCode.TIMEOUT: f"training job {name} ran past its MaxRuntimeInSeconds"}.get(code)
-        if platform is None and code != 0 and report is None:
-            # No report of ours: SageMaker ended the job (capacity, image pull, instance failure...).
-            platform = f"training job {name} failed: {redact_value(reason.splitlines()[0]) if reason else 'no reason given'}"
-        return outcome_of(self.name, dry.job, code, failure_text=report, platform_reason=platform,
-                          started=started, ended=time.time())
+        return ended_outcome(dry.job, name, code, final, started=started, ended=time.time())
 
     def error_source(self, exc: BaseException) -> str:
         # AWS refused or was unreachable: the platform decided, not mpirun_kit.
         return "platform" if isinstance(exc, ClusterError) else "launcher"
+
+    # The lifecycle (base.Target; issue #28): the job lives on SageMaker, found by its training job name.
+    platform = True
+
+    def handle(self, dry: DryRun) -> tuple[str | None, dict]:
+        return dry.request["CreateTrainingJob"]["TrainingJobName"], {"region": dry.request["region"]}
+
+    def describe(self, record, *, clock: Clock = SYSTEM_CLOCK):
+        from ..records import JobState
+        from .supervised import describe as recorded, status_of
+
+        if record.native is None or record.state.terminal:
+            return recorded(record)   # never created (refused before CreateTrainingJob), or its end is recorded
+        sm, _ = make_clients(record.details.get("region"))
+        desc = describe(sm, record.native)
+        status, secondary = desc.get("TrainingJobStatus"), desc.get("SecondaryStatus")
+        detail = f"{status} / {secondary}"
+        if status not in TERMINAL:
+            running = status == "Stopping" or secondary in ("Training", "Uploading", "Stopping")
+            return status_of(record, JobState.RUNNING if running else JobState.PENDING, detail=detail)
+        out = ended_outcome(record.name, record.native, exit_code_for(desc), desc)
+        state = {"Completed": JobState.SUCCEEDED, "Stopped": JobState.CANCELLED}.get(status, JobState.FAILED)
+        return status_of(record, state, exit_code=out.exit_code, source=out.source, reason=out.reason,
+                       root_cause=out.root_cause, detail=detail)
+
+    def cancel(self, record, *, clock: Clock = SYSTEM_CLOCK):
+        """StopTrainingJob: SageMaker sends SIGTERM to every host, then ends the job as Stopped."""
+        from botocore.exceptions import ClientError
+
+        now = self.describe(record, clock=clock)
+        if now.state.terminal:
+            return now
+        sm, _ = make_clients(record.details.get("region"))
+        try:
+            sm.stop_training_job(TrainingJobName=record.native)
+        except ClientError as exc:
+            raise ClusterError(f"could not stop training job {record.native!r}: "
+                               f"{exc.response.get('Error', {}).get('Message', exc)}; `mpirun_kit status "
+                               f"{record.job_id}` shows whether it already ended") from exc
+        return self.describe(record, clock=clock)
+
+    def logs(self, record, *, rank: int | None = None, follow: bool = False, clock: Clock = SYSTEM_CLOCK,
+             poll_s: float = 10.0):
+        """Every host's CloudWatch lines behind ``[host]`` (``rank``: that rank's only), until the job ends."""
+        from .supervised import rank_filter
+
+        sm, logs_client = make_clients(record.details.get("region"))
+        lines = _Lines()
+        follower, keep = LogFollower(logs_client, record.native, lines), rank_filter(rank)
+        deadline = Deadline(clock, MAX_FOLLOW_S)
+        while True:
+            ended = not follow or describe(sm, record.native).get("TrainingJobStatus") in TERMINAL
+            follower.poll()
+            yield from (line for line in lines.take() if keep(line))
+            if ended or deadline.expired():
+                return
+            clock.sleep(poll_s)
+
+
+#: SageMaker's longest run (28 days) and a day: how long ``logs --follow`` follows at most.
+MAX_FOLLOW_S = 29 * 24 * 3600.0
+
+
+class _Lines:
+    """A stream LogFollower writes to, read back as lines."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> list[str]:
+        *done, self.text = self.text.split("\n")
+        return done
+
+
+def ended_outcome(job: str, name: str, code: int, final: dict, *, started: float | None = None,
+                  ended: float | None = None) -> Outcome:
+    """How training job ``name`` ended, from its last description ``final`` and its exit code (exit_code_for)."""
+    reason = final.get("FailureReason", "")
+    report = failure_report(reason)
+    platform = {ExitCode.SIGTERM: f"training job {name} was stopped (StopTrainingJob)",
+                ExitCode.TIMEOUT: f"training job {name} ran past its MaxRuntimeInSeconds"}.get(code)
+    if platform is None and code != 0 and report is None:
+        # No report of ours: SageMaker ended the job (capacity, image pull, instance failure...).
+        platform = f"training job {name} failed: {redact_value(reason.splitlines()[0]) if reason else 'no reason given'}"
+    return outcome_of("sagemaker", job, code, failure_text=report, platform_reason=platform,
+                      started=started, ended=ended)
 
 
 TARGET = SageMakerTarget()

@@ -69,15 +69,15 @@ def describe(record: JobRecord) -> JobStatus:
         else:
             state = state_of(result["exit_code"], cancelled=record.cancel_requested)
     if state == JobState.LOST:
-        return _status(record, state, reason="its supervisor (pid "
+        return status_of(record, state, reason="its supervisor (pid "
                        f"{record.supervisor_pid}) ended without a result: killed, or the machine restarted")
     if result is not None:
-        return _status(record, state, exit_code=result["exit_code"], source=result.get("source"),
+        return status_of(record, state, exit_code=result["exit_code"], source=result.get("source"),
                        reason=result.get("reason"), root_cause=result.get("root_cause"))
-    return _status(record, state)
+    return status_of(record, state)
 
 
-def _status(record: JobRecord, state: JobState, **result) -> JobStatus:
+def status_of(record: JobRecord, state: JobState, **result) -> JobStatus:
     fields = {"exit_code": record.exit_code, "source": record.source, "reason": record.reason,
               "root_cause": record.root_cause, **result}
     return JobStatus(record.job_id, record.name, record.target, state, native=record.native,

@@ -1,0 +1,178 @@
+"""Job records and the lifecycle verbs (issue #28): submit, submit --detach, jobs, status, logs, cancel.
+
+Real processes throughout: `mpirun_kit` as a user runs it (a fresh interpreter per command), real
+mpirun and ranks on this machine, the simulated cluster for sim and ssh (tests/targets/test_sim_jobs.py).
+Each test's records are in its own store (tests/conftest.py sets MPIRUN_KIT_STATE_DIR).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.mpi
+
+#: a rank that prints a line a second for up to 5 minutes, and says when SIGTERM reached it
+LONG = ("import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('rank got SIGTERM', flush=True), sys.exit(143)))\n"
+        "for i in range(300):\n"
+        "    print('tick', i, flush=True)\n"
+        "    time.sleep(1)\n")
+
+
+def mrk(*argv: str, cwd: Path | None = None, timeout: float = 300, check: int | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", *argv], capture_output=True, text=True,
+                       cwd=cwd, timeout=timeout)
+    if check is not None:
+        assert p.returncode == check, (argv, p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def spec_file(d: Path, name: str, command: str, extra: str = "") -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    p = d / f"{name}.yaml"
+    p.write_text(textwrap.dedent(f"""\
+        apiVersion: mpirun_kit/v1
+        kind: Job
+        name: {name}
+        resources: {{processes_per_host: 2}}
+        program: {{command: {command}}}
+        """) + extra)
+    return p
+
+
+def processes_with(marker: str) -> list[str]:
+    """Command lines of processes on this machine that carry ``marker`` (the job's own argument)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmd and int(pid) != os.getpid():
+            found.append(f"{pid}: {cmd[:200]}")
+    return found
+
+
+def wait_for(predicate, what: str, limit_s: float = 120.0):
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_two_submissions_of_one_spec_at_once_get_two_ids_and_two_directories(tmp_path):
+    """Issue #28: every run of a spec reused runs/NAME/launch, so two at once overwrote each other's
+    timeline.json and failure file.  Now each gets its own id and directory, and both complete."""
+    spec = spec_file(tmp_path / "spec", "twice", "[python3, -c, 'import time; time.sleep(2); print(\"done\")']")
+    procs = [subprocess.Popen([sys.executable, "-m", "mpirun_kit.cli.main", "submit", str(spec), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.splitlines()[-1]))
+        assert err.startswith(f"mpirun_kit: job {results[-1]['job_id']} (run directory ")  # the id first
+    ids = {r["job_id"] for r in results}
+    dirs = {r["run_dir"] for r in results}
+    assert len(ids) == 2 and len(dirs) == 2
+    for r in results:
+        run = Path(r["run_dir"])
+        assert run.parent == tmp_path / "spec" / "runs" / "twice"
+        assert r["timeline"]["launch"]["file"] == str(run / "output" / "timeline.json")
+        assert (run / "output.log").read_text().count("] done") == 2
+        for name in ("spec.json", "plan.txt", "request.json", "result.json", "output/timeline.json"):
+            assert (run / name).is_file(), name
+        assert oct((run / "request.json").stat().st_mode & 0o777) == "0o600"
+    listed = json.loads(mrk("jobs", "--json", check=0).stdout)
+    assert {(j["job_id"], j["state"], j["exit_code"]) for j in listed} == {(i, "succeeded", 0) for i in ids}
+
+
+def test_detach_then_status_logs_rank_and_cancel_leave_nothing(tmp_path):
+    marker = f"mrk-{uuid.uuid4().hex[:8]}"
+    spec = spec_file(tmp_path / "spec", "long", f"[python3, -c, {json.dumps(LONG)}, {marker}]",
+                     "timeouts: {grace_s: 3}\n")
+    t0 = time.monotonic()
+    p = mrk("submit", str(spec), "--detach", cwd=tmp_path, check=0)
+    job = p.stdout.strip()
+    assert job.startswith("long-") and "\n" not in job       # only the id on stdout
+    assert f"`mpirun_kit cancel {job}`" in p.stderr
+    wait_for(lambda: processes_with(marker), "the ranks")    # it runs on after submit returned
+    status = json.loads(mrk("status", job, "--json", check=0).stdout)
+    assert (status["state"], status["target"], status["exit_code"]) == ("running", "local", None)
+    wait_for(lambda: "[1 localhost] tick 2" in mrk("logs", job).stdout, "rank 1's third line")
+    ones = mrk("logs", job, "--rank", "1", check=0).stdout.splitlines()
+    assert ones and all(line.startswith("[1 localhost] ") for line in ones), ones
+    assert any(line.startswith("[0 localhost] ") for line in mrk("logs", job, check=0).stdout.splitlines())
+    listed = mrk("jobs", "--state", "running", check=0).stdout
+    assert job in listed and "running" in listed
+
+    c = mrk("cancel", job, check=0)
+    assert c.stdout.startswith(f"job {job}: cancelled (exit code 143); nothing of it is left running"), c.stdout
+    assert processes_with(marker) == []
+    status = json.loads(mrk("status", job, "--json", check=143).stdout)
+    assert (status["state"], status["exit_code"]) == ("cancelled", 143)
+    assert status["root_cause"] is None                     # no rank is blamed for the stop
+    log = Path(status["run_dir"], "output.log").read_text()
+    assert "[0 localhost] rank got SIGTERM" in log and "[1 localhost] rank got SIGTERM" in log
+    # cancelling again changes nothing
+    assert mrk("cancel", job, check=0).stdout.startswith(f"job {job} already ended (cancelled)")
+    assert time.monotonic() - t0 < 300
+
+
+def test_logs_follow_ends_with_the_jobs_exit_code(tmp_path):
+    spec = spec_file(tmp_path / "spec", "follow", "[sh, -c, 'for i in 1 2 3; do echo line $i; sleep 1; done; "
+                                                   "[ $OMPI_COMM_WORLD_RANK = 1 ] && exit 5; exit 0']")
+    job = mrk("submit", str(spec), "--detach", "-q", check=0).stdout.strip()
+    f = mrk("logs", job, "--follow", "--rank", "1", check=5)
+    assert f.stdout.splitlines() == ["[1 localhost] line 1", "[1 localhost] line 2", "[1 localhost] line 3"]
+    status = mrk("status", job, check=5).stdout
+    assert "state       failed" in status and "root_cause  rank 1 on localhost" in status
+
+
+def test_a_detached_supervisor_killed_with_sigkill_is_lost_not_running(tmp_path):
+    spec = spec_file(tmp_path / "spec", "lost", f"[python3, -c, {json.dumps(LONG)}]")
+    job = mrk("submit", str(spec), "--detach", "-q", check=0).stdout.strip()
+    from mpirun_kit.records import RecordStore
+
+    rec = RecordStore(os.environ["MPIRUN_KIT_STATE_DIR"]).get(job)
+    pid = rec.supervisor_pid
+    os.killpg(pid, 9)   # the supervisor leads its own session: it and its launcher's group
+    wait_for(lambda: json.loads(mrk("status", job, "--json").stdout)["state"] == "lost", "the job to be lost")
+    r = mrk("status", job, check=70)
+    assert f"its supervisor (pid {pid}) ended without a result" in r.stdout
+    mrk("cancel", job, check=0)   # nothing to cancel: already ended
+
+
+def test_a_relative_script_runs_beside_the_spec_from_any_directory(tmp_path):
+    """Issue #28 item 4: `command: [python3, hi.py]` resolved against the current directory on local (the
+    README says the spec's), so from another directory submit refused it (127, 'does not exist')."""
+    d = tmp_path / "spec"
+    spec = spec_file(d, "rel", "[python3, hi.py]")
+    (d / "hi.py").write_text("import os; print('cwd', os.getcwd())\n")
+    (tmp_path / "elsewhere").mkdir()
+    r = mrk("submit", str(spec), "--json", cwd=tmp_path / "elsewhere", check=0)
+    assert f"[0 localhost] cwd {d}" in r.stdout and f"[1 localhost] cwd {d}" in r.stdout
+
+
+def test_status_logs_cancel_name_an_unknown_id_and_bad_arguments(tmp_path):
+    r = mrk("status", "--", "-x")
+    assert (r.returncode, r.stderr) == (64, "mpirun_kit: error: training job name '-x' is not valid; expected a "
+                                            "job id (`mpirun_kit jobs` lists them) or a SageMaker training job "
+                                            "name\n")
+    r = mrk("jobs", "--state", "runing")
+    assert r.returncode == 2 and "unknown value 'runing' (did you mean `running`?)" in r.stderr
+    r = mrk("jobs")
+    assert (r.returncode, r.stdout) == (0, "") and r.stderr.startswith("no jobs recorded (")
+    r = mrk("logs", "nosuchjob", "--rank", "x")
+    assert r.returncode == 2 and "--rank: invalid int value: 'x'" in r.stderr
