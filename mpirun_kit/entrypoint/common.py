@@ -80,9 +80,11 @@ def channel_worker_key(secret_file: Path | None, opt_ml: Path, *, multi_host: bo
     from ..errors import SpecError
     from ..exec.sshkeys import parse_secret
 
+    from ..cluster.trust import read_plan_input
+
     path = Path(secret_file) if secret_file is not None else default_secret_file(opt_ml)
     try:
-        text = path.read_text()
+        text = read_plan_input(path, "job secret")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: cannot read the job secret (not UTF-8 text); pass the file written by "
                         "`mpirun_kit keys new`") from exc
