@@ -271,6 +271,7 @@ done
 attempt=${{SLURM_RESTART_COUNT:-0}}
 adir="$run/attempt-$attempt"
 mkdir -p "$adir"
+echo "$SLURMD_NODENAME" > "$adir/master"
 hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)
 me=$SLURMD_NODENAME
 n=$(echo "$hosts" | tr , '\\n' | wc -l)
@@ -286,11 +287,9 @@ if [ "$n" -gt 1 ]; then
   # One worker entrypoint on every other node: each hands its ranks their result-channel keys.
   srun --jobid="$SLURM_JOB_ID" --overlap --mpi=none --nodes=$((n - 1)) --ntasks=$((n - 1)) --ntasks-per-node=1 \\
     --exclude="$me" --kill-on-bad-exit=0 --output="$adir/%N.worker.log" \\
-    bash -c 'exec "$@" --current-host "$SLURMD_NODENAME" --opt-ml "$MPIRUN_KIT_ATTEMPT_DIR/$SLURMD_NODENAME"' \\
-    worker "${{ep[@]}}" &
+    bash -c 'exec "$@" --current-host "$SLURMD_NODENAME" --opt-ml "$0/$SLURMD_NODENAME"' "$adir" "${{ep[@]}}" &
   workers=$!
 fi
-export MPIRUN_KIT_ATTEMPT_DIR="$adir"
 "${{ep[@]}}" --role master --current-host "$me" --opt-ml "$adir/$me" &
 master=$!
 while :; do
@@ -635,21 +634,19 @@ def read_result(runner: Runner, run_dir: str) -> JobResultFiles:
     code_text = runner.read(f"{adir}/exit_code")
     code = int(code_text.strip()) if code_text and code_text.strip().lstrip("-").isdigit() else None
     failure = failure_file = None
-    if code:
-        _, listing, _ = runner.run(["bash", "-c", 'ls -1 "$1"/*/output/failure 2>/dev/null', "ls", adir])
-        files = [line for line in listing.splitlines() if line.strip()]
-        # The master's report is the job's: the batch node's; any worker's only when the master wrote none.
-        for f in files:
-            text = runner.read(f)
-            if text and (failure is None or "worker " not in text.split("\n", 2)[-1][:20]):
-                failure, failure_file = text, f
+    master = (runner.read(f"{adir}/master") or "").strip()
+    if code and master and "/" not in master:
+        # The master's report (the batch node's) is the job's; a worker's only repeats its result.
+        failure_file = f"{adir}/{master}/output/failure"
+        failure = runner.read(failure_file)
+        failure_file = failure_file if failure else None
     return JobResultFiles(code, failure, failure_file, attempt)
 
 
 def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, out=None, err=None,
-           progress: StatusLine | None = None) -> SlurmJob | None:
+           progress: StatusLine | None = None, stopped=lambda: None) -> SlurmJob | None:
     """Wait until Slurm no longer runs the job, copying slurm.out/slurm.err as they grow (when they are on this
-    machine); its last record."""
+    machine); its last record.  ``stopped()`` names a signal submit received: following ends (the job runs on)."""
     req = dry.request
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
@@ -679,6 +676,8 @@ def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CL
             gone = None
             progress.update(f"slurm: job {job_id} {job.state.lower()}"
                             + (f" ({job.reason})" if job.reason and job.reason != "None" else ""))
+        if stopped():
+            break
         if deadline.expired():
             progress.done(f"slurm: job {job_id} still {last.state if last else 'unknown'} after "
                           f"{req['deadline_s']:g} s; stopped following it (it keeps running; cancel it with "
@@ -774,12 +773,14 @@ class SlurmTarget(Target):
         from ..exec.signals import SignalLatch
 
         with SignalLatch() as latch:
-            job = follow(dry, runner, job_id, clock=clock, out=out, err=err, progress=progress)
-        outcome = outcome_for(dry, runner, job_id, job, started=started)
+            job = follow(dry, runner, job_id, clock=clock, out=out, err=err, progress=progress,
+                         stopped=lambda: latch.received)
         if latch.received:
             progress.done(f"slurm: stopped following job {job_id} on {latch.received}; it keeps running "
                           f"(mpirun_kit cancel, or scancel {job_id})")
-        return outcome
+            return outcome_of("slurm", dry.job, int(ExitCode.INTERRUPTED), interrupted=latch.received,
+                              started=started, ended=time.time())
+        return outcome_for(dry, runner, job_id, job, started=started)
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def _runner(self, record: JobRecord) -> Runner:
