@@ -56,6 +56,16 @@ def _clients(args):
     return make_clients(args.region)
 
 
+def job_ids(parsed_args=None, **_) -> list[str]:
+    """Completion of ID (argcomplete's completer): the recorded job ids, newest first."""
+    from .submit import store_of
+
+    try:
+        return [r.job_id for r in store_of(parsed_args).list(limit=200)]
+    except SpecError:
+        return []
+
+
 # -- jobs ------------------------------------------------------------------------------------------
 
 def _jobs(args) -> int:
@@ -299,7 +309,8 @@ def register(subparsers) -> None:
     for name, func in (("status", _status), ("logs", _logs), ("cancel", _cancel), ("stop", _cancel)):
         text, description, examples, codes = _COMMANDS[name]
         p = add_command(subparsers, name, help=text, description=description, examples=examples, codes=codes)
-        p.add_argument("name", metavar="ID", help="job id (printed by `submit`), or a SageMaker training job name")
+        p.add_argument("name", metavar="ID", help="job id (printed by `submit`), or a SageMaker training job name"
+                       ).completer = job_ids   # type: ignore[attr-defined] # argcomplete's hook
         p.add_argument("--region", metavar="REGION", help="AWS region of a SageMaker job (default: the AWS "
                                                           "configuration)")
         if name != "logs":

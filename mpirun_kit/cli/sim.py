@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     ssub = p.add_subparsers(dest="sim_command", metavar="ACTION", required=True)
 
     def name_root(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--name", default="sim", help="cluster name, 1-12 lowercase letters/digits (default sim)")
+        sp.add_argument("--name", default="sim", help="cluster name, 1-12 lowercase letters/digits (default sim)"
+                        ).completer = cluster_names   # type: ignore[attr-defined] # argcomplete's hook
         sp.add_argument("--root", help="the cluster's state directory (default /var/tmp/mpirun-kit-sim/NAME)")
 
     up = action(ssub, "up", "bring up N hosts algo-1..algo-N",
@@ -139,11 +140,28 @@ def _down(args) -> int:
     return 0
 
 
+def cluster_names(**_) -> list[str]:
+    """Completion of --name (argcomplete's completer): the clusters that are up, never file names."""
+    from ..sim import list_clusters
+
+    try:
+        return list_clusters()
+    except OSError:
+        return []
+
+
 def _list(args) -> int:
+    """The clusters that are up; beside each, the job that brought it up (its record's native name, issue #28)."""
     sweep_orphans()
     from ..sim import list_clusters
+    from .submit import store_of
+
     names = list_clusters()
-    print(json.dumps(names) if args.json else "\n".join(names))
+    jobs = {r.native: r.job_id for r in store_of(args).list(target="sim") if r.native in names}
+    if args.json:
+        print(json.dumps(names))
+    else:
+        print("\n".join(f"{n}  job {jobs[n]}" if n in jobs else n for n in names))
     return 0
 
 
