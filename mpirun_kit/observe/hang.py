@@ -46,7 +46,7 @@ from typing import Callable, Iterable, Mapping, TextIO
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..core.files import write_atomic
-from .stacks import classify, where
+from .stacks import classify, telling_frames, where
 
 log = logging.getLogger(__name__)
 
@@ -449,8 +449,11 @@ def render_report(stall: Stall, table: Mapping[int, RankProgress], stacks: Mappi
         for th in s["threads"]:
             if not th["frames"]:
                 continue
-            lines.append(f"    thread {escape(th['thread'])} ({escape(s['how'])}), innermost first:")
-            for f in th["frames"][:REPORT_FRAMES]:
+            shown = telling_frames(th["frames"])
+            left = len(th["frames"]) - len(shown)
+            hidden = f", {left} native frames left out" if left else ""
+            lines.append(f"    thread {escape(th['thread'])} ({escape(s['how'])}{hidden}), innermost first:")
+            for f in shown[:REPORT_FRAMES]:
                 lines.append(f"      {escape(f['name'])} ({escape(f['file'])}:{f['line']})")
     return "\n".join(lines) + "\n"
 
@@ -468,7 +471,8 @@ def hang_json(stall: Stall, stacks: Mapping[int, dict], samples: Mapping[int, Ra
         ranks.append({"rank": r, "host": rank_hosts[r], "idle_s": round(stall.ranks[r], 1) if r in stall.ranks
                       else None, "state": p.state if p else ("gone" if r in gone else "unknown"),
                       "call": p.call if p else "", "where": p.site if p else "",
-                      "frames": [f"{f['name']} ({f['file']}:{f['line']})" for f in frames[:JSON_FRAMES]],
+                      "frames": [f"{f['name']} ({f['file']}:{f['line']})"
+                                 for f in telling_frames(frames)[:JSON_FRAMES]],
                       "suspect": r in why, "why": why.get(r, "")})
     return {"kind": kind, "detected_at": when, "stall_s": stall_s, "suspects": sorted(why),
             "ranks": ranks, "report": str(report) if report else None}

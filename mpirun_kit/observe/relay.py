@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable  # not typing: every rank imports this module at start
 
+from ..core.clock import SYSTEM_CLOCK, Deadline
 from ..exec.channel.rank_link import RankLink
 from ..exec.channel.wire import MAX_LINE
 from ..progress import PROGRESS_FD_VAR, STACK_FILE_VAR
@@ -65,6 +66,8 @@ HOLD_POLL_S = 0.05
 #: sampling: at least this long between two reads of a quiet program's stacks, and at most the sampling's
 #: own CPU cost times ``COST_FACTOR`` (1 %): a costly read waits longer (``Sampler.interval``).
 MIN_SAMPLE_S, COST_FACTOR = 1.0, 100.0
+#: this many wake-ups of the program between two reads, outside MPI, count as a change (``stacks.wakeups``).
+WAKEUPS = 3
 
 
 #: the prefix of a wrapper's stack file (``<prefix><wrapper pid>.<random>`` in the temporary directory).
@@ -184,12 +187,12 @@ def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -
         os.kill(pid, signal.SIGUSR1)
     except OSError as exc:
         return [], f"cannot signal the program ({exc.strerror})"
-    end = time.monotonic() + 2.0
-    while time.monotonic() < end:
-        time.sleep(0.05)
+    deadline = Deadline(SYSTEM_CLOCK, 2.0)
+    while not deadline.expired():
+        SYSTEM_CLOCK.sleep(0.05)
         size = os.path.getsize(stack_file) if os.path.exists(stack_file) else 0
         if size > before:
-            time.sleep(0.1)  # let faulthandler finish writing every thread
+            SYSTEM_CLOCK.sleep(0.1)  # let faulthandler finish writing every thread
             with open(stack_file, errors="replace") as f:
                 f.seek(before)
                 return _frames_from_faulthandler(f.read()), "faulthandler"
@@ -213,6 +216,7 @@ class Sampler:
         self.next_at = now + self.interval()
         self.sig: str | None = None
         self.sent_quiet = False         # the last sample sent said "quiet": activity must be sent at once
+        self.wakeups_after: int | None = None     # the program's wake-ups when the last read ended
         self.samples = 0
         self._io: tuple[int, int] | None = None
         self._step: int | None = None
@@ -234,10 +238,12 @@ class Sampler:
     def due(self, now: float) -> bool:
         return now >= self.next_at and now - self.last_change >= self.interval()
 
-    def record(self, started: float, now: float, sig: str, cost_s: float) -> float:
-        """A read started at ``started`` gave ``sig``; returns quiet_s.  The next read is an interval away,
-        with a random part (+-20 %) so that reads do not lock onto a loop's period."""
-        if sig != self.sig:
+    def record(self, started: float, now: float, sig: str, cost_s: float, woke: bool = False) -> float:
+        """A read started at ``started`` gave ``sig``; ``woke``: outside MPI, the program slept and woke since
+        the last read (``stacks.wakeups``): a loop that sleeps between steps at a line it always passes.  Returns
+        quiet_s.  The next read is an interval away, with a random part (+-20 %) so that reads do not lock onto
+        a loop's period."""
+        if sig != self.sig or woke:
             self.sig, self.last_change = sig, started
         self.cost_s = cost_s
         self.samples += 1
@@ -404,15 +410,19 @@ class Relay:
         if not self._ptrace.acquire(blocking=False):
             return              # a dump or a finish is tracing the program; the next tick tries again
         try:
-            started, cpu0 = time.monotonic(), _children_cpu_s()
+            started, cpu0, woke0 = time.monotonic(), _children_cpu_s(), stack_tools.wakeups(self.pid)
             threads, how = read_threads(self.pid, local_values=True)
-            cost = _children_cpu_s() - cpu0
+            cost, woke1 = _children_cpu_s() - cpu0, stack_tools.wakeups(self.pid)   # a read wakes it twice
         finally:
             self._ptrace.release()
         main = threads[0] if threads else {"frames": [], "locals": []}
         sig = stack_tools.signature(main["frames"], main["locals"]) if threads else "none"
+        outside_mpi = stack_tools.classify(main["frames"])[0] == "run"
         with self._sample_lock:
-            quiet = self.sampler.record(started, time.monotonic(), sig, cost)
+            before = self.sampler.wakeups_after
+            woke = outside_mpi and None not in (before, woke0) and woke0 - before >= WAKEUPS
+            self.sampler.wakeups_after = woke1
+            quiet = self.sampler.record(started, time.monotonic(), sig, cost, woke)
             self.sampler.sent_quiet = quiet > 0
         self._send({"event": "sample", "quiet_s": round(quiet, 2), "sig": sig, "frames": main["frames"][:12],
                     "how": how[:300]})

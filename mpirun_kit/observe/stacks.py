@@ -98,6 +98,15 @@ def stable_frames(frames: list[dict]) -> list[dict]:
     return [f for f in frames if not _name(f).startswith("0x")]
 
 
+def telling_frames(frames: list[dict]) -> list[dict]:
+    """The frames a report shows: the innermost, every frame with a source line (the program's own code),
+    and the native frames that name an MPI call or an exit path; the rest (MPI's progress loop, the
+    interpreter's own frames) only hide the program's frames."""
+    return [f for i, f in enumerate(frames)
+            if i == 0 or f.get("line") or _name(f) in FINALIZE_NAMES or _name(f) in EXIT_NAMES
+            or _COLLECTIVE.match(_name(f)) or _P2P.match(_name(f))]
+
+
 def signature(frames: list[dict], local_values: list[str] = ()) -> str:
     """16 hex digits naming this place: the stable frames (name, file, line) and the locals' values."""
     h = hashlib.sha256()
@@ -206,6 +215,21 @@ def io_counters(pid: int) -> tuple[int, int] | None:
         return int(fields["rchar"]), int(fields["wchar"])
     except (OSError, KeyError, ValueError):
         return None
+
+
+def wakeups(pid: int) -> int | None:
+    """How often ``pid``'s main thread went to sleep and woke (voluntary context switches), or None.  A rank
+    blocked for good (a sleep, a lock, a read) wakes no more; a loop that sleeps or blocks between steps
+    does, whatever its stack looks like when sampled.  (An MPI wait spins through sched_yield and wakes all the
+    time: only stacks outside MPI count it.)"""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 #: gdb's Python: find the finalize frame, read the exit code CPython passed to Py_Exit (or Py_RunMain's,

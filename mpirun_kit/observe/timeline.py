@@ -127,7 +127,14 @@ def merge(master: Recorder, workers: Mapping[str, list[dict]], rank_events: Iter
         r["started" if ev["event"] == "start" else "exited"] = ev["t"]
         if ev["event"] == "exit":
             r["exit_code"], r["signal"] = ev.get("exit_code"), ev.get("signal")
-    return {"version": VERSION, "hosts": hosts, "ranks": [ranks[k] for k in sorted(ranks)]}
+    data = {"version": VERSION, "hosts": hosts, "ranks": [ranks[k] for k in sorted(ranks)]}
+    # How the job ended, for the chart's stop marks: its exit code, and the stall the hang monitor found
+    # (observe/hang.py hang_json: when, which ranks, their last frames).
+    if master.exit_code is not None:
+        data["exit_code"] = master.exit_code
+    if master.hang is not None:
+        data["hang"] = master.hang
+    return data
 
 
 def write(opt_ml: Path, data: dict) -> Path:
@@ -177,7 +184,38 @@ def _problem(data) -> str:
     for r in ranks:
         if not all(_finite(r[k]) for k in ("started", "exited") if k in r):
             return f"rank {r.get('rank')!r}: start/exit times must be finite numbers"
+    if "exit_code" in data and not (isinstance(data["exit_code"], int) and not isinstance(data["exit_code"], bool)):
+        return "field 'exit_code' must be an integer"
+    hang = data.get("hang")
+    if hang is not None and not (isinstance(hang, dict) and _finite(hang.get("detected_at"))
+                                 and isinstance(hang.get("ranks"), list)
+                                 and all(isinstance(r, dict) for r in hang["ranks"])):
+        return "field 'hang' must be an object with a finite 'detected_at' and a list 'ranks'"
     return ""
+
+
+def failed_rank(r: dict) -> bool:
+    """A rank that ended badly: killed, or a non-zero exit code."""
+    return bool(r.get("signal")) or bool(r.get("exit_code"))
+
+
+def outcome_line(data: dict) -> str:
+    """How the job ended, in words: "" for a success (or an older file that does not say)."""
+    parts = []
+    code = data.get("exit_code")
+    if code:
+        parts.append(f"job failed with exit code {code}")
+    bad = [r for r in data["ranks"] if failed_rank(r)]
+    if bad:
+        parts.append("ranks ended badly: " + ", ".join(
+            f"{r['rank']} ({'killed by ' + r['signal'] if r.get('signal') else 'exit ' + str(r['exit_code'])})"
+            for r in bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else ""))
+    hang = data.get("hang")
+    if hang:
+        sus = hang.get("suspects") or []
+        parts.append(("a rank exited alone" if hang.get("kind") == "exit" else "hang reported")
+                     + (f" (suspects: {', '.join(map(str, sus))})" if sus else " (no suspect singled out)"))
+    return "; ".join(parts)
 
 
 def master_of(data: dict) -> str:
@@ -232,14 +270,19 @@ def critical_path(data: dict) -> list[Step]:
     if exited:
         t, rank, host = max(exited)
         marks.append((f"last rank exited (rank {rank} on {host})", t))
+    hang = data.get("hang")
+    if hang:
+        sus = ", ".join(map(str, hang.get("suspects") or [])) or "none singled out"
+        marks.append((f"{'rank exiting alone' if hang.get('kind') == 'exit' else 'hang'} reported "
+                      f"(suspects: {sus})", hang["detected_at"]))
     marks.append(("mpirun exited", _phase(data, master, "mpirun_exited")))
     marks.append(("result published", _phase(data, master, "result_published")))
     marks.append(("every worker acknowledged", _phase(data, master, "acked")))
     marks.append((f"master {master} exited", _phase(data, master, "exited")))
     out: list[Step] = []
-    for what, t in marks:
-        if t is None:
-            continue
+    # In time order: the links come from several hosts' clocks (and a hang report from the middle of the run),
+    # so the logical order above can put a later time first; sorted, no link takes negative time.
+    for what, t in sorted(((w, t) for w, t in marks if t is not None), key=lambda m: m[1]):
         out.append(Step(what, t, t - out[-1].t if out else 0.0))
     return out
 
@@ -264,6 +307,8 @@ def summary(data: dict) -> dict:
         "shutdown_s": None if last_exit is None or end is None else end - last_exit,
         "total_s": None if end is None else end - t0,
         "startup_cpu_s": cpu,
+        "exit_code": data.get("exit_code"),
+        "hang": data.get("hang"),
     }
 
 
@@ -288,6 +333,14 @@ def render_text(data: dict) -> str:
         lines.append("entrypoint CPU time during start-up (to mpirun/daemon start): "
                      + ", ".join(f"{h} {c:.2f} s" for h, c in cpu.items()))
     lines.append(summary_line(data))
+    ending = outcome_line(data)
+    if ending:
+        lines.append(ending)
+    hang = data.get("hang")
+    for r in (hang or {}).get("ranks", [])[:16]:
+        if r.get("suspect") or r.get("frames"):
+            lines.append(f"  {'*' if r.get('suspect') else ' '} rank {r.get('rank')} on {r.get('host')}: "
+                         f"{r.get('why') or r.get('where') or r.get('state')}")
     return "\n".join(lines)
 
 
@@ -296,7 +349,8 @@ _SPANS = {"sshd_up": ("start-up", "#c6dbef"), "ready": ("waiting for sshd / the 
           "mpirun_started": ("planning", "#08519c"), "daemon_up": ("waiting for mpirun's daemon", "#9e9ac8"),
           "mpirun_exited": ("job running", "#a1d99b"), "result_published": ("result out", "#fdae6b"),
           "result_received": ("job running (worker)", "#c7e9c0"), "acked": ("acks", "#e6550d"),
-          "exited": ("exit", "#636363"), "rank": ("rank running", "#31a354")}
+          "exited": ("exit", "#636363"), "rank": ("rank running", "#31a354"),
+          "rank_failed": ("rank running, then failed or stopped", "#fb6a4a")}
 
 
 def render_png(data: dict, out: Path) -> Path:
@@ -325,7 +379,8 @@ def render_png(data: dict, out: Path) -> Path:
         for r in data["ranks"]:
             if r["host"] == h and "started" in r:
                 end = r.get("exited", path[-1].t if path else r["started"])
-                rows.append((f"  rank {r['rank']}", [(r["started"] - t0, end - r["started"], "rank")]))
+                kind = "rank_failed" if failed_rank(r) else "rank"
+                rows.append((f"  rank {r['rank']}", [(r["started"] - t0, end - r["started"], kind)]))
     fig, ax = plt.subplots(figsize=(11, 0.3 * len(rows) + 1.6))
     seen: set[str] = set()
     for i, (_, spans) in enumerate(rows):
@@ -333,11 +388,30 @@ def render_png(data: dict, out: Path) -> Path:
         for start, width, phase in spans:
             label, colour = _SPANS.get(phase, (phase, "#bbbbbb"))
             ax.barh(y, max(width, 0.002), left=start, color=colour, edgecolor="none",
-                    height=0.8 if phase != "rank" else 0.5, label=None if label in seen else label)
+                    height=0.8 if not phase.startswith("rank") else 0.5, label=None if label in seen else label)
             seen.add(label)
+            if phase == "rank_failed":      # a stop mark where the rank ended badly
+                ax.plot(start + width, y, marker="X", color="#cb181d", markersize=7,
+                        label=None if "rank ended badly" in seen else "rank ended badly")
+                seen.add("rank ended badly")
+    hang = data.get("hang")
+    if hang:
+        x = hang["detected_at"] - t0
+        exiting = hang.get("kind") == "exit"
+        ax.axvline(x, color="#cb181d", linestyle="--", linewidth=1.2,
+                   label="rank exiting alone reported" if exiting else "hang reported")
+        names = [name for name, _ in rows]
+        for r in hang.get("ranks", []):
+            if r.get("suspect") and f"  rank {r.get('rank')}" in names:
+                y = len(rows) - 1 - names.index(f"  rank {r.get('rank')}")
+                ax.annotate(f"{r.get('where') or r.get('state')}"[:60], (x, y), xytext=(4, 0),
+                            textcoords="offset points", fontsize=6, color="#cb181d", va="center")
     ax.set_yticks(range(len(rows)), [name for name, _ in reversed(rows)], fontsize=7)
     ax.set_xlabel("seconds since the first entrypoint started")
-    ax.set_title(summary_line(data), fontsize=8)
+    ending = outcome_line(data)
+    ax.set_title(("FAILED: " + ending + "\n" if data.get("exit_code") else
+                  ending.upper() + "\n" if ending else "") + summary_line(data), fontsize=8,
+                 color="#cb181d" if ending else "black")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

@@ -119,3 +119,63 @@ def test_png_without_matplotlib_names_the_extra(tmp_path):
     assert out.returncode == 64, out.stderr
     assert ("mpirun_kit: error: rendering a timeline chart needs matplotlib, which is not installed: "
             "pip install 'mpirun_kit[timeline]' (or leave out --png)") in out.stderr
+
+
+def test_no_link_of_the_critical_path_takes_negative_time():
+    """Issue 28 item 6: a worker's clock a little ahead put "last worker sshd up" after "every sshd answered the
+    master", and the next link took negative time.  Links are now in time order."""
+    data = recorded_job()
+    for rec in data["hosts"]["algo-3"]["phases"]:
+        rec["t"] += 0.5 if rec["phase"] == "sshd_up" else 0.0      # algo-3's clock runs ahead
+    path = timeline.critical_path(data)
+    assert all(s.took >= 0 for s in path), [(s.what, s.took) for s in path]
+    assert "-" not in "".join(line.split("+", 1)[1][:8] for line in timeline.render_text(data).splitlines()
+                              if "+" in line)
+
+
+def failed_and_hung(data):
+    data = json.loads(json.dumps(data))
+    data["ranks"][1].update(exit_code=3)
+    data["ranks"][2].update(exit_code=None, signal="SIGTERM")
+    data["exit_code"] = 3
+    t = data["ranks"][1]["exited"] - 0.005
+    data["hang"] = {"kind": "exit", "detected_at": t, "stall_s": 4, "suspects": [1], "report": None, "ranks": [
+        {"rank": 1, "host": "algo-2", "idle_s": 4.2, "state": "finalize", "call": "exit",
+         "where": "ompi_mpi_finalize (libmpi.so.40)", "frames": ["ompi_mpi_finalize (libmpi.so.40:0)"],
+         "suspect": True, "why": "called exit and waits in MPI_Finalize while rank 0 waits in Barrier"}]}
+    return data
+
+
+def _red_pixels(png) -> int:
+    import matplotlib.image
+
+    img = matplotlib.image.imread(str(png))
+    r, g, b = img[..., 0], img[..., 1], img[..., 2]
+    return int(((r > 0.7) & (g < 0.3) & (b < 0.3)).sum())
+
+
+def test_failed_and_hung_run_does_not_look_like_a_success(tmp_path):
+    """Issue 28 item 6 / 29 item 5: the chart of a failed or hung run carried no mark of it."""
+    ok = recorded_job()
+    bad = failed_and_hung(ok)
+    path = timeline.write(tmp_path, bad)
+    assert timeline.load(path)["hang"]["suspects"] == [1]
+    text = timeline.render_text(bad)
+    assert "job failed with exit code 3; ranks ended badly: 1 (exit 3), 2 (killed by SIGTERM); a rank exited alone " \
+           "(suspects: 1)" in text, text
+    assert "rank exiting alone reported (suspects: 1)" in text
+    assert "  * rank 1 on algo-2: called exit and waits in MPI_Finalize while rank 0 waits in Barrier" in text
+    assert timeline.summary(bad)["exit_code"] == 3 and timeline.summary(ok)["hang"] is None
+    pytest.importorskip("matplotlib")
+    good_png, bad_png = timeline.render_png(ok, tmp_path / "ok.png"), timeline.render_png(bad, tmp_path / "bad.png")
+    assert _red_pixels(good_png) == 0 and _red_pixels(bad_png) > 200
+    assert "ok" not in timeline.outcome_line(bad) and timeline.outcome_line(ok) == ""
+
+
+def test_a_hang_field_that_is_not_one_is_refused(tmp_path):
+    data = recorded_job()
+    data["hang"] = {"detected_at": "soon", "ranks": []}
+    path = tmp_path / "timeline.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match="field 'hang' must be an object with a finite 'detected_at'"):
+        timeline.load(path)
