@@ -137,7 +137,8 @@ def _exit_of(value: Any) -> tuple[int | None, int | None]:
     if isinstance(value, dict):
         code = _number(value.get("return_code"))
         sig = value.get("signal")
-        sig = _number(sig.get("signal_id") if isinstance(sig, dict) else sig)
+        # 22.05: {"signal_id": 15}; 23.11+: {"id": {"set": true, "number": 15}, "name": "TERM"}
+        sig = _number(sig.get("signal_id", sig.get("id")) if isinstance(sig, dict) else sig)
         return code, sig or None
     n = _number(value)
     if n is None:

@@ -1,0 +1,193 @@
+"""targets/slurm.py without a cluster: Slurm's JSON of both shapes, the batch script as a value, the checks.
+
+The JSON samples (tests/targets/slurm_json/): ``*-22.05.json`` were recorded from Debian's Slurm 22.05.8 on
+the simulated cluster (``sim up --slurm --accounting``: a 2-node job ``sbatch --job-name='demo job' --wrap
+'srun -N2 sleep 3; exit 3'``; sacct's ``exit_code`` says SUCCESS/0 for that job).  ``*-23.11.json`` were
+written by hand from the documented 23.11 shape (data_parser v0.0.40: ``job_state`` a list, numbers as
+``{set, infinite, number}``), with a foreign job name and a state this code does not know: no 23.11 cluster
+runs here.  The live cluster's tests are in test_slurm_live.py.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from mpirun_kit.errors import ClusterError, SpecError
+from mpirun_kit.records import JobState
+from mpirun_kit.spec.compile import compile_job
+from mpirun_kit.spec.load import load_job_text
+from mpirun_kit.targets import get_target
+from mpirun_kit.targets import slurm as S
+
+DATA = Path(__file__).with_name("slurm_json")
+
+
+def sample(name: str) -> str:
+    return (DATA / f"{name}.json").read_text()
+
+
+def test_squeue_22_05_state_is_a_string():
+    (job,) = S.parse_jobs_json(sample("squeue-22.05"))
+    assert (job.job_id, job.name, job.state, job.job_state, job.nodes) == ("1", "demo job", "RUNNING",
+                                                                            JobState.RUNNING, "algo-[1-2]")
+
+
+def test_sacct_22_05_says_success_for_a_job_that_exited_3():
+    (job,) = S.parse_jobs_json(sample("sacct-22.05"))
+    # What Slurm 22.05 said about a batch script that exited 3: the state is right, the exit code is not.
+    assert (job.state, job.job_state, job.exit_code) == ("FAILED", JobState.FAILED, 0)
+
+
+def test_squeue_23_11_lists_foreign_names_and_unknown_states_without_crashing():
+    jobs = {j.job_id: j for j in S.parse_jobs_json(sample("squeue-23.11"))}
+    assert jobs["41"].state == "RUNNING" and jobs["41"].restarts == 1
+    assert jobs["42"].name == "  weird\u2603 name; rm -rf /" and jobs["42"].job_state == JobState.PENDING
+    assert jobs["42"].exit_code is None and jobs["42"].reason == "BeginTime"
+    assert jobs["43"].state == "SOME_NEW_STATE" and not jobs["43"].known_state
+    assert jobs["43"].job_state == JobState.RUNNING      # listed by squeue: it has not ended
+
+
+def test_sacct_23_11_numbers_and_signals():
+    jobs = {j.job_id: j for j in S.parse_jobs_json(sample("sacct-23.11"))}
+    assert (jobs["41"].state, jobs["41"].exit_code, jobs["41"].signal) == ("FAILED", 3, None)
+    assert (jobs["44"].state, jobs["44"].job_state, jobs["44"].exit_code, jobs["44"].signal) == (
+        "OUT_OF_MEMORY", JobState.FAILED, None, 9)
+
+
+@pytest.mark.parametrize("text", ['{"jobs": [{"job_id": "x"}, 7, {"job_id": 5, "job_state": null}]}',
+                                  '{"jobs": null}', '[]', '{"jobs": [{"job_id": {"set": false}}]}'])
+def test_odd_json_never_crashes(text):
+    jobs = S.parse_jobs_json(text)
+    assert all(j.job_id.isdigit() for j in jobs)
+
+
+def test_not_json_is_one_clear_error():
+    with pytest.raises(ClusterError, match="Slurm gave no JSON"):
+        S.parse_jobs_json("squeue: error: unrecognized option '--json'")
+
+
+def test_sacct_text_fallback():
+    jobs = S.parse_sacct_text("12|train|FAILED|3:0|algo-[1-2]\n12.batch|batch|FAILED|3:0|algo-1\n"
+                              "13|x|CANCELLED by 0|0:15|\n")
+    assert [(j.job_id, j.state, j.exit_code, j.signal) for j in jobs] == [
+        ("12", "FAILED", 3, None), ("13", "CANCELLED", 0, 15)]
+
+
+def test_sinfo_json_and_text():
+    (part,) = S.parse_sinfo_json(sample("sinfo-22.05"))
+    assert (part.name, part.nodes) == ("debug", ("algo-1", "algo-2"))
+    parts = S.parse_sinfo_text("debug* algo-1\ndebug* algo-2\ngpu algo-2\n")
+    assert [(p.name, p.nodes, p.default) for p in parts] == [("debug", ("algo-1", "algo-2"), True),
+                                                               ("gpu", ("algo-2",), False)]
+
+
+SPEC = """\
+apiVersion: mpirun_kit/v1
+kind: Job
+name: train
+program: {command: [python3, "it's a script.py", --flag, "a b"]}
+resources: {hosts: 2, processes_per_host: 4}
+target:
+  type: slurm
+  slurm:
+    partition: gpu
+    account: research
+    time: "1:00:00"
+    gpus_per_node: 8
+    exclusive: true
+    container_image: nvcr.io#nvidia/pytorch:24.01-py3
+    container_mounts: [/fsx:/fsx]
+    sbatch_options: ["--constraint=p5 & efa", --mail-type=END]
+    requeue: true
+    signal: USR1@90
+    workdir: /fsx/jobs
+retries: 2
+"""
+
+
+def dry_of(text: str = SPEC, **choices):
+    compiled = compile_job(load_job_text(text), python="python3")
+    return get_target("slurm").dryrun(compiled, **{"run_id": "train-1", "python": "python3", **choices})
+
+
+def test_the_script_is_shown_whole_and_argv_items_are_quoted_once():
+    dry = dry_of()
+    files = dict(dry.files)
+    script = files["/fsx/jobs/train-1/batch.sh"]
+    assert script.startswith("#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n")
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --account=research", "#SBATCH --time=1:00:00",
+                 "#SBATCH --gpus-per-node=8", "#SBATCH --exclusive", "#SBATCH --requeue",
+                 "#SBATCH --signal=B:USR1@90", "#SBATCH '--constraint=p5 & efa'", "#SBATCH --mail-type=END"):
+        assert line in script.splitlines()
+    # The rendered text is what --dry-run prints, the script included.
+    assert "--- file /fsx/jobs/train-1/batch.sh" in dry.render()
+    # The program's argv travels in the LaunchSpec as a list (never a shell string); the pyxis options reach srun.
+    import json
+    spec = json.loads(files["/fsx/jobs/train-1/launch-spec.json"])
+    assert spec["program"] == ["python3", "it's a script.py", "--flag", "a b"]
+    assert spec["mpi_flavour"] == "srun"
+    assert spec["mpi_options"] == ["--container-image=nvcr.io#nvidia/pytorch:24.01-py3", "--container-mounts=/fsx:/fsx"]
+    # The entrypoint argv is quoted once, at the script boundary.
+    ep = next(line for line in script.splitlines() if line.startswith("ep=("))
+    assert shlex.split(ep[len("ep=("):-len(' --hosts "$hosts")')]) == [
+        "python3", "-m", "mpirun_kit.cli.main", "--no-progress", "entrypoint", "--no-sshd", "--spec",
+        "/fsx/jobs/train-1/launch-spec.json", "--secret-file", "/fsx/jobs/train-1/job-secret", "--job", "train"]
+    # retries with requeue: the script requeues itself after a retryable failure.
+    assert 'if [ "$attempt" -lt 2 ]' in script and 'scontrol requeue "$SLURM_JOB_ID"' in script
+
+
+def test_the_script_scrubs_inherited_slurm_variables_but_keeps_this_jobs():
+    script = dict(dry_of().files)["/fsx/jobs/train-1/batch.sh"]
+    assert "SLURM_*|SBATCH_*|PMIX_*) unset \"$v\" ;;" in script
+    keep = next(line for line in script.splitlines() if "SLURM_JOB_ID|" in line)
+    assert "SLURM_CPU_BIND" not in keep and "SLURM_CONF" in keep and "SLURM_RESTART_COUNT" in keep
+
+
+def test_where_sbatch_runs():
+    assert dry_of().request["where"] == {"kind": "local"}
+    ssh = dry_of(SPEC.replace("workdir: /fsx/jobs", "workdir: /fsx/jobs\n    login: alice@login-1:2222"))
+    assert ssh.request["where"]["kind"] == "ssh"
+    assert (ssh.request["where"]["user"], ssh.request["where"]["host"], ssh.request["where"]["port"]) == (
+        "alice", "login-1", 2222)
+    sim = dry_of(SPEC.replace("workdir: /fsx/jobs", "workdir: /fsx/jobs\n    sim: c1"))
+    assert sim.request["where"] == {"kind": "sim", "name": "c1", "root": "/var/tmp/mpirun-kit-sim/c1"}
+
+
+def test_a_bad_signal_spec_is_refused_with_its_field():
+    from mpirun_kit.spec.findings import JobSpecError
+
+    with pytest.raises(JobSpecError, match="signal"):
+        load_job_text(SPEC.replace("USR1@90", "usr1 90"))
+
+
+FACTS = S.ClusterFacts("22.05.8", "pmix", (S.Partition("debug", ("algo-1", "algo-2", "algo-3"), default=True),
+                                           S.Partition("gpu", ("algo-3",))), True)
+
+
+def test_checks_name_the_field_in_one_line():
+    req = {"partition": "nosuch", "nodes": 2, "tasks_per_node": 1, "account": None}
+    with pytest.raises(SpecError) as e:
+        S.check_request(req, FACTS)
+    assert str(e.value) == ("target.slurm.partition: the cluster has no partition 'nosuch'; its partitions are "
+                            "debug, gpu")
+    with pytest.raises(SpecError) as e:
+        S.check_request({**req, "partition": "gpu"}, FACTS)
+    assert str(e.value) == ("resources.hosts: the job needs 2 nodes, but partition 'gpu' has 1 (algo-3); lower "
+                            "resources.hosts or choose a larger partition")
+    S.check_request({**req, "partition": None}, FACTS)   # the default partition
+    no_default = S.ClusterFacts("22.05.8", "pmix", (S.Partition("gpu", ("a",)),), False)
+    with pytest.raises(SpecError, match="target.slurm.partition is not set and the cluster has no default"):
+        S.check_request({**req, "partition": None}, no_default)
+
+
+def test_sbatch_refusals_become_one_line_naming_the_field():
+    req = {"partition": "debug", "nodes": 9, "tasks_per_node": 2, "account": "nobody"}
+    e = S.sbatch_error("sbatch: error: Batch job submission failed: Invalid account or account/partition "
+                       "combination specified\n", req)
+    assert isinstance(e, SpecError) and "\n" not in str(e) and str(e).startswith("target.slurm.account: Slurm "
+                                                                                  "refused account 'nobody'")
+    e = S.sbatch_error("sbatch: error: Batch job submission failed: Requested node configuration is not available",
+                       req)
+    assert str(e).startswith("the job is larger than the cluster can run: 9 node(s) x 2 task(s)")
