@@ -7,6 +7,11 @@ checked against known_hosts with paramiko's RejectPolicy: an unknown or changed 
 never prompts, never is added silently.  The cross-host work (``on_every_host``,
 ``connect_hosts``, ``write_files``, ``run_on_hosts``) returns each host's failure as data;
 the caller words the error, naming the spec fields that fix it.
+
+Every remote command is an argv (a list); ``command_line`` is the one place it becomes the string an
+ssh exec takes (``shlex.join``), and ``run_argv``/``start_session`` the only calls of paramiko's
+``exec_command``.  What used to be shell snippets (the pid file, the cancel loop, the atomic write,
+reading a report back) runs on the host as ``python -m mpirun_kit.exec.remote_host VERB`` (remote_host.py).
 """
 from __future__ import annotations
 
@@ -15,10 +20,11 @@ import shlex
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError
+from . import remote_host
 
 #: ssh keepalive interval; TCP keepalive probes a silent peer after the same idle time.
 KEEPALIVE_S = 15
@@ -91,14 +97,15 @@ class RemoteProcess:
     remote command); ``communicate`` waits for the exit status under a deadline.
     """
 
-    def __init__(self, client, command: str, timeout_s: float, clock: Clock = SYSTEM_CLOCK):
+    def __init__(self, client, command: str | Sequence[str], timeout_s: float, clock: Clock = SYSTEM_CLOCK):
         import threading
 
-        self.client, self.command, self.clock = client, command, clock
+        self.command = command if isinstance(command, str) else command_line(command)
+        self.client, self.clock = client, clock
         self.returncode: int | None = None
         self._killed = False
         self.channel = client.get_transport().open_session(timeout=timeout_s)
-        self.channel.exec_command(command)
+        self.channel.exec_command(self.command)
         self._out: list[bytes] = []
         self._err: list[bytes] = []
         self._readers = [threading.Thread(target=self._drain, args=(f, buf), daemon=True)
@@ -140,8 +147,10 @@ class RemoteProcess:
         self.channel.close()
 
 
-def start_remote(settings: dict, host: str, command: str, *, connect=None, clock: Clock = SYSTEM_CLOCK) -> RemoteProcess:
-    """Connect to ``host`` (``paramiko_client(settings, host)``: host key verified) and start ``command``.
+def start_remote(settings: dict, host: str, command: str | Sequence[str], *, connect=None,
+                 clock: Clock = SYSTEM_CLOCK) -> RemoteProcess:
+    """Connect to ``host`` (``paramiko_client(settings, host)``: host key verified) and start ``command`` (an
+    argv; a string is taken as already joined).
 
     Raises:
         ClusterError: the connection or the session failed (names the host, port and why).
@@ -231,33 +240,60 @@ def connect_hosts(hosts: list[str], connect: Callable[[str], Any], timeout_s: fl
     return clients, unreachable, bad_keys
 
 
-def atomic_write_command(path: str, host: str) -> str:
-    """The remote side of writing one file: its text arrives on stdin, goes to a temporary name, is renamed."""
-    tmp = f"{path}.tmp.{host}"
-    return (f"mkdir -p {shlex.quote(str(Path(path).parent))} && cat > {shlex.quote(tmp)} && "
-            f"mv -f {shlex.quote(tmp)} {shlex.quote(path)}")
+def command_line(argv: Sequence[str]) -> str:
+    """The string an ssh exec takes for ``argv``: each word quoted (``shlex.join``); the one place it is made."""
+    return shlex.join([str(a) for a in argv])
+
+
+def run_argv(client, argv: Sequence[str], timeout: float, *, stdin: bytes | None = None, limit: int | None = None,
+             clock: Clock = SYSTEM_CLOCK) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` over ``client``'s transport; (exit code, stdout, stderr), reading at most ``limit`` bytes of
+    stdout.  Every wait is bounded by ``timeout``.
+
+    Raises:
+        OSError, EOFError, paramiko.SSHException: the session failed; RemoteTimeout: no exit status in time.
+    """
+    stdin_f, stdout, stderr = client.exec_command(command_line(argv), timeout=timeout)
+    if stdin is not None:
+        stdin_f.write(stdin)
+    stdin_f.channel.shutdown_write()
+    out = stdout.read(limit) if limit is not None else b""
+    code = wait_exit(stdout.channel, timeout, clock)
+    if limit is None:
+        out = stdout.read()
+    return code, out, stderr.read()
+
+
+def start_session(client, argv: Sequence[str]):
+    """Start the long-running ``argv`` on a new session of ``client``, stdout and stderr combined; its channel."""
+    chan = client.get_transport().open_session()
+    chan.set_combine_stderr(True)
+    chan.exec_command(command_line(argv))
+    return chan
+
+
+def write_argv(python: str, path: str) -> list[str]:
+    """The remote side of writing one file: its bytes arrive on stdin and are written atomically there."""
+    return remote_host.argv(python, "write", path)
 
 
 def write_files(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: float,
-                commands: dict[str, dict[str, str]] | None = None) -> list[str]:
+                commands: dict[str, dict[str, Sequence[str]]] | None = None, python: str = "python3") -> list[str]:
     """Write ``files`` (path, text) on every host, each atomically; the failures, one line per host.
 
-    Through ``cat`` over an exec channel rather than SFTP: hardened sshd configs often have no
-    sftp subsystem.  ``commands`` (host -> path -> command) are the commands sent, as a dry run
-    printed them; ``atomic_write_command`` builds them when not given.
+    Through an exec channel (stdin) rather than SFTP: hardened sshd configs often have no sftp subsystem.
+    ``commands`` (host -> path -> argv) are the commands sent, as a dry run printed them; ``write_argv``
+    with ``python`` builds them when not given.
     """
     import paramiko
 
     def one(host: str, client) -> str | None:
         for path, text in files:
-            cmd = commands[host][path] if commands else atomic_write_command(path, host)
+            argv = commands[host][path] if commands else write_argv(python, path)
             try:
-                stdin, stdout, stderr = client.exec_command(cmd, timeout=timeout)
-                stdin.write(text)
-                stdin.channel.shutdown_write()
-                code = wait_exit(stdout.channel, timeout)
-                err = stderr.read().decode(errors="replace").strip()
-            except (OSError, EOFError, paramiko.SSHException) as exc:
+                code, _, err_b = run_argv(client, argv, timeout, stdin=text.encode())
+                err = err_b.decode(errors="replace").strip()
+            except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
                 code, err = -1, str(exc) or type(exc).__name__
             if code != 0:
                 return f"{host}: {path}: exit {code} {err[-200:]}"
@@ -266,15 +302,14 @@ def write_files(clients: dict[str, Any], files: tuple[tuple[str, str], ...], tim
     return [bad for bad in on_every_host(clients.items(), one).values() if bad]
 
 
-def run_on_hosts(clients: dict[str, Any], command: str, timeout: float) -> dict[str, tuple[int, str]]:
-    """Run ``command`` on every host at once; host -> (exit code, stdout and stderr), -1 when the session failed."""
+def run_on_hosts(clients: dict[str, Any], argv: Sequence[str], timeout: float) -> dict[str, tuple[int, str]]:
+    """Run ``argv`` on every host at once; host -> (exit code, stdout and stderr), -1 when the session failed."""
     import paramiko
 
     def one(host: str, client) -> tuple[int, str]:
         try:
-            _, stdout, stderr = client.exec_command(command, timeout=timeout)
-            code = wait_exit(stdout.channel, timeout)
-            return code, (stdout.read() + stderr.read()).decode(errors="replace").strip()
+            code, out, err = run_argv(client, argv, timeout)
+            return code, (out + err).decode(errors="replace").strip()
         except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
             return -1, str(exc) or type(exc).__name__
 

@@ -28,6 +28,7 @@ The stop/cancel entry points for other components:
 * ``stop_process_group(pid, grace_s, clock=...)``: the same sequence (SIGTERM to the group, wait up to
   ``grace_s``, SIGKILL, wait) for a process this one did not start, e.g. a job record's supervisor found
   by pid (``mpirun_kit cancel ID``); returns how it ended as a ``GroupStop``.
+* ``stop_process(pid, grace_s)``: the same for one process by pid (the ssh target's remote cancel).
 * ``signal_stop(name)``: the ``Stop`` a received signal means (``user``, 128+N).
 """
 from __future__ import annotations
@@ -307,6 +308,21 @@ class GroupStop:
     seconds: float
 
 
+def _pid_alive(pid: int) -> bool:
+    """``pid`` runs (a zombie, exited but not yet reaped by its parent, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -331,15 +347,27 @@ def stop_process_group(pgid: int, grace_s: float, *, clock: Clock = SYSTEM_CLOCK
     """The stop sequence for a process group this process did not start (a job's supervisor, by its
     recorded pid, which leads its group): ``first`` (SIGTERM), wait up to ``grace_s`` for the group to
     go, SIGKILL, wait up to ``kill_wait_s``."""
+    return _stop(pgid, grace_s, clock, first, kill_wait_s, signal_group, _group_alive)
+
+
+def stop_process(pid: int, grace_s: float, *, clock: Clock = SYSTEM_CLOCK, first: int = signal.SIGTERM,
+                 kill_wait_s: float = KILL_WAIT_S) -> GroupStop:
+    """The same sequence for one process by pid (the ssh target's remote cancel, exec/remote_host.py: the
+    entrypoint stops its own mpirun and ranks on the SIGTERM)."""
+    return _stop(pid, grace_s, clock, first, kill_wait_s, signal_pid, _pid_alive)
+
+
+def _stop(target: int, grace_s: float, clock: Clock, first: int, kill_wait_s: float,
+          send: Callable[[int, int], None], alive: Callable[[int], bool]) -> GroupStop:
     started = Deadline(clock, None)
-    signal_group(pgid, first)
+    send(target, first)
     wait = Deadline(clock, grace_s)
-    while _group_alive(pgid) and not wait.expired():
+    while alive(target) and not wait.expired():
         clock.sleep(min(TICK_S * 2, wait.remaining()))
-    if not _group_alive(pgid):
+    if not alive(target):
         return GroupStop(True, False, started.elapsed())
-    signal_group(pgid, signal.SIGKILL)
+    send(target, signal.SIGKILL)
     wait = Deadline(clock, kill_wait_s)
-    while _group_alive(pgid) and not wait.expired():
+    while alive(target) and not wait.expired():
         clock.sleep(min(TICK_S * 2, wait.remaining()))
-    return GroupStop(not _group_alive(pgid), True, started.elapsed())
+    return GroupStop(not alive(target), True, started.elapsed())

@@ -27,15 +27,18 @@ OSError), reconnecting where a session died, until the remote entrypoint is
 gone: a cancel that arrives before the pid file exists waits for it, and an
 entrypoint that outlives the grace period is killed.
 
-The remote command is the one place a shell string exists (ssh exec takes
-one): built with ``shlex.join`` from an argv.  The work on every host at once
-(connecting, writing files, running a command) is exec/remote.py's; this module
-says what to send and words the errors.
+Every command sent is an argv (printed whole by ``--dry-run``); exec/remote.py
+joins it into the string ssh exec takes and runs it, and the work a shell snippet
+would do on a host (the pid file, the cancel, the atomic write, reading the
+failure report back) is ``python -m mpirun_kit.exec.remote_host VERB`` there.
+The work on every host at once (connecting, writing files, running a command) is
+exec/remote.py's; the supervision (the job's deadline, a stop, the drain of every
+host's output) is the one supervisor's (exec/supervisor.py, ``SshSessions``);
+this module says what to send and words the errors.
 """
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import threading
 import time
@@ -45,8 +48,11 @@ from typing import Any, Callable
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import copy_prefixed
 # ssh sessions and the work on every host at once: exec/remote.py (paramiko, host keys verified).
-from ..exec.remote import (HostKeyError, atomic_write_command, connect_hosts, on_every_host, paramiko_client,
-                           run_on_hosts, wait_exit, write_files)
+from ..exec import remote_host
+from ..exec.remote import (HostKeyError, connect_hosts, on_every_host, paramiko_client, run_argv, run_on_hosts,
+                           start_session, wait_exit, write_argv, write_files)
+from ..exec.signals import SignalLatch
+from ..exec.supervisor import Stop, Supervisor, join_all
 from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
@@ -88,10 +94,10 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
         argv = [s.python, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile",
                 f"{workdir}/hostfile", "--current-host", h.name, "--spec", f"{workdir}/launch-spec.json",
                 "--opt-ml", f"{workdir}/{h.name}", *verbosity.entrypoint_flags(verbose, quiet)]
-        # Record the entrypoint's pid so a cancel signals exactly that process, never one matched by name.  Per-host
-        # names: the workdir may be on a file system the hosts share.
-        commands[h.name] = (f"mkdir -p {shlex.quote(workdir + '/' + h.name)} && cd {shlex.quote(workdir)} && "
-                            f"echo $$ > {shlex.quote(h.name + '.pid')} && exec {shlex.join(argv)}")
+        # remote_host start records the entrypoint's pid (it execs it) so a cancel signals exactly that process,
+        # never one matched by name.  Per-host names: the workdir may be on a file system the hosts share.
+        commands[h.name] = remote_host.argv(s.python, "start", "--pid-file", f"{workdir}/{h.name}.pid",
+                                            "--dir", f"{workdir}/{h.name}", "--", *argv)
     request = {
         "hosts": [{"name": h.name, "slots": h.slots} for h in compiled.hosts],
         "user": s.user, "port": s.port, "identity_file": s.identity_file, "known_hosts": s.known_hosts,
@@ -105,15 +111,14 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
     # preflight, then ship (each file's text goes to the command's stdin), start (``commands``), and on a
     # stop or deadline the cancel.
     request["preflight"] = preflight_command(s.python)
-    request["ship"] = {h.name: {name: atomic_write_command(name, h.name) for name, _ in files}
-                       for h in compiled.hosts}
-    request["cancel"] = {h.name: cancel_script(f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
+    request["ship"] = {h.name: {name: write_argv(s.python, name) for name, _ in files} for h in compiled.hosts}
+    request["cancel"] = {h.name: cancel_argv(s.python, f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
                          for h in compiled.hosts}
     # After a failure, the master's failure report is read back over its open session, so --json's source and
     # root cause come from the report, not guessed from the exit code (the same parser as local and sim).
     master = elect_master([h.name for h in compiled.hosts])
     request["failure_file"] = f"{workdir}/{master}/output/failure"
-    request["fetch_failure"] = {master: fetch_command(request["failure_file"])}
+    request["fetch_failure"] = {master: fetch_argv(s.python, request["failure_file"])}
     return DryRun("ssh", job.name, request, files=files)
 
 
@@ -121,28 +126,26 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
 FAILURE_READ_LIMIT = 64 * 1024
 
 
-def fetch_command(path: str) -> str:
+def fetch_argv(python: str, path: str) -> list[str]:
     """Prints the remote failure report (at most FAILURE_READ_LIMIT bytes); exit 0 with nothing when there is none."""
-    return f"if [ -f {shlex.quote(path)} ]; then head -c {FAILURE_READ_LIMIT} -- {shlex.quote(path)}; fi"
+    return remote_host.argv(python, "read", path, "--limit", str(FAILURE_READ_LIMIT))
 
 
-def fetch_failure(client, command: str, timeout: float) -> str | None:
-    """The failure report's text read over ``client`` with ``command`` (``fetch_command``); None when there is
+def fetch_failure(client, argv: list[str], timeout: float) -> str | None:
+    """The failure report's text read over ``client`` with ``argv`` (``fetch_argv``); None when there is
     none or it cannot be read (the Outcome then says it was judged from the exit code alone)."""
     import paramiko
 
     try:
-        _, stdout, _ = client.exec_command(command, timeout=timeout)
-        data = stdout.read(FAILURE_READ_LIMIT)
-        code = wait_exit(stdout.channel, timeout)
+        code, data, _ = run_argv(client, argv, timeout, limit=FAILURE_READ_LIMIT)
     except (OSError, EOFError, paramiko.SSHException, ClusterError):
         return None
     return data.decode(errors="replace") if code == 0 and data.strip() else None
 
 
-def preflight_command(python: str) -> str:
+def preflight_command(python: str) -> list[str]:
     """Checks that ``python`` imports mpirun_kit on a host (prints its version)."""
-    return shlex.join([python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"])
+    return [python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
 
 
 def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
@@ -205,27 +208,18 @@ def _pump(session: _Session, prefix: str, out, lock: threading.Lock) -> None:
             out.flush()
 
 
-def cancel_script(pid_file: str, grace_s: float, wait_s: float) -> str:
-    """The remote side of a cancel, one shell string (ssh exec takes one).
-
-    Waits up to ``wait_s`` for the pid file (the cancel may arrive before the entrypoint wrote
-    it), sends SIGTERM once, waits ``grace_s + ENTRYPOINT_STOP_S`` for the process to go, then
-    SIGKILL.  Prints ``gone`` and exits 0 once the process no longer exists; exits 3 if no pid
-    file appeared.
-    """
-    ticks, grace_ticks = max(1, int(wait_s * 5)), max(1, int((grace_s + ENTRYPOINT_STOP_S) * 5))
-    q = shlex.quote(pid_file)
-    # A zombie (exited, not yet reaped by its parent) counts as gone: kill -0 still finds it.
-    alive = 'kill -0 "$pid" 2>/dev/null && ! grep -qs "^State:[[:space:]]*Z" /proc/"$pid"/status'
-    return (f"i=0; while [ ! -s {q} ]; do i=$((i+1)); [ $i -le {ticks} ] || {{ echo no-pid-file; exit 3; }}; "
-            f"sleep 0.2; done; pid=$(cat {q}); kill -TERM \"$pid\" 2>/dev/null; i=0; "
-            f"while {alive}; do i=$((i+1)); "
-            f"if [ $i -gt {grace_ticks} ]; then kill -KILL \"$pid\" 2>/dev/null; fi; sleep 0.2; done; echo gone")
+def cancel_argv(python: str, pid_file: str, grace_s: float, wait_s: float) -> list[str]:
+    """The remote side of a cancel (exec/remote_host.py ``cancel``): waits up to ``wait_s`` for the pid file
+    (the cancel may arrive before the entrypoint wrote it), SIGTERM once, waits ``grace_s + ENTRYPOINT_STOP_S``
+    for the process to go, then SIGKILL.  Prints ``gone`` and exits 0 once it is gone; exits 3
+    (remote_host.NO_PID_FILE) if no pid file appeared."""
+    return remote_host.argv(python, "cancel", "--pid-file", pid_file, "--grace", f"{grace_s + ENTRYPOINT_STOP_S:g}",
+                            "--wait", f"{wait_s:g}")
 
 
 def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req: dict | None = None,
            connect: Callable[[dict, str], Any] | None = None, clock: Clock = SYSTEM_CLOCK,
-           pid_wait_s: float = PID_WAIT_S) -> dict[str, str]:
+           pid_wait_s: float = PID_WAIT_S, python: str = sys.executable) -> dict[str, str]:
     """Stop every host's entrypoint (SIGTERM by its recorded pid; it stops mpirun and the ranks with grace).
 
     Every host is visited, in parallel; a host whose session fails (OSError, paramiko's
@@ -242,19 +236,20 @@ def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req:
 
     def one(host: str, client) -> str | None:
         deadline = Deadline(clock, limit)
-        cmd = (req or {}).get("cancel", {}).get(host) or cancel_script(f"{workdir}/{host}.pid", grace_s, pid_wait_s)
+        argv = (req or {}).get("cancel", {}).get(host) or cancel_argv(python, f"{workdir}/{host}.pid", grace_s,
+                                                                     pid_wait_s)
         why = "not tried"
         while True:
             try:
                 if client is None:
                     client = connect(req, host)
-                _, stdout, _ = client.exec_command(cmd, timeout=max(1.0, deadline.remaining()))
-                code = wait_exit(stdout.channel, max(1.0, deadline.remaining()), clock)
-                text = stdout.read().decode(errors="replace").strip()
+                code, out, err = run_argv(client, argv, max(1.0, deadline.remaining()), clock=clock)
+                text = (out + err).decode(errors="replace").strip()
                 if code == 0 and text.endswith("gone"):
                     return None
-                why = f"no entrypoint pid file {workdir}/{host}.pid" if code == 3 else f"exit {code} {text[-200:]}"
-                if code == 3:
+                why = (f"no entrypoint pid file {workdir}/{host}.pid" if code == remote_host.NO_PID_FILE
+                       else f"exit {code} {text[-200:]}")
+                if code == remote_host.NO_PID_FILE:
                     break
             except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
                 why = f"{type(exc).__name__}: {exc}"
@@ -284,11 +279,13 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
 
 
 def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
-        out=None, report: dict | None = None) -> int:
+        out=None, report: dict | None = None, latch: SignalLatch | None = None) -> int:
     """Run on the ssh hosts; return the job's exit code (the master's).  ``out`` takes bytes.
 
     ``report`` (when given) receives ``hosts`` (each host's code) and, after a failure, ``failure_text`` and
-    ``failure_file``: the master's failure report, read over its session before it is closed.
+    ``failure_file``: the master's failure report, read over its session before it is closed; after a stop,
+    ``stop`` (exec/supervisor.Stop: who asked, why).  ``latch``: the signals that stop the job (a SIGINT,
+    SIGTERM or SIGHUP to us: every host's entrypoint is cancelled, exit 128+N).
     """
     out = out or sys.stdout.buffer
     req = dry.request
@@ -303,30 +300,27 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
         threads = []
         # The elected master's lines already carry "[rank host]" (mpirun's ranks); others get their host.
         first = elect_master([h["name"] for h in req["hosts"]])
+        if latch is not None and latch.received:   # stopped while connecting or shipping: nothing started yet
+            stop = latch.stop()
+            progress.done(f"ssh: {stop.why} before the job started; nothing to stop")
+            if report is not None:
+                report["stop"] = stop
+            return stop.exit_code
         for h in req["hosts"]:
-            chan = clients[h["name"]].get_transport().open_session()
-            chan.set_combine_stderr(True)
-            chan.exec_command(req["commands"][h["name"]])
-            s = _Session(h["name"], chan)
+            s = _Session(h["name"], start_session(clients[h["name"]], req["commands"][h["name"]]))
             sessions.append(s)
             th = threading.Thread(target=_pump, args=(s, "" if h["name"] == first else f"[{h['name']} entrypoint] ",
                                                       out, lock), daemon=True)
             th.start()
             threads.append(th)
-        deadline = Deadline(clock, req["deadline_s"])
-        try:
-            while any(th.is_alive() for th in threads):
-                if deadline.expired():
-                    progress.done(f"ssh: the job ran past {req['deadline_s']:g}s; stopping it")
-                    _stop(clients, req, connect, clock, progress)
-                    _drain(threads, clock, req["grace_s"] + 10)
-                    return ExitCode.TIMEOUT
-                clock.sleep(0.2)
-        except KeyboardInterrupt:
-            progress.done("ssh: interrupted; sending SIGTERM to every host's entrypoint")
-            _stop(clients, req, connect, clock, progress)
-            _drain(threads, clock, req["grace_s"] + 10)
-            return ExitCode.INTERRUPTED
+        child = SshSessions(sessions, threads, clients, req, connect, clock, progress)
+        ended = Supervisor(child, deadline_s=req["deadline_s"], grace_s=child.cancel_bound_s(),
+                           requested=latch.stop if latch is not None else None, clock=clock, tick_s=0.2,
+                           drain_s=req["grace_s"] + 10, deadline_what="the ssh job").run()
+        if ended.stop is not None:
+            if report is not None:
+                report["stop"] = ended.stop
+            return ended.stop.exit_code
         codes = {s.host: s.code for s in sessions}
         master_code = _master_code(codes)
         progress.note("ssh: every host finished (" + ", ".join(f"{h}={c}" for h, c in codes.items()) + ")")
@@ -343,16 +337,55 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
             c.close()
 
 
+class SshSessions:
+    """Every host's entrypoint session as the supervisor's child (exec/supervisor.Child): done when every
+    session's output ended; a stop is the remote cancel on every host at once (in a thread: it waits for each
+    entrypoint's own stop); the kill closes the sessions (sshd hangs up on what is left)."""
+
+    def __init__(self, sessions: list[_Session], threads: list[threading.Thread], clients: dict[str, Any], req: dict,
+                 connect, clock: Clock, progress: StatusLine):
+        self.sessions, self.threads, self.clients, self.req = sessions, threads, clients, req
+        self.connect, self.clock, self.progress = connect, clock, progress
+        self.canceller: threading.Thread | None = None
+
+    def cancel_bound_s(self) -> float:
+        """How long a cancel may take on a host (``cancel``'s own limit) before the sessions are closed."""
+        return PID_WAIT_S + self.req["grace_s"] + CANCEL_MARGIN_S
+
+    def poll(self) -> int | None:
+        if any(th.is_alive() for th in self.threads):
+            return None
+        return _master_code({s.host: s.code for s in self.sessions})
+
+    def terminate(self, stop: Stop) -> float | None:
+        self.progress.done(f"ssh: {stop.why}; sending SIGTERM to every host's entrypoint")
+        self.canceller = threading.Thread(target=_stop, args=(self.clients, self.req, self.connect, self.clock,
+                                                              self.progress), name="ssh-cancel", daemon=True)
+        self.canceller.start()
+        return None
+
+    def stopping(self) -> float | None:
+        return None
+
+    def kill(self) -> None:
+        self.progress.done("ssh: the cancel did not end every host's session; closing them")
+        for s in self.sessions:
+            try:
+                s.channel.close()
+            except (OSError, EOFError):
+                pass
+
+    def drain(self, deadline: Deadline) -> None:
+        join_all(self.threads + ([self.canceller] if self.canceller else []), deadline, self.clock)
+
+    def wait(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
+
 def _stop(clients: dict[str, Any], req: dict, connect, clock: Clock, progress: StatusLine) -> None:
     failures = cancel(clients, req["workdir"], grace_s=req["grace_s"], req=req, connect=connect, clock=clock)
     for host, why in sorted(failures.items()):
         progress.done(f"ssh: could not confirm that {host}'s entrypoint stopped ({why}); check that host")
-
-
-def _drain(threads, clock: Clock, seconds: float) -> None:
-    end = Deadline(clock, seconds)
-    while any(th.is_alive() for th in threads) and not end.expired():
-        clock.sleep(0.2)
 
 
 def _master_code(codes: dict[str, int | None]) -> int:
@@ -375,8 +408,10 @@ class SshTarget(Target):
     def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         started = time.time() if started is None else started
         report: dict = {}
-        code = run(dry, report=report)
-        return outcome_of("ssh", dry.job, code, interrupted="SIGINT" if code == ExitCode.INTERRUPTED else None,
+        with SignalLatch() as latch:
+            code = run(dry, report=report, latch=latch)
+        stop = report.get("stop")
+        return outcome_of("ssh", dry.job, code, interrupted=stop.signal if stop is not None else None,
                           failure_text=report.get("failure_text"), failure_file=report.get("failure_file"),
                           started=started, ended=time.time(), hosts=report.get("hosts"))
 

@@ -11,7 +11,7 @@ import threading
 import paramiko
 import pytest
 
-from mpirun_kit.exec.remote import PARALLEL_HOSTS, atomic_write_command, connect_hosts, on_every_host
+from mpirun_kit.exec.remote import PARALLEL_HOSTS, command_line, connect_hosts, on_every_host, write_argv
 
 
 class StepClock:
@@ -73,10 +73,13 @@ def test_connect_hosts_sorts_hosts_into_ready_unreachable_and_bad_keys():
                for line in lines)
 
 
-def test_atomic_write_command_renames_a_temporary_file():
-    assert atomic_write_command("/w/run 1/launch-spec.json", "algo-1") == (
-        "mkdir -p '/w/run 1' && cat > '/w/run 1/launch-spec.json.tmp.algo-1' && "
-        "mv -f '/w/run 1/launch-spec.json.tmp.algo-1' '/w/run 1/launch-spec.json'")
+def test_a_remote_command_is_an_argv_joined_in_one_place():
+    """Issue 31 item 8: no shell snippet is sent; the argv's words reach the host as they are."""
+    argv = write_argv("/opt/py 3/bin/python", "/w/run 1/launch-spec.json")
+    assert argv == ["/opt/py 3/bin/python", "-m", "mpirun_kit.exec.remote_host", "write", "/w/run 1/launch-spec.json"]
+    assert command_line(argv) == ("'/opt/py 3/bin/python' -m mpirun_kit.exec.remote_host write "
+                                  "'/w/run 1/launch-spec.json'")
+    assert command_line(["sh", "-c", "echo $$; rm -rf /"]) == "sh -c 'echo $$; rm -rf /'"
 
 
 @pytest.mark.parametrize("n", [1, PARALLEL_HOSTS + 3])
