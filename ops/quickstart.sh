@@ -58,6 +58,7 @@ apt_pkgs=(
   openssh-server openssh-client       # sshd on every host, ssh for mpirun
   openmpi-bin libopenmpi-dev          # Open MPI 4.1: mpirun, orted; headers for mpi4py
   iproute2 util-linux procps          # ip netns, unshare, nsenter: the simulated cluster
+  elfutils gdb                        # eu-stack, gdb: native stacks and a rank's exit out of MPI_Finalize (observe/stacks.py)
   slurmctld slurmd slurm-client slurmdbd munge mariadb-server  # sim up --slurm: a real Slurm 22.05 (target slurm)
 )
 missing=()
