@@ -6,7 +6,8 @@
 The master keeps each rank's last step and when it advanced; a job where no rank
 advanced for ``timeouts.stall_s`` (or one rank fell ``stall_s`` behind the others) gets a
 hang report naming the rank, its host, its last step and the frames it waits in
-(observe/hang.py).  A program that never calls ``step`` is never reported as hung.
+(observe/hang.py).  A program that never calls ``step`` is judged from outside instead: its rank
+wrapper samples its stacks while it does no I/O (observe/relay.py), at a coarser grain.
 
 Data flow: ``step`` writes one short line to a pipe the rank wrapper (rank/wrapper.py,
 observe/relay.py) handed this process as ``MPIRUN_KIT_PROGRESS_FD``; the wrapper signs

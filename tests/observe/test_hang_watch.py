@@ -215,8 +215,8 @@ def test_plan_shows_the_stall_policy():
 
     cluster = Cluster(hosts=(Host("algo-1"), Host("algo-2")), current_host="algo-1", source="test")
     default = render(build_launch_plan(LaunchSpec(program=("p",)), cluster, {}, 0))
-    assert ("  stalls     hang report after 600s without progress (ranks calling mpirun_kit.progress.step); "
-            "no abort\n") in default
+    assert ("  stalls     hang report after 600s without progress (progress.step, else seen from outside: I/O, "
+            "stacks); no abort\n") in default
     spec = LaunchSpec(program=("p",), timeouts=Timeouts(stall_s=30, hang_abort_s=120))
     assert "hang report after 30s without progress" in render(build_launch_plan(spec, cluster, {}, 0))
     assert "abort 120s after the report (exit 76)" in render(build_launch_plan(spec, cluster, {}, 0))
