@@ -158,7 +158,7 @@ def supervise(store, rec, target, dry, opts, *, started: float, tee: bool = True
     store.update(rec.job_id, supervisor_pid=os.getpid(), supervisor_start=process_start(os.getpid()),
                  state=JobState.RUNNING, started_at=time.time())
     sys.stdout.flush()
-    copy = FdTee(sys.stdout.fileno(), Path(rec.run_dir) / RUN_FILES["output"]) if tee else None
+    copy = FdTee(_stdout_fd(), Path(rec.run_dir) / RUN_FILES["output"]) if tee else None
     outcome = None
     try:
         outcome = target.run(dry, opts, started=started)
@@ -173,6 +173,14 @@ def supervise(store, rec, target, dry, opts, *, started: float, tee: bool = True
         if copy is not None:
             copy.close()
         end_record(store, rec, outcome, target, opts)
+
+
+def _stdout_fd() -> int:
+    """The descriptor our stdout writes to (1 when sys.stdout is not a file, e.g. captured): the children's."""
+    try:
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):   # io.UnsupportedOperation is both OSError and ValueError
+        return 1
 
 
 def end_record(store, rec, outcome, target, opts) -> None:
