@@ -93,12 +93,26 @@ def aws_default_region() -> str | None:
     return boto3.session.Session().region_name or None
 
 
-def _cloudformation_outputs(region: str | None, other_region: str | None = None):
+def regions_to_probe(region: str | None, default: str | None) -> list[str]:
+    """Where to look for a stack missing from ``region``: the AWS default first, then every region of
+    ``region``'s partition that has CloudFormation (botocore's endpoint data; no AWS call)."""
+    import boto3
+
+    session = boto3.session.Session()
+    try:
+        partition = session.get_partition_for_region(region) if region else "aws"
+        others = session.get_available_regions("cloudformation", partition_name=partition)
+    except Exception:  # noqa: BLE001 - an unknown region: probe the default only
+        others = []
+    return [r for r in dict.fromkeys([default, *others]) if r and r != region]
+
+
+def _cloudformation_outputs(region: str | None, other_region: str | None = None, *, probe=regions_to_probe):
     """Stack name -> outputs from CloudFormation (boto3 clients created on first use).
 
-    A stack missing from ``region`` but present in ``other_region`` (the AWS default, when it
-    differs) is refused with one line naming both: the usual cause is a stack deployed with the
-    default region and a spec that names another.
+    A stack missing from ``region`` but present in another region (the AWS default first, then the
+    other regions of the partition; with or without a default) is refused with one line naming both:
+    the usual cause is a stack deployed with another default region than the spec's or --region.
     """
     clients: dict = {}
 
@@ -117,16 +131,16 @@ def _cloudformation_outputs(region: str | None, other_region: str | None = None)
         try:
             return get_outputs(stack, client(region))
         except StackNotFoundError:
-            if not other_region or other_region == region:
+            if not region:
                 raise
-            try:
-                get_outputs(stack, client(other_region))
-            except Exception:  # noqa: BLE001 - the probe is best effort; the first error is the answer
-                pass
-            else:
+            for other in probe(region, other_region):
+                try:
+                    get_outputs(stack, client(other))
+                except Exception:  # noqa: BLE001 - the probe is best effort; the first error is the answer
+                    continue
                 raise StackInOtherRegionError(
-                    f"stack {stack!r} is in region {other_region}, not in {region}, where this job resolves its "
-                    f"stacks; pass --region {other_region} (or set target.sagemaker.region: {other_region}), or "
+                    f"stack {stack!r} is in region {other}, not in {region}, where this job resolves its "
+                    f"stacks; pass --region {other} (or set target.sagemaker.region: {other}), or "
                     f"deploy the stack in {region}") from None
             raise
     return fetch

@@ -25,7 +25,7 @@ BIN = "BIN"          # replaced by a binary file (a copy of the interpreter's fi
 MISSING = "MISSING"  # replaced by a path that does not exist
 NO_REGION = "no AWS region configured; pass --region REGION, or set AWS_DEFAULT_REGION"
 NO_CREDS = "set AWS_PROFILE"
-SAGEMAKER_JOB = ("jobs/maskrcnn.yaml",)
+SAGEMAKER_JOB = ("jobs/maskrcnn.yaml", "--region", "us-west-2")  # jobs/ name no region (issue 26)
 
 # (argv, environment: "bare" | "region" (a region, no credentials), exit code, text the error line contains)
 CASES = [
@@ -127,11 +127,14 @@ def test_submit_without_credentials_blames_credentials_not_the_role(bare_env, cl
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
     outs = ["mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk", "mrk-role.RoleS3Uri=s3://my-bucket/mpirun-kit",
             "mrk-role.RoleImageRepository=123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit",
+            "mrk-role.SubmitRoleArn=arn:aws:iam::123456789012:role/mrk-submit",
             "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
             "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]
     r = cli("submit", "jobs/maskrcnn.yaml", "--job-name", "mrk-1", *[a for o in outs for a in ("--stack-output", o)])
-    assert (r.rc, r.err) == (69, "mpirun_kit: region us-west-2 (from target.sagemaker.region)\n"
-                                 "mpirun_kit: error: CreateTrainingJob mrk-1: no AWS credentials found; set "
+    # the first call is the submit role's AssumeRole (issue 26), then the keys, then CreateTrainingJob
+    assert (r.rc, r.err) == (69, "mpirun_kit: region us-west-2 (from the AWS configuration)\n"
+                                 "mpirun_kit: error: AssumeRole arn:aws:iam::123456789012:role/mrk-submit for job "
+                                 "mrk-1: no AWS credentials found; set "
                                  "AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run "
                                  "`aws configure`\n")
 

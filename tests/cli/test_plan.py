@@ -7,6 +7,7 @@ from pathlib import Path
 
 
 OUTPUTS = ["mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk", "mrk-role.RoleS3Uri=s3://my-bucket/mpirun-kit",
+           "mrk-role.SubmitRoleArn=arn:aws:iam::123456789012:role/mrk-submit",
            "mrk-role.RoleImageRepository=123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit",
            "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
            "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]

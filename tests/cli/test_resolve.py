@@ -37,9 +37,10 @@ def test_region_comes_from_the_flag_then_the_spec_then_the_aws_default():
 
 def test_plan_without_aws_shows_each_unresolved_reference_and_what_resolves_it(tmp_path):
     """Issue 22 item 4: failed (exit 69) before, unless given every output with --stack-output."""
-    r = run(tmp_path, "plan", "jobs/maskrcnn.yaml", "--stack-output", "mrk-fsx.FileSystemId=fs-0123456789abcdef0")
+    r = run(tmp_path, "plan", "jobs/maskrcnn.yaml", "--region", "us-west-2",
+            "--stack-output", "mrk-fsx.FileSystemId=fs-0123456789abcdef0")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.splitlines()[0] == "mpirun_kit: region us-west-2 (from target.sagemaker.region)"
+    assert r.stderr.splitlines()[0] == "mpirun_kit: region us-west-2 (from --region)"
     assert "  stack      mrk-vpc.PrivateSubnet1Id = ${stack:mrk-vpc.PrivateSubnet1Id}\n" in r.stdout
     assert "  stack      mrk-fsx.FileSystemId = fs-0123456789abcdef0\n" in r.stdout
     assert ("! ${stack:mrk-vpc.PrivateSubnet1Id}, ${stack:mrk-vpc.SecurityGroupId}: unresolved (CloudFormation "
@@ -53,7 +54,7 @@ def test_plan_without_aws_shows_each_unresolved_reference_and_what_resolves_it(t
 
 
 def test_submit_dry_run_without_aws_prints_the_request_with_the_references(tmp_path):
-    r = run(tmp_path, "submit", "jobs/maskrcnn.yaml", "--dry-run", "--json", "--job-name", "j-1")
+    r = run(tmp_path, "submit", "jobs/maskrcnn.yaml", "--region", "us-west-2", "--dry-run", "--json", "--job-name", "j-1")
     assert r.returncode == 0, r.stderr
     req = json.loads(r.stdout)["request"]
     assert req["region"] == "us-west-2"
@@ -67,14 +68,14 @@ def test_submit_dry_run_without_aws_prints_the_request_with_the_references(tmp_p
 
 def test_submit_without_aws_still_refuses(tmp_path):
     """Only the dry run is offline: a real submit needs every value."""
-    r = run(tmp_path, "submit", "jobs/maskrcnn.yaml", "--job-name", "j-1")
+    r = run(tmp_path, "submit", "jobs/maskrcnn.yaml", "--region", "us-west-2", "--job-name", "j-1")
     assert r.returncode == 69, r.stderr
     assert "could not read the outputs of stack(s) mrk-role, mrk-fsx, mrk-vpc" in r.stderr
 
 
 def test_the_region_flag_is_the_jobs_region_too(tmp_path):
     """--region reads the stacks there and creates the job there (the request said the spec's region before)."""
-    r = run(tmp_path, "submit", "jobs/maskrcnn.yaml", "--dry-run", "--json", "--job-name", "j-1",
+    r = run(tmp_path, "submit", "jobs/maskrcnn.yaml", "--region", "us-west-2", "--dry-run", "--json", "--job-name", "j-1",
             "--region", "eu-west-1")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["request"]["region"] == "eu-west-1"
@@ -119,10 +120,28 @@ def test_stacks_in_another_region_are_refused_in_one_line(moto, tmp_path):
     template = {"Resources": {"T": {"Type": "AWS::SNS::Topic"}},
                 "Outputs": {"RoleArn": {"Value": "arn:aws:iam::123456789012:role/r"}}}
     cf.create_stack(StackName="mrk-role", TemplateBody=json.dumps(template))
-    r = run(tmp_path, "plan", "jobs/maskrcnn.yaml", AWS_ENDPOINT_URL=moto, AWS_ACCESS_KEY_ID="testing",
-            AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
+    r = run(tmp_path, "plan", "jobs/maskrcnn.yaml", "--region", "us-west-2", AWS_ENDPOINT_URL=moto,
+            AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     assert r.returncode == 64, r.stderr
     assert r.stderr.splitlines()[-1] == (
         "mpirun_kit: error: stack 'mrk-role' is in region us-east-1, not in us-west-2, where this job resolves "
         "its stacks; pass --region us-east-1 (or set target.sagemaker.region: us-east-1), or deploy the stack "
+        "in us-west-2")
+
+
+def test_a_stack_elsewhere_is_named_with_its_region_without_a_default_region(moto, tmp_path):
+    """Issue 26: with no AWS default region only the default was probed, so a stack in eu-central-1 was
+    reported as missing without its region."""
+    import boto3
+
+    cf = boto3.client("cloudformation", region_name="eu-central-1", endpoint_url=moto)
+    template = {"Resources": {"T": {"Type": "AWS::SNS::Topic"}},
+                "Outputs": {"RoleArn": {"Value": "arn:aws:iam::123456789012:role/r"}}}
+    cf.create_stack(StackName="mrk-role", TemplateBody=json.dumps(template))
+    r = run(tmp_path, "plan", "jobs/maskrcnn.yaml", "--region", "us-west-2", AWS_ENDPOINT_URL=moto,
+            AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    assert r.returncode == 64, r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        "mpirun_kit: error: stack 'mrk-role' is in region eu-central-1, not in us-west-2, where this job resolves "
+        "its stacks; pass --region eu-central-1 (or set target.sagemaker.region: eu-central-1), or deploy the stack "
         "in us-west-2")

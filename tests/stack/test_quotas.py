@@ -92,9 +92,10 @@ def test_submit_refuses_a_shortfall_before_creating_anything(monkeypatch, capsys
     monkeypatch.setattr(boto3, "client", client)
     outs = ["mrk-role.RoleArn=arn:aws:iam::210987654321:role/mrk", "mrk-role.RoleS3Uri=s3://b-1/mpirun-kit",
             "mrk-role.RoleImageRepository=210987654321.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit",
+            "mrk-role.SubmitRoleArn=arn:aws:iam::210987654321:role/mrk-submit",
             "mrk-fsx.FileSystemId=fs-0123456789abcdef0", "mrk-fsx.LustreMountName=abcdefgh",
             "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]
-    rc = main(["submit", "jobs/maskrcnn.yaml", "--job-name", "j-1", *[a for o in outs for a in ("--stack-output", o)]])
+    rc = main(["submit", "jobs/maskrcnn.yaml", "--region", "us-west-2", "--job-name", "j-1", *[a for o in outs for a in ("--stack-output", o)]])
     err = capsys.readouterr().err
     assert rc == 69
     assert "mpirun_kit: error: quota: 'ml.p5.48xlarge for training job usage' is 2 in us-west-2, this job " \
