@@ -1,23 +1,33 @@
 """Injected time: every wait in mpirun_kit takes a Clock so tests can drive it.
 
 ``Deadline`` turns "wait at most T seconds" into a value that loops can ask
-``remaining()`` of; nothing in the package calls ``time.sleep`` directly with a
-fixed duration.
+``remaining()`` of, and ``core/backoff.py`` spaces retries on the same clock; nothing
+else in the package calls ``time.sleep`` or reads ``time.monotonic`` (a test greps for it:
+tests/core/test_clock.py).  Tests drive one fake clock (tests/clock_kit.py).
+
+Stdlib ``time`` only, no ``typing`` or ``dataclasses``: every rank imports this module at start
+(rank/wrapper.py, exec/channel/rank_link.py, observe/relay.py), on the launch's critical path.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Protocol
 
 
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-    def time(self) -> float: ...
-    def sleep(self, seconds: float) -> None: ...
+class Clock:
+    """What a clock offers: monotonic seconds, wall-clock seconds, and sleeping.  Any object with these three
+    methods is one (duck-typed: a test's fake clock need not subclass it)."""
+
+    def monotonic(self) -> float:
+        raise NotImplementedError
+
+    def time(self) -> float:
+        raise NotImplementedError
+
+    def sleep(self, seconds: float) -> None:
+        raise NotImplementedError
 
 
-class SystemClock:
+class SystemClock(Clock):
     """The real clock."""
 
     def monotonic(self) -> float:
@@ -34,16 +44,17 @@ class SystemClock:
 SYSTEM_CLOCK = SystemClock()
 
 
-@dataclass
 class Deadline:
     """A point in monotonic time; ``None`` seconds means no deadline."""
 
-    clock: Clock
-    seconds: float | None
-    start: float = 0.0
+    __slots__ = ("clock", "seconds", "start")
 
-    def __post_init__(self) -> None:
-        self.start = self.clock.monotonic()
+    def __init__(self, clock: Clock, seconds: float | None):
+        self.clock, self.seconds = clock, seconds
+        self.start = clock.monotonic()
+
+    def __repr__(self) -> str:
+        return f"Deadline(seconds={self.seconds!r}, elapsed={self.elapsed():.3f})"
 
     def elapsed(self) -> float:
         return self.clock.monotonic() - self.start

@@ -15,13 +15,13 @@ reading a report back) runs on the host as ``python -m mpirun_kit.exec.remote_ho
 """
 from __future__ import annotations
 
-import random
 import shlex
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
+from ..core.backoff import Backoff
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError
 from . import remote_host
@@ -204,7 +204,7 @@ def connect_hosts(hosts: list[str], connect: Callable[[str], Any], timeout_s: fl
     lock = threading.Lock()
 
     def one(host: str, _: object) -> None:
-        delay = 0.1
+        backoff = Backoff(clock, deadline)
         attempt = 0
         while True:
             attempt += 1
@@ -233,8 +233,7 @@ def connect_hosts(hosts: list[str], connect: Callable[[str], Any], timeout_s: fl
                     status(f"ssh: {len(clients)}/{len(hosts)} host(s) ready; waiting for "
                            f"{name(host)} (attempt {attempt}): {last}")
             # Jittered backoff 0.1 -> 1 s: many hosts booting together must not retry in lockstep.
-            clock.sleep(min(delay * (0.5 + random.random()), deadline.remaining()))
-            delay = min(delay * 2, 1.0)
+            backoff.wait()
 
     on_every_host(((h, None) for h in hosts), one)
     return clients, unreachable, bad_keys

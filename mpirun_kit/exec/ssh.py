@@ -14,6 +14,7 @@ import socket
 import threading
 from typing import Callable, Sequence
 
+from ..core.backoff import Backoff
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import SSHUnreachableError
 
@@ -70,8 +71,7 @@ def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: 
     lock = threading.Lock()
 
     def one(host: str, seed: float) -> None:
-        local_rng = random.Random(seed)
-        delay = 0.1
+        backoff = Backoff(clock, deadline, random.Random(seed))
         while not cancelled():
             why = None if pushed is not None and pushed(host, 0) else \
                 probe(host, port, max(0.1, min(3.0, deadline.remaining())))
@@ -85,7 +85,7 @@ def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: 
                 last_error[host] = why
             if deadline.remaining() <= 0:
                 return
-            pause = min(deadline.remaining(), delay * local_rng.uniform(0.5, 1.0))
+            pause = backoff.pause()
             if pushed is None:
                 clock.sleep(pause)
             elif pushed(host, pause):
@@ -94,7 +94,6 @@ def wait_reachable(hosts: Sequence[str], port: int, timeout_s: float, *, clock: 
                 if on_ready:
                     on_ready(host, ready[host])
                 return
-            delay = min(1.0, delay * 2)
 
     threads = [threading.Thread(target=one, args=(h, rng.random()), daemon=True, name=f"ssh-probe-{h}")
                for h in hosts]

@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable  # not typing: every rank imports this module at start
 
-from ..core.clock import SYSTEM_CLOCK, Deadline
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.channel.rank_link import RankLink
 from ..exec.channel.wire import MAX_LINE
 from ..progress import PROGRESS_FD_VAR, STACK_FILE_VAR
@@ -259,9 +259,11 @@ def _children_cpu_s() -> float:
 class Relay:
     """The wrapper's thread: drains the progress pipe, forwards steps, answers stack and stop requests."""
 
-    def __init__(self, link: RankLink | None, ident: dict, read_fd: int, stack_file: str | None = None):
+    def __init__(self, link: RankLink | None, ident: dict, read_fd: int, stack_file: str | None = None,
+                 clock: Clock = SYSTEM_CLOCK):
         self.link, self.ident = link, dict(ident)
         self.read_fd, self.stack_file = read_fd, stack_file
+        self.clock = clock
         self.pid: int | None = None
         self.step: int | None = None
         self.sent_step: int | None = None
@@ -317,7 +319,7 @@ class Relay:
                 why = "released"
             elif interrupted():
                 why = "signalled"
-            elif time.monotonic() >= self.hold_until:
+            elif self.clock.monotonic() >= self.hold_until:
                 why = "hold_s over"
             elif self.link is None or self.link.sock is None:
                 why = "channel closed"
@@ -338,7 +340,7 @@ class Relay:
     def _send_progress(self, force: bool = False) -> None:
         if self.step is None or self.step == self.sent_step:
             return
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if force or now - self.last_sent >= PROGRESS_EVERY_S:
             self._send({"event": "progress", "step": self.step})
             self.sent_step, self.last_sent = self.step, now
@@ -377,7 +379,7 @@ class Relay:
                 stall_s = msg.get("stall_s")
                 if isinstance(stall_s, (int, float)) and not isinstance(stall_s, bool) and 0.5 <= stall_s <= 1e7:
                     with self._sample_lock:
-                        self.sampler = Sampler(stall_s, time.monotonic())
+                        self.sampler = Sampler(stall_s, self.clock.monotonic())
             elif msg.get("type") == "finish" and self.pid is not None:
                 threading.Thread(target=self._finish, daemon=True, name="mpirun_kit-finish").start()
         return True
@@ -386,7 +388,7 @@ class Relay:
         """The relay thread's look at a quiet program: activity out at once, a sample when one is due."""
         if self.sampler is None or self.pid is None:
             return
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._sample_lock:
             active = self.sampler.tick(now, self.step, stack_tools.io_counters(self.pid))
             tell, due = active and self.sampler.sent_quiet, not active and self.sampler.due(now)
@@ -410,7 +412,7 @@ class Relay:
         if not self._ptrace.acquire(blocking=False):
             return              # a dump or a finish is tracing the program; the next tick tries again
         try:
-            started, cpu0, woke0 = time.monotonic(), _children_cpu_s(), stack_tools.wakeups(self.pid)
+            started, cpu0, woke0 = self.clock.monotonic(), _children_cpu_s(), stack_tools.wakeups(self.pid)
             threads, how = read_threads(self.pid, local_values=True)
             cost, woke1 = _children_cpu_s() - cpu0, stack_tools.wakeups(self.pid)   # a read wakes it twice
         finally:
@@ -422,7 +424,7 @@ class Relay:
             before = self.sampler.wakeups_after
             woke = outside_mpi and None not in (before, woke0) and woke0 - before >= WAKEUPS
             self.sampler.wakeups_after = woke1
-            quiet = self.sampler.record(started, time.monotonic(), sig, cost, woke)
+            quiet = self.sampler.record(started, self.clock.monotonic(), sig, cost, woke)
             self.sampler.sent_quiet = quiet > 0
         self._send({"event": "sample", "quiet_s": round(quiet, 2), "sig": sig, "frames": main["frames"][:12],
                     "how": how[:300]})
@@ -464,7 +466,7 @@ class Relay:
             return
         # The hold is armed before the signal: the program may exit at once, and its exit must be held.
         if self.hold_until is None:
-            self.hold_until = time.monotonic() + hold_s
+            self.hold_until = self.clock.monotonic() + hold_s
         if self._signal_program is not None:
             self._signal_program(signum)
 

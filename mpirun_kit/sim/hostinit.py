@@ -21,8 +21,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..core.files import write_atomic
 
 
@@ -30,14 +30,14 @@ def _mount(*argv: str) -> None:
     subprocess.run(["mount", *argv], check=True)
 
 
-def _wait_listening(address: str, port: int, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+def _wait_listening(address: str, port: int, timeout: float, clock: Clock = SYSTEM_CLOCK) -> bool:
+    deadline = Deadline(clock, timeout)
+    while not deadline.expired():
         try:
             with socket.create_connection((address, port), timeout=0.5):
                 return True
         except OSError:
-            time.sleep(0.02)
+            clock.sleep(0.02)
     return False
 
 

@@ -5,35 +5,18 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
 
 import pytest
 
 from mpirun_kit.core import verbosity
 from mpirun_kit.targets import base
 
+from clock_kit import FakeClock
+
 
 class Tty(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-
-class FakeClock:
-    """Time moves only when something sleeps (threads share it)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.lock = threading.Lock()
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1e9 + self.now
-
-    def sleep(self, s: float) -> None:
-        with self.lock:
-            self.now += s
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
 
+from clock_kit import FakeClock
 from result_kit import code_and_text
 from entrypoint_helpers import BIN, CLI, PY, cli, free_port, write_spec
 
@@ -157,15 +158,8 @@ def test_mpirun_version_that_never_answers_is_a_launch_error():
     from mpirun_kit.entrypoint.main import VERSION_TIMEOUT_S, _run_text
     from mpirun_kit.errors import LaunchError
 
-    class Jumping:  # a clock where every look is a minute later: the deadline passes at the first check
-        t = 0.0
-
-        def monotonic(self):
-            self.t += 60.0
-            return self.t
-
     with pytest.raises(LaunchError) as e:
-        _run_text(["sleep", "30"], clock=Jumping())
+        _run_text(["sleep", "30"], clock=FakeClock(jump=60.0))  # every look a minute later
     assert str(e.value) == (f"sleep 30 gave no answer within {VERSION_TIMEOUT_S:g} s; the MPI installation is broken "
                             "or its launcher hangs: set mpi_flavour in the launch spec to skip detection")
 
@@ -178,16 +172,9 @@ def test_gpu_discovery_that_never_answers_is_a_launch_error(monkeypatch):
     from mpirun_kit.entrypoint import main as M
     from mpirun_kit.errors import LaunchError
 
-    class Jumping:  # every look is a minute later: the deadline passes at the first check
-        t = 0.0
-
-        def monotonic(self):
-            self.t += 60.0
-            return self.t
-
     release = threading.Event()
     monkeypatch.setattr(M, "gpu_count", lambda: release.wait(30) and 0)
-    probe = M.HostProbe(LaunchSpec(program=("true",), mpi_flavour="openmpi4"), clock=Jumping()).start()
+    probe = M.HostProbe(LaunchSpec(program=("true",), mpi_flavour="openmpi4"), clock=FakeClock(jump=60.0)).start()
     try:
         with pytest.raises(LaunchError) as e:
             probe.result()

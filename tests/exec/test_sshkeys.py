@@ -15,6 +15,8 @@ from mpirun_kit.exec import sshkeys
 from mpirun_kit.exec.sshd import sshd_argv
 from mpirun_kit.errors import ClusterError, SpecError
 
+from clock_kit import FakeClock
+
 REPO = Path(__file__).resolve().parents[2]
 SECRET = bytes(range(32))
 
@@ -278,20 +280,6 @@ def test_image_ssh_client_config_refuses_unknown_hosts_and_prompts():
 
 def test_from_addresses_are_resolved_or_the_install_stops():
     """The addresses behind from=: every host name resolved (retried), loopback added, unresolvable hosts named."""
-    class FakeClock:
-        """Time that moves only when slept through."""
-
-        now = 0.0
-
-        def monotonic(self):
-            return self.now
-
-        def time(self):
-            return self.now
-
-        def sleep(self, seconds):
-            self.now += seconds
-
     calls = []
 
     def resolve(host, *_):

@@ -7,34 +7,18 @@ from __future__ import annotations
 
 import io
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
+
+from clock_kit import FakeClock
 
 REGION = "us-west-2"
 
 
-@dataclass
-class FakeClock:
-    """Injected time: ``sleep`` advances it and records how long each wait was."""
-
-    now: float = 1_000.0
-    sleeps: list = field(default_factory=list)
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1_763_000_000.0 + self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 @pytest.fixture
 def clock():
-    return FakeClock()
+    return FakeClock(now=1_000.0, wall=1_763_000_000.0)
 
 
 @pytest.fixture

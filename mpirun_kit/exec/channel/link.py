@@ -13,6 +13,7 @@ import random
 import socket
 from typing import Callable
 
+from ...core.backoff import Backoff
 from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ...errors import MasterLostError
 from . import wire
@@ -68,8 +69,7 @@ class MasterLink:
         Raises:
             MasterLostError: the master never accepted a connection before the deadline.
         """
-        rng = rng or random.Random()
-        delay, last_err = 0.1, "no attempt made"
+        backoff, last_err = Backoff(clock, deadline, rng), "no attempt made"
         while True:
             if cancelled():
                 raise MasterLostError(f"stopped while connecting to master {master}:{port}")
@@ -97,8 +97,7 @@ class MasterLink:
                     f"master {master} never opened its result channel on port {port} within {deadline.seconds:g} s "
                     f"(last error: {last_err}); the master may have failed to start: check its log, or raise "
                     "timeouts.master_connect_s")
-            clock.sleep(min(deadline.remaining(), delay * rng.uniform(0.5, 1.0)))
-            delay = min(1.0, delay * 2)
+            backoff.wait()
 
     def recv(self, timeout: float) -> dict | None:
         """The next valid message, or None when none arrives within ``timeout`` (or it was invalid).  The

@@ -15,10 +15,10 @@ up at once.  Stdlib only: every rank imports this at start, on the launch's crit
 from __future__ import annotations
 
 import errno
-import random
 import socket
 import threading
 
+from ...core.backoff import Backoff
 from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from . import wire
 
@@ -74,8 +74,7 @@ class RankLink:
             return self._send(msg)
 
     def _send(self, msg: dict) -> bool:
-        deadline: Deadline | None = None
-        delay = 0.05
+        backoff: Backoff | None = None
         while True:
             if self.sock is None:
                 got = self._connect()
@@ -88,12 +87,10 @@ class RankLink:
                 except OSError:
                     self.close()
             # Refused unanswered or broken: the master is up but busy (its cap, a flood); retry until retry_s.
-            if deadline is None:
-                deadline = Deadline(self.clock, self.retry_s)
-            if deadline.expired():
+            if backoff is None:
+                backoff = Backoff(self.clock, Deadline(self.clock, self.retry_s), first_s=0.05)
+            if not backoff.wait():
                 return False
-            self.clock.sleep(min(deadline.remaining(), delay * random.uniform(0.5, 1.0)))
-            delay = min(1.0, delay * 2)
 
     def read(self) -> list[dict] | None:
         """The master's valid messages that have arrived (one ``recv``); None once the connection closed.

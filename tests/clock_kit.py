@@ -1,0 +1,36 @@
+"""The one fake clock of the tests (mpirun_kit/core/clock.py's Clock): time moves only when the code under test
+sleeps or the test moves it, so no test waits for real and none asserts a timing.
+
+``FakeClock(now=..., wall=...)``: ``monotonic()`` is ``now``, ``time()`` is ``wall + now``; ``sleep(s)`` records
+``s`` in ``sleeps`` and moves ``now`` by it (by at least ``min_sleep``, so a loop that sleeps 0 still advances).
+``jump``: every look at ``monotonic()`` is that much later (a deadline that passes at the first check).
+Threads may share one.
+"""
+from __future__ import annotations
+
+import threading
+
+
+class FakeClock:
+    def __init__(self, now: float = 0.0, *, wall: float = 1e9, min_sleep: float = 0.0, jump: float = 0.0):
+        self.now, self.wall, self.min_sleep, self.jump = now, wall, min_sleep, jump
+        self.sleeps: list[float] = []
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        with self._lock:
+            self.now += self.jump
+            return self.now
+
+    def time(self) -> float:
+        return self.wall + self.now
+
+    def sleep(self, seconds: float) -> None:
+        with self._lock:
+            self.sleeps.append(seconds)
+            self.now += max(seconds, self.min_sleep)
+
+    def advance(self, seconds: float) -> None:
+        """The test moves time (what another thread's waiting would have done)."""
+        with self._lock:
+            self.now += seconds
