@@ -1,8 +1,10 @@
 """Hang reports and the launch timeline on the simulated cluster: real sshd, real mpirun, 3 hosts x 2 ranks.
 
 Every host runs the entrypoint as SageMaker would; the ranks run tests/bin/progress_steps.py,
-which reports its steps with mpirun_kit.progress; stacks come from py-spy run by each rank's
-wrapper.  The cluster is shared by the module's tests (cluster name h7tobs).
+which reports its steps with mpirun_kit.progress, or tests/bin/hang_modes.py, which reports nothing
+and prints nothing (issue 29: judged from the wrappers' samples of their programs' stacks); stacks
+come from py-spy (eu-stack/gdb where py-spy cannot read) run by each rank's wrapper.  The cluster
+is shared by the module's tests (cluster name h7tobs).
 """
 import json
 import subprocess
@@ -22,6 +24,7 @@ pytestmark = [pytest.mark.sim, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 PROG = str(REPO / "tests" / "bin" / "progress_steps.py")
+SILENT = str(REPO / "tests" / "bin" / "hang_modes.py")
 PY = sys.executable
 ENTRY = [str(Path(PY).parent / "mpirun_kit"), "entrypoint", "--no-sshd"]
 STALL_S = 3.0
@@ -42,7 +45,7 @@ def run_job(sim, program, timeouts=FAST):
     spec = LaunchSpec(program=tuple(program), processes_per_host=2, timeouts=timeouts)
     sim.write_sagemaker_config({LAUNCH_SPEC_HYPERPARAMETER: spec.to_json()})
     for h in sim.hosts:
-        for name in ("failure", "hang-report.txt", "timeline.json", "stuck.3"):
+        for name in ("failure", "hang-report.txt", "timeline.json", *(f"stuck.{r}" for r in range(6))):
             (h.opt_ml / "output" / name).unlink(missing_ok=True)
     return sim.start_entrypoints(ENTRY)
 
@@ -73,7 +76,8 @@ def test_rank_stuck_before_allreduce_is_named_with_its_frame(sim):
     finally:
         codes = stop(procs)
     assert "no rank advanced for" in text and f"(timeouts.stall_s = {STALL_S:g} s)" in text, text
-    assert "suspect: rank 3 on algo-2 (waiting where the other ranks are not)" in text, text
+    assert ("suspect: rank 3 on algo-2: not in a collective: waits in stuck_before_allreduce (progress_steps.py:"
+            in text and "while ranks 0, 1, 2, 4, 5 wait in Allreduce" in text), text
     assert "* rank 3 on algo-2: last step 2," in text, text
     blocks = text.split("rank ")
     rank3 = next(b for b in blocks if b.startswith("3 on algo-2: last step"))
@@ -140,3 +144,34 @@ def test_no_progress_program_never_reported_and_timeline_complete(sim, tmp_path)
     js = json.loads(subprocess.run([PY, "-m", "mpirun_kit.cli.main", "timeline", str(path), "--json"],
                                    capture_output=True, text=True, timeout=120).stdout)
     assert set(js["startup_cpu_s"]) == set(HOSTS) and js["launch_s"] > 0
+
+
+def test_silent_rank_sleeping_while_others_allreduce_is_named_on_3_hosts(sim):
+    """Issue 29: no progress report, no output; rank 3 sleeps outside any collective while the 5 others wait in an
+    allreduce.  Reported within stall_s + 10 s of every rank waiting, naming rank 3 (before: never reported)."""
+    procs = run_job(sim, [PY, SILENT, "sleep", "3", "/opt/ml/output"])
+    try:
+        for r, h in enumerate(("algo-1", "algo-1", "algo-2", "algo-2", "algo-3", "algo-3")):
+            wait_for(sim.host(h).opt_ml / "output" / f"stuck.{r}", Deadline(SYSTEM_CLOCK, 90), procs)
+        wait_for(report_path(sim), Deadline(SYSTEM_CLOCK, STALL_S + 10), procs)
+        text = report_path(sim).read_text()
+    finally:
+        codes = stop(procs)
+    assert "no rank changed for" in text, text
+    assert ("suspect: rank 3 on algo-2: not in a collective: waits in sleep_forever (hang_modes.py:" in text
+            and "while ranks 0, 1, 2, 4, 5 wait in Allreduce" in text), text
+    assert text.count("\nsuspect: ") == 1, text
+    assert codes == {h: ExitCode.SIGTERM for h in HOSTS}    # a report only: the job ran on until stopped
+
+
+def test_rank_exiting_alone_ends_the_job_with_its_code_on_every_host(sim):
+    """Issue 29: rank 3 calls sys.exit(3) while the others wait in a barrier; its MPI_Finalize (mpi4py's exit hook)
+    waits for them for ever.  Every host ends with 3 and the failure names rank 3 (before: a silent hang)."""
+    procs = run_job(sim, [PY, SILENT, "exit3", "3", "/opt/ml/output"])
+    codes = {h: p.wait(150) for h, p in procs.items()}
+    assert codes == {h: 3 for h in HOSTS}, procs["algo-1"].output()
+    failure = (sim.host("algo-1").opt_ml / "output" / "failure").read_text()
+    assert "root cause: rank 3 on algo-2 exited with code 3" in failure, failure
+    assert "suspect: rank 3 on algo-2: called exit and waits in MPI_Finalize" in report_path(sim).read_text()
+    for h in ("algo-2", "algo-3"):
+        assert "job result from master: exit code 3" in procs[h].output()

@@ -1,0 +1,117 @@
+"""Hangs found without the program's help (issue 29), on this machine: real mpirun, 2 or 3 real ranks.
+
+The ranks run tests/bin/hang_modes.py, which never calls mpirun_kit.progress and prints nothing while it
+waits: every judgement comes from the rank wrappers' samples of their programs' stacks (py-spy, eu-stack,
+gdb).  The same on the simulated cluster, 3 hosts x 2 ranks: test_observe_sim.py.  Each test fails on the
+code before issue 29: nothing was judged without progress reports, and the exiting rank hung for ever.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
+
+from result_kit import code_and_text
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.mpi]
+
+REPO = Path(__file__).resolve().parents[2]
+PROG = str(REPO / "tests" / "bin" / "hang_modes.py")
+PY = sys.executable
+STALL_S = 4.0
+#: the issue's bound: a silent hang is reported within stall_s + 10 s of the ranks starting to wait.
+REPORT_BOUND_S = STALL_S + 10
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(tmp_path: Path, mode: str, odd: int, n: int = 2, *extra: str, stall_s: float = STALL_S):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spec = LaunchSpec(program=(PY, PROG, mode, str(odd), str(marks), *extra), processes_per_host=n,
+                      result_port=free_port(), timeouts=Timeouts(stall_s=stall_s, grace_s=5.0))
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    opt_ml = tmp_path / "opt_ml"
+    argv = [PY, "-m", "mpirun_kit.cli.main", "launch", "--hosts", f"localhost:{n}", "--opt-ml", str(opt_ml),
+            "--spec", str(tmp_path / "spec.json")]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("SM_HOSTS", None)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return proc, marks, opt_ml / "output"
+
+
+def wait_for(paths, deadline: Deadline, proc) -> None:
+    while not all(p.exists() for p in paths):
+        if deadline.expired() or proc.poll() is not None:
+            proc.kill()
+            pytest.fail(f"{[str(p) for p in paths if not p.exists()]} did not appear in time\n"
+                        + proc.communicate()[0])
+        time.sleep(0.1)
+
+
+def stop(proc) -> str:
+    proc.send_signal(signal.SIGTERM)
+    return proc.communicate(timeout=60)[0]
+
+
+def report_when_stuck(tmp_path, mode, odd, n):
+    """Start the job, wait until every rank waits (its marker), then for the report within the issue's bound."""
+    proc, marks, out = start(tmp_path, mode, odd, n)
+    try:
+        wait_for([marks / f"stuck.{r}" for r in range(n)], Deadline(SYSTEM_CLOCK, 90), proc)
+        wait_for([out / "hang-report.txt"], Deadline(SYSTEM_CLOCK, REPORT_BOUND_S), proc)
+        text = (out / "hang-report.txt").read_text()
+    finally:
+        log = stop(proc)
+    return text, log
+
+
+def test_rank_that_exits_alone_ends_the_job_with_its_code(tmp_path):
+    """Issue 29's first finding: rank 1 calls sys.exit(3) while rank 0 waits in a barrier.  mpi4py's exit hook runs
+    MPI_Finalize, which waits for rank 0 for ever: before, a silent hang until stopped by hand."""
+    proc, _, out = start(tmp_path, "exit3", 1)
+    log = proc.communicate(timeout=200)[0]
+    assert proc.returncode == 3, log
+    failure = (out / "failure").read_text()
+    assert code_and_text(failure).startswith("exit_code=3\nroot cause: rank 1 on localhost exited with code 3"), failure
+    report = (out / "hang-report.txt").read_text()
+    assert "a rank exits alone" in report and "suspect: rank 1 on localhost: called exit and waits in MPI_Finalize" \
+        in report and "while rank 0 waits in Barrier" in report, report
+
+
+def test_silent_rank_sleeping_while_the_other_allreduces_is_named_at_2_ranks(tmp_path):
+    text, log = report_when_stuck(tmp_path, "sleep", 1, 2)
+    assert "no rank changed for" in text and f"(timeouts.stall_s = {STALL_S:g} s)" in text, text
+    assert "suspect: rank 1 on localhost: not in a collective: waits in sleep_forever (hang_modes.py:" in text, text
+    assert "while rank 0 waits in Allreduce" in text, text
+    assert "suspect: rank 0" not in text, text
+    assert "mpirun_kit: hang detected at" in log
+
+
+def test_mismatched_collective_names_the_odd_rank(tmp_path):
+    text, _ = report_when_stuck(tmp_path, "mismatch", 1, 3)
+    assert "suspect: rank 1 on localhost: in Barrier while ranks 0, 2 wait in Allreduce" in text, text
+    assert "suspect: rank 0" not in text and "suspect: rank 2" not in text, text
+
+
+def test_slow_but_advancing_silent_program_is_never_reported(tmp_path):
+    """Rank 1 takes 1.5 s a step, the others wait for it in an allreduce, nobody prints or reports progress:
+    over 10 steps (five stall_s periods of 3 s) only the loop's counter changes, and that is enough."""
+    proc, marks, out = start(tmp_path, "slow", 1, 2, "10", stall_s=3.0)
+    log = proc.communicate(timeout=200)[0]
+    assert proc.returncode == 0, log
+    assert (marks / "done.0").exists() and (marks / "done.1").exists()
+    assert not (out / "hang-report.txt").exists(), (out / "hang-report.txt").read_text()
+    assert "hang detected" not in log
