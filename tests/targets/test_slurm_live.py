@@ -1,0 +1,272 @@
+"""Target slurm against a real Slurm: Debian's 22.05 daemons and munge in a 3-node simulated cluster.
+
+One cluster (slurmctld, slurmdbd with MariaDB for sacct, a slurmd per node) is shared by the module: its
+start is a few seconds of the CI budget.  Jobs use 2 or 3 of its nodes.  Nothing is mocked: sbatch, srun
+--mpi=pmix, Open MPI, the result channel and the rank wrappers all run.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mpirun_kit.errors import SpecError
+from mpirun_kit.records import JobRecord, JobState
+from mpirun_kit.sim import SimCluster
+from mpirun_kit.sim.slurm import ACCOUNT, SlurmCluster
+from mpirun_kit.spec.compile import compile_job
+from mpirun_kit.spec.load import load_job_text
+from mpirun_kit.targets import slurm as S
+from mpirun_kit.targets.base import SubmitOptions
+from . import exact_output
+
+pytestmark = pytest.mark.sim
+NAME = "tslurm"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the simulated cluster needs root")
+    root = tmp_path_factory.mktemp("slurmsim")
+    with SimCluster(3, root / "sim", NAME) as sim:
+        slurm = SlurmCluster(sim, accounting=True).up()
+        try:
+            yield sim, slurm, root
+        finally:
+            slurm.down()
+
+
+def spec(cluster, name: str, command: list[str], *, hosts: int = 2, ppn: int = 2, env: dict | None = None,
+         slurm: dict | None = None) -> str:
+    sim, _, root = cluster
+    target = {"sim": NAME, "sim_root": str(sim.layout.root), "workdir": str(root / "work"), **(slurm or {})}
+    return json.dumps({"apiVersion": "mpirun_kit/v1", "kind": "Job", "name": name,
+                       "program": {"command": command}, "resources": {"hosts": hosts, "processes_per_host": ppn},
+                       "env": env or {}, "pinning": "none", "target": {"type": "slurm", "slurm": target}})
+
+
+def prepare(text: str, job_id: str):
+    compiled = compile_job(load_job_text(text), python=sys.executable)
+    return S.TARGET.prepare(compiled, SubmitOptions(wait=True, job_id=job_id))
+
+
+def run(text: str, job_id: str):
+    dry = prepare(text, job_id)
+    out, err = io.BytesIO(), io.BytesIO()
+    outcome = S.TARGET.run(dry, SubmitOptions(wait=True), out=out, err=err)
+    run_dir = Path(dry.request["run_dir"])
+    return outcome, (run_dir / "slurm.out").read_bytes(), (run_dir / "slurm.err").read_bytes(), dry
+
+
+def program(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "prog.py"
+    path.write_text(textwrap.dedent(text))
+    return [sys.executable, str(path)]
+
+
+def sacct(cluster, job_id: str) -> dict[str, tuple[str, str]]:
+    sim, slurm, _ = cluster
+    res = sim.run(slurm.login, ["sacct", "-j", job_id, "-n", "-P", "-o", "JobID,State,ExitCode"], env=slurm.env())
+    return {line.split("|")[0]: (line.split("|")[1], line.split("|")[2]) for line in res.stdout.splitlines() if line}
+
+
+def left_on_nodes(cluster, marker: str) -> dict[str, str]:
+    """Processes whose command line holds ``marker`` on any node (each node's own PID namespace)."""
+    sim, _, _ = cluster
+    found = {}
+    for h in sim.hosts:
+        res = sim.run(h.name, ["pgrep", "-af", marker])
+        if res.stdout.strip():
+            found[h.name] = res.stdout.strip()
+    return found
+
+
+MPI_PROGRAM = """\
+import socket
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+total = c.allreduce(c.Get_rank() + 1)
+print(f"rank {c.Get_rank()} of {c.Get_size()} on {socket.gethostname()} sum {total}", flush=True)
+"""
+
+
+def test_mpi4py_job_on_3_nodes_every_rank_prints_and_succeeds(cluster, tmp_path):
+    outcome, out, err, _ = run(spec(cluster, "mpi3", program(tmp_path, MPI_PROGRAM), hosts=3), "a1")
+    assert outcome.exit_code == 0, err.decode(errors="replace")[-2000:]
+    lines = set(out.decode().splitlines())
+    for rank in range(6):
+        host = f"algo-{rank // 2 + 1}"
+        assert f"[{rank} {host}] rank {rank} of 6 on {host} sum 21" in lines
+
+
+def test_every_ranks_output_is_byte_exact(cluster, tmp_path):
+    # exact_output's program, with the rank from PMIx (srun sets no OMPI_ variable before MPI_Init).
+    prog = exact_output.PROGRAM.replace('os.environ["OMPI_COMM_WORLD_RANK"]', 'os.environ["PMIX_RANK"]')
+    outcome, out, err, _ = run(spec(cluster, "exact", program(tmp_path, prog)), "a2")
+    assert outcome.exit_code == 0, err.decode(errors="replace")[-2000:]
+    exact_output.assert_exact(out, err, {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"})
+
+
+FAILING = """\
+import os, signal, sys, time
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+if c.Get_rank() == int(os.environ["BAD_RANK"]):
+    if os.environ["HOW"] == "exit":
+        os._exit(3)
+    os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(60)
+"""
+
+
+def test_a_rank_exiting_3_is_the_jobs_result_whatever_srun_and_sacct_say(cluster, tmp_path):
+    outcome, _, err, dry = run(spec(cluster, "exit3", program(tmp_path, FAILING), env={"BAD_RANK": "1", "HOW": "exit"}),
+                               "a3")
+    assert outcome.exit_code == 3
+    assert outcome.source == "job"
+    assert outcome.root_cause == {"rank": 1, "host": "algo-1", "exit_code": 3, "signal": None}
+    assert "rank 1 on algo-1 exited with code 3" in outcome.reason
+    # Slurm's own view: srun's step was cancelled by a signal (its 3 only in a stderr line), the batch script
+    # (ours) exited 3, so the job is FAILED 3:0, never COMPLETED.
+    job_id = (Path(dry.request["run_dir"]) / "slurm-job-id").read_text().strip()
+    steps = sacct(cluster, job_id)
+    ranks_step = steps[f"{job_id}.1"]
+    assert ranks_step[1] != "3:0" and ranks_step[0] in ("CANCELLED", "FAILED"), steps
+    assert steps[job_id] == ("FAILED", "3:0"), steps
+
+
+def test_a_rank_killed_by_a_signal_is_named(cluster, tmp_path):
+    outcome, _, err, _ = run(spec(cluster, "killed", program(tmp_path, FAILING), hosts=3, ppn=1,
+                                  env={"BAD_RANK": "2", "HOW": "kill"}), "a4")
+    assert outcome.root_cause == {"rank": 2, "host": "algo-3", "exit_code": None, "signal": "SIGKILL"}, \
+        err.decode(errors="replace")[-2000:]
+    assert outcome.exit_code == 137
+    assert "rank 2 on algo-3" in outcome.reason and "SIGKILL" in outcome.reason
+
+
+SLEEPER = """\
+import signal, sys, time
+from mpi4py import MPI
+MPI.COMM_WORLD.Barrier()
+print("started", flush=True)
+time.sleep(300)  # marker-sleeper
+"""
+
+
+def submit_nowait(cluster, tmp_path, name: str, job_id: str):
+    dry = prepare(spec(cluster, name, program(tmp_path, SLEEPER)), job_id)
+    runner = S.runner_for(dry.request["where"])
+    from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
+
+    slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+    out = Path(dry.request["run_dir"]) / "slurm.out"
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+
+    end = Deadline(SYSTEM_CLOCK, 60)
+    while not (out.exists() and out.read_text().count("started") == 4):
+        assert not end.expired(), f"the job never started: {out.read_text() if out.exists() else ''}"
+        SYSTEM_CLOCK.sleep(0.2)
+    return dry, runner, slurm_id
+
+
+def test_scancel_ends_the_job_with_nothing_left_on_any_node(cluster, tmp_path):
+    dry, runner, slurm_id = submit_nowait(cluster, tmp_path, "scancel", "a5")
+    assert left_on_nodes(cluster, "marker-sleeper") or True
+    code, _, err = runner.run(["scancel", slurm_id])
+    assert code == 0, err
+    S.cancel_job(runner, slurm_id)   # waits for Slurm to end it
+    assert left_on_nodes(cluster, str(tmp_path / "prog.py")) == {}
+    res = S.read_result(runner, dry.request["run_dir"])
+    assert res.exit_code == 143      # the master was stopped by SIGTERM and said so
+
+
+def test_target_cancel_ends_the_job_and_status_says_cancelled(cluster, tmp_path):
+    dry, runner, slurm_id = submit_nowait(cluster, tmp_path, "cancel", "a6")
+    record = JobRecord(job_id="a6", name="cancel", target="slurm", native=slurm_id,
+                       details={"where": dry.request["where"], "run_dir": dry.request["run_dir"]})
+    assert S.TARGET.describe(record).state == JobState.RUNNING
+    status = S.TARGET.cancel(record)
+    assert left_on_nodes(cluster, str(tmp_path / "prog.py")) == {}
+    assert status.state == JobState.CANCELLED and status.exit_code == 143, status
+    assert status.detail.startswith("Slurm: CANCELLED")
+
+
+def test_status_of_a_finished_job_holds_the_ranks_code_not_slurms(cluster, tmp_path):
+    outcome, _, _, dry = run(spec(cluster, "status", program(tmp_path, FAILING), env={"BAD_RANK": "3", "HOW": "exit"}),
+                             "a7")
+    slurm_id = (Path(dry.request["run_dir"]) / "slurm-job-id").read_text().strip()
+    record = JobRecord(job_id="a7", name="status", target="slurm", native=slurm_id,
+                       details={"where": dry.request["where"], "run_dir": dry.request["run_dir"]})
+    status = S.TARGET.describe(record)
+    assert (status.state, status.exit_code, status.root_cause) == (
+        JobState.FAILED, 3, {"rank": 3, "host": "algo-2", "exit_code": 3, "signal": None})
+    logs = list(S.TARGET.logs(record, rank=0))
+    assert logs == [] or all(line.startswith("[0 ") for line in logs)
+
+
+CPU_BIND = """\
+import os
+print("bind", os.environ.get("SLURM_CPU_BIND"), os.environ.get("SBATCH_DEBUG"), os.environ.get("PMIX_MYSTERY"),
+      flush=True)
+"""
+
+
+class InheritingRunner(S.SimRunner):
+    """A login shell that inherited a parent allocation's variables, running sbatch without our scrub."""
+
+    def __init__(self, where):
+        super().__init__(where["name"], where["root"])
+        self.env = {**self.env, "SLURM_CPU_BIND": "verbose,map_cpu:0", "SBATCH_DEBUG": "1",
+                    "PMIX_MYSTERY": "stale"}
+
+    def scrubbed(self, argv, **kw):
+        return self.run(argv, **kw)
+
+
+def test_an_inherited_slurm_cpu_bind_does_not_reach_the_ranks(cluster, tmp_path):
+    dry = prepare(spec(cluster, "cpubind", program(tmp_path, CPU_BIND)), "a8")
+    runner = InheritingRunner(dry.request["where"])
+    from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
+
+    slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+    S.follow(dry, runner, slurm_id, out=io.BytesIO(), err=io.BytesIO())
+    out = (Path(dry.request["run_dir"]) / "slurm.out").read_text()
+    assert S.read_result(runner, dry.request["run_dir"]).exit_code == 0, out
+    lines = [line for line in out.splitlines() if " bind " in line]
+    assert len(lines) == 4 and all(line.endswith("bind None None None") for line in lines), out
+
+
+def test_a_missing_partition_is_one_line(cluster, tmp_path):
+    dry = prepare(spec(cluster, "nopart", ["true"], slurm={"partition": "nosuch"}), "b1")
+    with pytest.raises(SpecError) as e:
+        S.TARGET.run(dry, SubmitOptions(wait=True))
+    assert str(e.value) == "target.slurm.partition: the cluster has no partition 'nosuch'; its partitions are debug"
+
+
+def test_a_job_too_large_for_the_cluster_is_one_line(cluster, tmp_path):
+    dry = prepare(spec(cluster, "large", ["true"], hosts=4), "b2")
+    with pytest.raises(SpecError) as e:
+        S.TARGET.run(dry, SubmitOptions(wait=True))
+    assert str(e.value) == ("resources.hosts: the job needs 4 nodes, but partition 'debug' has 3 "
+                            "(algo-1,algo-2,algo-3); lower resources.hosts or choose a larger partition")
+
+
+def test_an_unknown_account_is_one_line(cluster, tmp_path):
+    dry = prepare(spec(cluster, "acct", ["true"], slurm={"account": "nosuchacct"}), "b3")
+    with pytest.raises(SpecError) as e:
+        S.TARGET.run(dry, SubmitOptions(wait=True))
+    assert "\n" not in str(e.value)
+    assert str(e.value).startswith("target.slurm.account: Slurm refused account 'nosuchacct' (sbatch: error: ")
+    assert "Invalid account" in str(e.value)
+    # The account the cluster knows is accepted.
+    outcome, _, _, _ = run(spec(cluster, "acctok", ["true"], slurm={"account": ACCOUNT}), "b4")
+    assert outcome.exit_code == 0
