@@ -25,8 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, TextIO
 
-from ..core.clock import SYSTEM_CLOCK, Clock
+from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError, SSHUnreachableError
+from ..exec.channel import keyhost
 from ..exec.channel.keys import new_run_key, remove_key_dir, worker_key_without_secret, write_key_dir
 from ..exec.channel.server import ResultServer
 from ..exec.channel.stop import HOLD_MARGIN_S, RankStop
@@ -38,7 +39,7 @@ from ..exec.ssh import wait_reachable
 from ..observe import timeline
 from ..observe.hang import HangMonitor, check_observe_report
 from ..plan.env import launcher_env
-from ..plan.launch_plan import LaunchPlan
+from ..plan.launch_plan import RANK_MODULE, LaunchPlan
 from ..plan.mpi import get_flavour
 from ..redact import is_secret, redact_text
 from .common import progress_shown, say, write_result
@@ -92,8 +93,10 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     Args:
         worker_key: the workers' channel key (entrypoint/common.py); None = the job has no secret.
         job: the job's name (inside every channel MAC and key, exec/channel/).
-        workers_run_entrypoints: False for `mpirun_kit launch`: no worker hands its ranks their keys, so ranks
-            on other hosts are told not to wait for a key file (they run without reports).
+        workers_run_entrypoints: False for `mpirun_kit launch`: no worker says hello, so the workers' key is
+            random per run (no hello can be forged), and the other hosts' ranks get their key directories over
+            the ssh mpirun uses (exec/channel/keyhost.py) before mpirun starts; a host whose hand-off fails is
+            named, and its ranks run without reports (and are not expected to report).
 
     Raises:
         LaunchError: the result channel cannot be opened (port taken, name unresolvable).
@@ -114,7 +117,9 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         addresses = host_addresses(plan, bind)
         server = ResultServer(
             bind, plan.result_port, job=job, run_key=new_run_key(),
-            worker_key=worker_key or worker_key_without_secret(plan.workers, plan.result_port, job),
+            # `launch` (no workers' entrypoints): a key nobody holds, never one derived from what the ranks see.
+            worker_key=worker_key or (worker_key_without_secret(plan.workers, plan.result_port, job)
+                                      if workers_run_entrypoints else new_run_key()),
             rank_hosts={r.rank: r.host for r in plan.ranks}, workers=plan.workers,
             allowed_peers=frozenset().union(*addresses.values()), host_addresses=addresses,
             clean_timeline=timeline.clean_records, worker_silence_s=t.worker_silence_s, clock=clock,
@@ -126,9 +131,13 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     started = False
     finishing = False
     keys: str | None = None
+    handoff: keyhost.Handoff | None = None
     try:
         keys = _write_own_rank_keys(server, plan, job)
         workers = plan.workers
+        if workers and not workers_run_entrypoints and get_flavour(plan.mpi_flavour).uses_ssh:
+            # `launch`: the other hosts' key directories over ssh, beside the sshd wait below (keyhost.py).
+            handoff = _start_handoff(server, plan, job)
         # srun starts ranks through each node's slurmd: no worker's sshd is needed (plan/mpi.py's srun row).
         if workers and get_flavour(plan.mpi_flavour).uses_ssh:
             say(out, f"master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
@@ -147,6 +156,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                 if not latch.received:
                     result = JobResult(exc.exit_code, reason=str(exc), cause="unreachable")
                     raise
+        if handoff is not None:
+            keyhost.wait_ready(handoff, Deadline(clock, plan.ssh_deadline_s()), clock)
         rec.mark("ready")
         if latch.received:
             result = JobResult(ExitCode.for_signal(signal.Signals[latch.received].value), cause="interrupted",
@@ -156,7 +167,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=True)
         # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
         env = {**launcher_env(environ, plan.env),
-               RUN_NONCE_VAR: _run_nonce_value(server, plan, workers_run_entrypoints)}
+               RUN_NONCE_VAR: _run_nonce_value(server, plan, workers_run_entrypoints, handoff)}
         say(out, f"launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)")
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")
@@ -174,6 +185,9 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         rec.mark("mpirun_exited")
         monitor.stop()
         result = _result_of(lex, server, plan, latch.received, monitor)
+        if result.exit_code == 0:
+            result = _missing_reports(server, plan, result, _keyed_hosts(server, plan, workers_run_entrypoints,
+                                                                          handoff))
         rec.hang, rec.exit_code = monitor.hang, int(result.exit_code)    # the timeline's stall and stop marks
         finishing = True
         return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=False)
@@ -184,6 +198,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                 ExitCode.LAUNCH_FAILED, reason="the master entrypoint failed before the job ran; see its log",
                 cause="launch_failed"),
                 opt_ml, out, rec, everyone=not started)
+        if handoff is not None:
+            handoff.close(clock=clock)      # every other host's key directory goes
 
 
 def _finished(server: ResultServer, plan: LaunchPlan, keys: str | None, result: JobResult, opt_ml: Path,
@@ -198,18 +214,65 @@ def _finished(server: ResultServer, plan: LaunchPlan, keys: str | None, result: 
     return result
 
 
-def _run_nonce_value(server: ResultServer, plan: LaunchPlan, workers_run_entrypoints: bool) -> str:
-    """What the ranks get in MPIRUN_KIT_RUN_NONCE: the run nonce; for `mpirun_kit launch` (no entrypoint on the
-    other hosts, so no key files there), ``@`` and the hosts whose ranks do get key files: ranks elsewhere start at
-    once without reports instead of waiting for a key file.  With entrypoints everywhere, a worker whose hello is
+def _start_handoff(server: ResultServer, plan: LaunchPlan, job: str) -> keyhost.Handoff:
+    """`launch`: one ssh per other host, carrying its seed to the key writer there (exec/channel/keyhost.py)."""
+    by_host: dict[str, list[int]] = {}
+    for r in plan.ranks:
+        if r.host != plan.master:
+            by_host.setdefault(r.host, []).append(r.rank)
+    argv = list(plan.argv)
+    python = next((argv[i - 1] for i in range(1, len(argv) - 1) if argv[i] == "-m" and argv[i + 1] == RANK_MODULE),
+                  sys.executable)
+    t = plan.timeouts
+    hold = (t.job_s or 7 * 86400.0) + t.grace_s + plan.ssh_deadline_s() + 60.0
+    return keyhost.start(by_host, {h: server.host_seed(h) for h in by_host}, run_nonce_hex=server.run_nonce.hex(),
+                         job=job, python=python, ssh_port=plan.ssh_port, hold_s=hold)
+
+
+def _keyed_hosts(server: ResultServer, plan: LaunchPlan, workers_run_entrypoints: bool,
+                 handoff: keyhost.Handoff | None) -> set[str]:
+    """The hosts whose ranks got key files (so report): every host when entrypoints run everywhere; under
+    `launch`, the master's and those whose ssh hand-off succeeded."""
+    if workers_run_entrypoints or not plan.workers:
+        return {h.name for h in plan.hosts}
+    return {plan.master} | set(server.connected_workers()) | (handoff.ready if handoff is not None else set())
+
+
+def _run_nonce_value(server: ResultServer, plan: LaunchPlan, workers_run_entrypoints: bool,
+                     handoff: keyhost.Handoff | None = None) -> str:
+    """What the ranks get in MPIRUN_KIT_RUN_NONCE: the run nonce; for `mpirun_kit launch`, ``@`` and the hosts
+    whose ranks got key files (the master's, and those the ssh hand-off reached): ranks elsewhere start at once
+    without reports instead of waiting for a key file.  With entrypoints everywhere, a worker whose hello is
     still on its way writes its ranks' files as soon as its seed arrives; its wrappers wait for them
     (keys.KEY_WAIT_S), never mpirun."""
     if workers_run_entrypoints or not plan.workers:
         return server.run_nonce.hex()
-    keyed = {plan.master} | set(server.connected_workers())
-    log.info("result channel: ranks on %d host(s) without an entrypoint run without reports to the master",
-             len([h for h in plan.hosts if h.name not in keyed]))
+    keyed = _keyed_hosts(server, plan, workers_run_entrypoints, handoff)
+    unkeyed = [h.name for h in plan.hosts if h.name not in keyed]
+    if unkeyed:
+        log.warning("result channel: ranks on %s run without reports to the master (no key hand-off)",
+                    ", ".join(unkeyed))
     return server.run_nonce.hex() + "@" + ",".join(sorted(keyed))
+
+
+def _missing_reports(server: ResultServer, plan: LaunchPlan, result: JobResult, keyed: set[str]) -> JobResult:
+    """``result`` (a success), or a failure of its own cause when a rank that ran never reported its exit: mpirun
+    exited 0, so the rank ran, and its host handed it a key; its report was lost or blocked (an attack on the
+    channel, or a bug), and a job whose ranks' fate the master does not know is not a success."""
+    expected = {r.rank for r in plan.ranks if r.host in keyed}
+    if not expected:
+        return result
+    server.wait_rank_events(lambda evs: expected <= {e["rank"] for e in evs if e["event"] == "exit"},
+                            REPORT_GRACE_S)
+    missing = sorted(expected - server.exited_ranks())
+    if not missing:
+        return result
+    hosts = sorted({r.host for r in plan.ranks if r.rank in missing})
+    shown = ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else "")
+    return replace(result, exit_code=ExitCode.LAUNCH_FAILED, cause="report_missing", reason=(
+        f"rank(s) {shown} on {', '.join(hosts[:10])} ran (mpirun exited 0) but never reported their exit to the "
+        f"result channel, so their fate is unknown: a wrapper could not take its key or reach the master, or "
+        f"something blocked its reports; see the ranks' lines 'mpirun_kit.rank: ...' and the master's log"))
 
 
 def _write_own_rank_keys(server: ResultServer, plan: LaunchPlan, job: str) -> str | None:

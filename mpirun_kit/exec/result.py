@@ -44,6 +44,7 @@ CAUSES: dict[str, str] = {
     "master_lost": "launcher",  # a worker lost its master
     "unreachable": "launcher",  # a worker's sshd never answered
     "launch_failed": "launcher",  # the entrypoint failed before or while starting the job
+    "report_missing": "channel",  # mpirun exited 0 but a rank that got its key never reported its exit (issue 27)
 }
 #: causes that are a stop of the whole job: the ranks' deaths after it are its consequences, never a root cause.
 STOPS = ("interrupted", "timeout", "hung", "host_lost")

@@ -22,7 +22,7 @@ from ..exec.result import result_from_failure
 LAUNCHER_CODES = {c: EXIT_CODE_TEXT[c] for c in (ExitCode.BAD_INPUT, ExitCode.UNREACHABLE, ExitCode.LAUNCH_FAILED,
                                                   ExitCode.HOST_LOST, ExitCode.MASTER_LOST, ExitCode.HUNG,
                                                   ExitCode.TIMEOUT)}
-SOURCES = ("job", "launcher", "platform", "user")
+SOURCES = ("job", "launcher", "platform", "user", "channel")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class Outcome:
     ``source``: ``job`` (the program's own code: it succeeded, a rank exited non-zero or was killed),
     ``launcher`` (mpirun_kit or mpirun chose the code: bad input, unreachable host, launcher failure,
     lost host/master, deadline, a hang) or ``platform`` (SageMaker/AWS decided), or ``user`` (a person stopped
-    it: a signal to submit such as Ctrl-C or a closed terminal, or ``cancel``; no rank is blamed).
+    it: a signal to submit such as Ctrl-C or a closed terminal, or ``cancel``; no rank is blamed), or ``channel``
+    (mpirun exited 0 but a rank never reported its exit to the result channel: its fate is unknown).
     """
 
     target: str | None                  # None: the spec never compiled
