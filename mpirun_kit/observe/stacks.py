@@ -102,8 +102,9 @@ def telling_frames(frames: list[dict]) -> list[dict]:
     """The frames a report shows: the innermost, every frame with a source line (the program's own code),
     and the native frames that name an MPI call or an exit path; the rest (MPI's progress loop, the
     interpreter's own frames) only hide the program's frames."""
+    first = next((i for i, f in enumerate(frames) if not _name(f).startswith("0x")), 0)
     return [f for i, f in enumerate(frames)
-            if i == 0 or f.get("line") or _name(f) in FINALIZE_NAMES or _name(f) in EXIT_NAMES
+            if i == first or f.get("line") or _name(f) in FINALIZE_NAMES or _name(f) in EXIT_NAMES
             or _COLLECTIVE.match(_name(f)) or _P2P.match(_name(f))]
 
 

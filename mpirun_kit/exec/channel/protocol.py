@@ -3,10 +3,12 @@
 Place in the data flow: server.py calls these on every message whose MAC (wire.py) was valid, and
 link.py on the master's messages to a worker.  Pure functions of the message and the plan.
 
-Rank messages: ``{"type": "rank", "event": "start"|"exit"|..., "rank", "host", "t", ...}``;
-worker messages: ``hello`` (with its ``host``), ``heartbeat``, ``ack``; the master's:
-``keys`` (the host seed, keys.py), ``heartbeat``, ``result``, and to ranks ``signal``,
-``release`` (stop.py) and ``stacks`` (observe/relay.py).
+Rank messages: ``{"type": "rank", "event": "start"|"exit"|..., "rank", "host", "t", ...}`` (the events
+``progress``, ``stacks``, ``sample`` and ``finish`` are checked by observe/hang.py's ``check_observe_report``,
+injected as the server's ``check_other``); worker messages: ``hello`` (with its ``host``), ``heartbeat``,
+``ack``; the master's: ``keys`` (the host seed, keys.py), ``heartbeat``, ``result``, and to ranks
+``signal``, ``release`` (stop.py), ``stacks``, ``watch`` (start sampling, with ``stall_s``) and ``finish``
+(let a rank that called exit leave MPI_Finalize) (observe/relay.py).
 """
 from __future__ import annotations
 
