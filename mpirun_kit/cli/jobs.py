@@ -106,10 +106,7 @@ def _status(args) -> int:
     store, rec = _record(args)
     if rec is None:
         return _sagemaker_status(args)
-    status = _target(rec).describe(rec)
-    if status.state != rec.state and status.state.terminal:   # what the record did not know yet (a lost job)
-        store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
-                     reason=status.reason, root_cause=status.root_cause)
+    status = describe_job(store, rec)
     if args.json:
         print(status.to_json())
     else:
@@ -123,6 +120,16 @@ def _status(args) -> int:
             if v is not None:
                 print(f"{k:<11} {v}")
     return status_code(status)
+
+
+def describe_job(store, rec):
+    """The job's status from its target, its end written to the record when the record did not know it yet
+    (a lost job, a SageMaker job that ended)."""
+    status = _target(rec).describe(rec)
+    if status.state != rec.state and status.state.terminal:
+        store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
+                     reason=status.reason, root_cause=status.root_cause)
+    return status
 
 
 def status_code(status) -> int:
@@ -183,32 +190,42 @@ def _sagemaker_logs(args) -> int:
 # -- cancel / stop -----------------------------------------------------------------------------------
 
 def _cancel(args) -> int:
-    from ..records import JobState
-
     store, rec = _record(args)
     if rec is None:
         return _sagemaker_stop(args)
-    target = _target(rec)
-    before = target.describe(rec)
-    if before.state.terminal:
-        _say(args, rec.job_id, before, f"job {rec.job_id} already ended ({before.state.value}); nothing to cancel")
+    status, ended_before = cancel_job(store, rec)
+    if ended_before:
+        _say(args, rec.job_id, status, f"job {rec.job_id} already ended ({status.state.value}); nothing to cancel")
         return 0
+    platform = _target(rec).platform
+    _say(args, rec.job_id, status, f"job {rec.job_id}: {status.state.value}"
+         + (f" (exit code {status.exit_code})" if status.exit_code is not None else "")
+         + ("; the platform stops it on every host" if platform and not status.state.terminal else
+            "; nothing of it is left running"))
+    return 0
+
+
+def cancel_job(store, rec):
+    """Cancel the job ``rec`` through its target -> (its status after, whether it had ended before).
+
+    The record says a cancel was asked for first, so the supervisor records the end as cancelled; a
+    supervisor killed after the grace period wrote no end, so it is written here."""
+    from ..records import JobState
+
+    target = _target(rec)
+    before = describe_job(store, rec)
+    if before.state.terminal:
+        return before, True
     rec = store.update(rec.job_id, cancel_requested=True)
     status = target.cancel(rec)
     if status.state == JobState.LOST or not (target.platform or status.state.terminal):
-        # Its supervisor was killed after the grace period, before it could write the job's end.
         store.finish(rec.job_id, state=JobState.CANCELLED, exit_code=status.exit_code or ExitCode.SIGKILL,
                      source="user", reason="cancelled (`mpirun_kit cancel`): its supervisor was killed after the "
                                            "grace period")
-        status = target.describe(store.get(rec.job_id))
     elif status.state.terminal:
         store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
                      reason=status.reason, root_cause=status.root_cause)
-    _say(args, rec.job_id, status, f"job {rec.job_id}: {status.state.value}"
-         + (f" (exit code {status.exit_code})" if status.exit_code is not None else "")
-         + ("; the platform stops it on every host" if target.platform and not status.state.terminal else
-            "; nothing of it is left running"))
-    return 0
+    return target.describe(store.get(rec.job_id)) if not target.platform else status, False
 
 
 def _say(args, job_id: str, status, text: str) -> None:

@@ -29,30 +29,16 @@ from .plan import SPEC_CODE_NOTES, add_spec_args
 
 def _submit(args) -> int:
     """Run the job; with --json, end stdout with one JSON Outcome line, whatever happened."""
-    from ..errors import MpirunKitError
+    from ..errors import MpirunKitError, translate
     from ..targets import get_target
     from ..targets.base import SubmitOptions
-    from ..errors import translate
-    from ..records import JobState
 
     started = time.time()
     compiled = target = None
     try:
         from .plan import say
 
-        # A dry run needs no AWS: stacks it cannot read stay ${stack:...}, each with what resolves it.
-        compiled, _ = compile_from_args(args, offline=args.dry_run, report=say)
-        from .plan import quota_preflight
-
-        short, note = quota_preflight(compiled)  # before anything is created
-        if short and not args.dry_run:
-            from ..errors import ClusterError
-
-            raise ClusterError(short)
-        if short:
-            compiled = dataclasses.replace(compiled, warnings=compiled.warnings + (short,))
-        if note:  # an unreadable quota is plan's to report; here the request itself will say what is wrong
-            logging.getLogger(__name__).info("%s", note)
+        compiled = compile_for_submit(args, report=say)
         for w in compiled.warnings:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         target = get_target(compiled.job.target.type)
@@ -62,24 +48,9 @@ def _submit(args) -> int:
                 print(f"mpirun_kit: warning: {w}", file=sys.stderr)
             print(dry.to_json() if args.json else dry.render(), end="\n" if args.json else "")
             return 0
-        from .sim import sweep_orphans
-
-        sweep_orphans()   # sim clusters left by a submit killed with SIGKILL go now, each said on stderr (H2)
-        store = store_of(args)
-        spec_path = Path(args.spec).resolve()
-        rec = store.create(compiled.job.name, target.name, spec=str(spec_path),
-                           runs_root=runs_root(compiled, store, spec_path.parent))
-        opts = SubmitOptions(wait=args.wait, job_name=args.job_name, keep_keys=args.keep_keys,
-                             resume_from=args.resume_from, job_id=rec.job_id, run_dir=rec.run_dir)
-        try:
-            dry = target.prepare(compiled, opts)
-            for w in dry.warnings:
-                print(f"mpirun_kit: warning: {w}", file=sys.stderr)
-            rec = record_request(store, rec, target, compiled, dry, opts)
-        except Exception as exc:   # the record says the job never ran, and why
-            store.finish(rec.job_id, state=JobState.FAILED, exit_code=getattr(exc, "exit_code", None),
-                         source="launcher", reason=str(exc).split("\n", 1)[0])
-            raise
+        store, rec, dry, opts = begin(args, compiled, target)
+        for w in dry.warnings:
+            print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         if args.detach:
             return detach(args, store, rec)
         if not args.quiet:   # the id first: `status`, `logs`, `cancel` take it
@@ -94,6 +65,50 @@ def _submit(args) -> int:
         sys.stdout.flush()
         print(result_json(outcome, rec), flush=True)
     return outcome.exit_code
+
+
+def compile_for_submit(args, report):
+    """The spec named by ``args`` compiled for a submission, with the quota preflight (a shortfall refuses a
+    real run and is a warning of a dry run's); ``report`` hears the region line."""
+    from .plan import quota_preflight
+
+    # A dry run needs no AWS: stacks it cannot read stay ${stack:...}, each with what resolves it.
+    compiled, _ = compile_from_args(args, offline=args.dry_run, report=report)
+    short, note = quota_preflight(compiled)  # before anything is created
+    if short and not args.dry_run:
+        from ..errors import ClusterError
+
+        raise ClusterError(short)
+    if short:
+        compiled = dataclasses.replace(compiled, warnings=compiled.warnings + (short,))
+    if note:  # an unreadable quota is plan's to report; here the request itself will say what is wrong
+        logging.getLogger(__name__).info("%s", note)
+    return compiled
+
+
+def begin(args, compiled, target):
+    """A real submission up to its start: the record (job id, run directory), the request prepared with the
+    record's choices and written to the run directory -> (store, record, dry run, options).  A failure here
+    ends the record as failed, with the error's code and first line."""
+    from ..records import JobState
+    from ..targets.base import SubmitOptions
+    from .sim import sweep_orphans
+
+    sweep_orphans()   # sim clusters left by a submit killed with SIGKILL go now, each said on stderr (H2)
+    store = store_of(args)
+    spec_path = Path(args.spec).resolve()
+    rec = store.create(compiled.job.name, target.name, spec=str(spec_path),
+                       runs_root=runs_root(compiled, store, spec_path.parent))
+    opts = SubmitOptions(wait=args.wait, job_name=args.job_name, keep_keys=args.keep_keys,
+                         resume_from=args.resume_from, job_id=rec.job_id, run_dir=rec.run_dir)
+    try:
+        dry = target.prepare(compiled, opts)
+        rec = record_request(store, rec, target, compiled, dry, opts)
+    except Exception as exc:   # the record says the job never ran, and why
+        store.finish(rec.job_id, state=JobState.FAILED, exit_code=getattr(exc, "exit_code", None),
+                     source="launcher", reason=str(exc).split("\n", 1)[0])
+        raise
+    return store, rec, dry, opts
 
 
 def store_of(args):
@@ -222,10 +237,27 @@ def result_json(outcome, rec) -> str:
 DETACH_START_S = 60.0
 
 
-def detach(args, store, rec, *, clock=None) -> int:
+def detach(args, store, rec) -> int:
+    """``submit --detach``: the job started under its own supervisor; its id on stdout, how to follow it on stderr."""
+    now = start_detached(store, rec)
+    if args.json:
+        print(json.dumps({"job_id": rec.job_id, "state": now.state.value, "run_dir": rec.run_dir}), flush=True)
+    else:
+        print(rec.job_id, flush=True)
+    if not args.quiet:
+        print(f"mpirun_kit: job {rec.job_id} runs in the background (run directory {rec.run_dir}); "
+              f"`mpirun_kit status {rec.job_id}`, `mpirun_kit logs {rec.job_id} --follow`, "
+              f"`mpirun_kit cancel {rec.job_id}`", file=sys.stderr)
+    return 0
+
+
+def start_detached(store, rec, *, clock=None):
     """Start ``mpirun_kit run-detached ID`` in a session of its own (no terminal, stdin from /dev/null, stdout to
-    the run directory's output.log, stderr to submit.log) and return once it runs the job: the job id on
-    stdout, how to follow it on stderr."""
+    the run directory's output.log, stderr to submit.log) and return the record once it runs the job.
+
+    Raises:
+        LaunchError: it ended, or did not start the job within DETACH_START_S (its last lines quoted).
+    """
     from ..core import verbosity
     from ..core.clock import SYSTEM_CLOCK, Deadline
     from ..errors import LaunchError
@@ -234,7 +266,8 @@ def detach(args, store, rec, *, clock=None) -> int:
     clock = clock or SYSTEM_CLOCK
     run = Path(rec.run_dir)
     level = ["-q"] if verbosity.LEVEL <= verbosity.QUIET else ["-v"] if verbosity.LEVEL >= verbosity.VERBOSE else []
-    argv = [sys.executable, "-m", "mpirun_kit.cli.main", *level, "run-detached", rec.job_id, "--state-dir", str(store.dir)]
+    argv = [sys.executable, "-m", "mpirun_kit.cli.main", *level, "run-detached", rec.job_id,
+            "--state-dir", str(store.dir)]
     store.update(rec.job_id, detached=True)
     with open(os.devnull, "rb") as stdin, open(run / RUN_FILES["output"], "ab") as out, \
             open(run / RUN_FILES["log"], "ab") as err:
@@ -242,9 +275,7 @@ def detach(args, store, rec, *, clock=None) -> int:
     deadline = Deadline(clock, DETACH_START_S)
     while True:
         now = store.get(rec.job_id)
-        if now.state != JobState.PENDING or proc.poll() is not None:
-            break
-        if deadline.expired():
+        if now.state != JobState.PENDING or proc.poll() is not None or deadline.expired():
             break
         clock.sleep(0.05)
     if now.state == JobState.PENDING:
@@ -255,15 +286,7 @@ def detach(args, store, rec, *, clock=None) -> int:
         raise LaunchError(f"job {rec.job_id}: the detached supervisor did not start the job within "
                           f"{DETACH_START_S:g}s{f' (it exited {code})' if code is not None else ''}: "
                           f"{' / '.join(tail) or 'no output'}; see {run / RUN_FILES['log']}")
-    if args.json:
-        print(json.dumps({"job_id": rec.job_id, "state": now.state.value, "run_dir": rec.run_dir}), flush=True)
-    else:
-        print(rec.job_id, flush=True)
-    if not args.quiet:
-        print(f"mpirun_kit: job {rec.job_id} runs in the background (run directory {rec.run_dir}); "
-              f"`mpirun_kit status {rec.job_id}`, `mpirun_kit logs {rec.job_id} --follow`, "
-              f"`mpirun_kit cancel {rec.job_id}`", file=sys.stderr)
-    return 0
+    return now
 
 
 def run_detached(args) -> int:

@@ -1,0 +1,43 @@
+"""The Python API (mpirun_kit/api.py, issue #28 item 6): submit, status, jobs, logs and cancel as library
+calls returning values, with real mpirun and ranks on this machine; one store with the CLI's."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from jobs_kit import LONG, mrk, wait_for
+
+from mpirun_kit import api
+from mpirun_kit.errors import SpecError
+from mpirun_kit.records import JobState
+
+pytestmark = pytest.mark.mpi
+
+
+def spec(tmp_path, name: str, command: str) -> str:
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(f"apiVersion: mpirun_kit/v1\nkind: Job\nname: {name}\nresources: {{processes_per_host: 2}}\n"
+                 f"program: {{command: {command}}}\ntimeouts: {{grace_s: 3}}\n")
+    return str(p)
+
+
+def test_submit_in_the_foreground_returns_how_it_ended(tmp_path, capfd):
+    done = api.submit(spec(tmp_path, "fg", "[sh, -c, 'exit $((OMPI_COMM_WORLD_RANK * 4))']"), detach=False)
+    assert (done.state, done.exit_code, done.source) == (JobState.FAILED, 4, "job")
+    assert done.root_cause == {"rank": 1, "host": "localhost", "exit_code": 4, "signal": None}
+    assert api.status(done.job_id) == done
+    # the CLI sees the same record
+    assert json.loads(mrk("status", done.job_id, "--json", check=4).stdout)["state"] == "failed"
+
+
+def test_submit_detached_then_logs_jobs_and_cancel(tmp_path):
+    job = api.submit(spec(tmp_path, "bg", f"[python3, -c, {json.dumps(LONG)}]"))
+    assert job.state == JobState.RUNNING and job.target == "local"
+    wait_for(lambda: "[0 localhost] tick 1" in list(api.logs(job.job_id)), "rank 0's second line")
+    assert all(line.startswith("[1 localhost] ") for line in api.logs(job.job_id, rank=1))
+    assert [j.job_id for j in api.jobs(states=["running"])] == [job.job_id]
+    end = api.cancel(job.job_id)
+    assert (end.state, end.exit_code, end.root_cause) == (JobState.CANCELLED, 143, None)
+    assert api.cancel(job.job_id) == end          # an ended job is left as it is
+    with pytest.raises(SpecError, match="no job 'nope' in the job records"):
+        api.status("nope")
