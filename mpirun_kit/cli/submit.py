@@ -53,8 +53,7 @@ def _submit(args) -> int:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         if args.detach:
             return detach(args, store, rec)
-        if not args.quiet:   # the id first: `status`, `logs`, `cancel` take it
-            print(f"mpirun_kit: job {rec.job_id} (run directory {rec.run_dir})", file=sys.stderr, flush=True)
+        say_job(rec)
         outcome = supervise(store, rec, target, dry, opts, started=started)
     except Exception as exc:
         known = exc if isinstance(exc, MpirunKitError) else translate(exc)
@@ -65,6 +64,15 @@ def _submit(args) -> int:
         sys.stdout.flush()
         print(result_json(outcome, rec), flush=True)
     return outcome.exit_code
+
+
+def say_job(rec) -> None:
+    """The job id first (`status`, `logs`, `cancel` take it): on a terminal, and at -v; by default a redirected
+    submit prints only the ranks' lines and warnings (issue 16), and --json's result line carries the id."""
+    from ..core import verbosity
+
+    if verbosity.LEVEL >= verbosity.VERBOSE or (verbosity.LEVEL >= verbosity.DEFAULT and sys.stderr.isatty()):
+        print(f"mpirun_kit: job {rec.job_id} (run directory {rec.run_dir})", file=sys.stderr, flush=True)
 
 
 def compile_for_submit(args, report):

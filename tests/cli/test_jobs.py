@@ -38,14 +38,14 @@ def test_two_submissions_of_one_spec_at_once_get_two_ids_and_two_directories(tmp
     """Issue #28: every run of a spec reused runs/NAME/launch, so two at once overwrote each other's
     timeline.json and failure file.  Now each gets its own id and directory, and both complete."""
     spec = spec_file(tmp_path / "spec", "twice", "[python3, -c, 'import time; time.sleep(2); print(\"done\")']")
-    procs = [subprocess.Popen([sys.executable, "-m", "mpirun_kit.cli.main", "submit", str(spec), "--json"],
+    procs = [subprocess.Popen([sys.executable, "-m", "mpirun_kit.cli.main", "submit", str(spec), "--json", "-v"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         results.append(json.loads(out.splitlines()[-1]))
-        assert err.startswith(f"mpirun_kit: job {results[-1]['job_id']} (run directory ")  # the id first
+        assert f"mpirun_kit: job {results[-1]['job_id']} (run directory {results[-1]['run_dir']})" in err
     ids = {r["job_id"] for r in results}
     dirs = {r["run_dir"] for r in results}
     assert len(ids) == 2 and len(dirs) == 2
