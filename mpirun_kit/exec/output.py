@@ -76,6 +76,22 @@ RANK_EXIT_BANNERS = ("Primary job  terminated normally, but", "Primary job termi
                      "mpirun noticed that process rank")
 
 
+#: Open MPI 4's 22-line notice (help-orterun.txt ``proc-exit-no-sync``) that a rank exited without MPI_Init while
+#: others called it, or without MPI_Finalize: every stop of an MPI program ends that way.  Replaced by one line
+#: (``improper_exit_line``) on every output level; ``orte_execute_quiet``, the MCA parameter that hides it, would
+#: hide every other message of mpirun's too (a missing host, too few slots).
+IMPROPER_EXIT = "exiting improperly. There are three reasons this could occur"
+_IMPROPER_RE = re.compile(r"process rank (\d+) with PID \d+ on\s+node (\S+) exiting improperly")
+
+
+def improper_exit_line(held: list[str], rank_hosts: Mapping[int, str]) -> str:
+    """The one line that stands for Open MPI's improper-exit notice ``held`` (its lines, rulers included)."""
+    m = _IMPROPER_RE.search(" ".join(held))
+    who = f"rank {m.group(1)} on {rank_hosts.get(int(m.group(1)), m.group(2))}" if m else "a rank"
+    return (f"mpirun: {who} exited without MPI_Init while other ranks called it, or without MPI_Finalize "
+            "(Open MPI's notice, shortened); the other ranks were stopped")
+
+
 def _is_ruler(line: str) -> bool:
     return len(line) >= 20 and not line.strip("-")
 
@@ -91,19 +107,19 @@ def pump_tagged(src: BinaryIO, dst: BinaryIO, tag_re: re.Pattern, rank_hosts: Ma
     non-zero (RANK_EXIT_BANNERS) are not copied; every other message is, once its frame closes.
     """
     retagger = Retagger(tag_re, rank_hosts)
-    held: list[str] | None = None   # an open ruler-framed message of mpirun's, under drop_rank_exit_banners
+    held: list[str] | None = None   # an open ruler-framed message of mpirun's
     for raw in iter(src.readline, b""):
         text = raw.decode(errors="surrogateescape")
         lines = retagger.feed(text[:-1] if text.endswith("\n") else text)
-        if drop_rank_exit_banners:
-            lines, held = _frame(lines, held, tail, lock)
+        lines, held = _frame(lines, held, tail, lock, rank_hosts, drop_rank_exit_banners)
         _emit(lines, dst, tail, lock)
     _emit((held or []) + retagger.flush(), dst, tail, lock)
 
 
-def _frame(lines: list[str], held: list[str] | None, tail: collections.deque, lock: threading.Lock
-           ) -> tuple[list[str], list[str] | None]:
-    """Hold mpirun's ruler-framed message until its closing ruler; then pass it on, or drop a rank-exit one
+def _frame(lines: list[str], held: list[str] | None, tail: collections.deque, lock: threading.Lock,
+           rank_hosts: Mapping[int, str], drop_rank_exit_banners: bool) -> tuple[list[str], list[str] | None]:
+    """Hold mpirun's ruler-framed message until its closing ruler; then pass it on, shorten the improper-exit
+    notice to one line (``IMPROPER_EXIT``, always), or, under ``drop_rank_exit_banners``, drop a rank-exit one
     (its text still goes to the tail).  Ranks' lines (``[rank host] ...``) are never rulers."""
     out: list[str] = []
     for line in lines:
@@ -115,7 +131,9 @@ def _frame(lines: list[str], held: list[str] | None, tail: collections.deque, lo
             continue
         held.append(line)
         if _is_ruler(line) and len(held) > 1:
-            if any(b in h for h in held for b in RANK_EXIT_BANNERS):
+            if any(IMPROPER_EXIT in h for h in held):
+                out.append(improper_exit_line(held, rank_hosts))
+            elif drop_rank_exit_banners and any(b in h for h in held for b in RANK_EXIT_BANNERS):
                 _emit(held, None, tail, lock)
             else:
                 out += held

@@ -120,3 +120,37 @@ def test_rank_exit_banners_are_left_out_under_quiet_and_kept_in_the_tail(quiet):
     expected = b"[1 h] " + RULER + (b"" if quiet else BANNERS) + OTHER + b"[0 h] done\n"
     assert dst.getvalue() == expected
     assert "  Exit code:    3" in tail and "[0 h] done" in tail
+
+
+#: Open MPI 4.1's notice for a rank that exits without MPI_Init (others called it) or without MPI_Finalize,
+#: as mpirun 4.1.4 printed it here (tests/exec/test_process.py makes a real one).
+IMPROPER = (RULER + b"mpirun has exited due to process rank 1 with PID 0 on\n"
+            b"node vm exiting improperly. There are three reasons this could occur:\n\n"
+            b"1. this process did not call \"init\" before exiting, but others in\n"
+            b"the job did. This can cause a job to hang indefinitely while it waits\n"
+            b"for all processes to call \"init\". By rule, if one process calls \"init\",\n"
+            b"then ALL processes must call \"init\" prior to termination.\n\n"
+            b"2. this process called \"init\", but exited without calling \"finalize\".\n"
+            b"By rule, all processes that call \"init\" MUST call \"finalize\" prior to\n"
+            b"exiting or it will be considered an \"abnormal termination\"\n\n"
+            b"3. this process called \"MPI_Abort\" or \"orte_abort\" and the mca parameter\n"
+            b"orte_create_session_dirs is set to false. In this case, the run-time cannot\n"
+            b"detect that the abort call was an abnormal termination. Hence, the only\n"
+            b"error message you will receive is this one.\n\n"
+            b"This may have caused other processes in the application to be\n"
+            b"terminated by signals sent by mpirun (as reported here).\n\n"
+            b"You can avoid this message by specifying -quiet on the mpirun command line.\n" + RULER)
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_improper_exit_notice_is_one_line_on_every_level(quiet):
+    """Issue 28 item 5: every stop of an MPI program printed Open MPI's 22-line notice, even with -q; now one
+    line names the rank and its host (the plan's name), in the copy and in the failure text's tail."""
+    src = io.BytesIO(b"[1,0]<stdout>:before\n" + IMPROPER + OTHER)
+    dst, tail = io.BytesIO(), collections.deque(maxlen=50)
+    pump_tagged(src, dst, re.compile(FLAVOURS["openmpi4"].tag_regex), {0: "algo-1", 1: "algo-2"}, tail,
+                threading.Lock(), drop_rank_exit_banners=quiet)
+    line = ("mpirun: rank 1 on algo-2 exited without MPI_Init while other ranks called it, or without MPI_Finalize "
+            "(Open MPI's notice, shortened); the other ranks were stopped")
+    assert dst.getvalue() == b"[0 algo-1] before\n" + line.encode() + b"\n" + OTHER
+    assert line in tail and not any("three reasons" in t for t in tail)

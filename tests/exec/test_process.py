@@ -161,3 +161,32 @@ def test_parent_death_signal_keeps_the_missing_launcher_error():
         run_launcher(["/nonexistent/mpirun", "-np", "1"], {"PATH": "/usr/bin"}, rank_hosts={}, tag_regex=TAG,
                      cancelled=lambda: None, grace_s=1.0, parent_death_signal=signal.SIGTERM)
     assert str(e.value).startswith("cannot start '/nonexistent/mpirun': No such file or directory; install the MPI")
+
+
+@pytest.mark.mpi
+def test_real_mpiruns_improper_exit_notice_comes_out_as_one_line(tmp_path):
+    """Issue 28 item 5 with a real Open MPI: every rank calls MPI_Init (through ctypes: no mpi4py needed), rank 1
+    exits without MPI_Finalize, as a rank stopped by a signal handler does; mpirun's 22-line notice reaches us as
+    one line (on ee9fb3a all 22 lines, even with -q).  (A rank that never calls MPI_Init would make MPI_Init of
+    the others wait for it forever: the same notice, but not every time.)"""
+    import ctypes.util
+
+    if not ctypes.util.find_library("mpi"):
+        pytest.skip("no libmpi here")
+    prog = tmp_path / "nofinalize.py"
+    prog.write_text("import ctypes, ctypes.util, os, time\n"
+                    "ctypes.CDLL(ctypes.util.find_library('mpi'), mode=ctypes.RTLD_GLOBAL).MPI_Init(None, None)\n"
+                    "if os.environ['OMPI_COMM_WORLD_RANK'] == '1':\n"
+                    "    os._exit(0)\n"
+                    "time.sleep(20)\n")
+    argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--tag-output",
+            "--mca", "mpi_yield_when_idle", "1", sys.executable, str(prog)]
+    out, err = io.BytesIO(), io.BytesIO()
+    res = run_launcher(argv, dict(os.environ), rank_hosts={0: "localhost", 1: "localhost"},
+                       tag_regex=FLAVOURS["openmpi4"].tag_regex, cancelled=lambda: None, grace_s=5.0,
+                       stdout=out, stderr=err)
+    text = err.getvalue().decode()
+    assert "three reasons this could occur" not in text, text
+    assert "mpirun: rank 1 on localhost exited without MPI_Init while other ranks called it, or without " \
+           "MPI_Finalize" in text, text
+    assert any("exited without MPI_Init" in line for line in res.tail)
