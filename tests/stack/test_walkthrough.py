@@ -9,15 +9,18 @@ and what AWS deletes with a stack, which moto lacks) whose account is not moto's
 (the page passes --region). moto accepts requests AWS refuses, so the request ``submit --dry-run``
 prints is checked against AWS's own limits (mpirun_kit.stack.limits), and ``plan`` must print no
 warning: the role reaches the image, every S3 URI and the key channel; the FSx channel is in the
-job's subnet.  After ``stack down`` only what the page's "What stays" names is left.  Two zones
-(the page's command) and three (its comment).
+job's subnet.  After ``stack down`` only what the page's "What stays" names is left.
+
+Only the values the page sets at its top (region, zone ids, bucket, data prefix) are changed:
+us-west-2 with two zones and no default region, eu-central-1 with three zones (the page's comment)
+and another default region set (issue 26: the page ran only in us-west-2).  What the FSx link
+would import is listed: no job secret or checkpoint is under it.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import uuid
@@ -43,6 +46,17 @@ def page_block() -> str:
     m = re.compile(r"```bash\n(.*?)```", re.S).search(text, start)
     assert m, "docs/aws-walkthrough.md: no ```bash block after **The walk-through.**"
     return m.group(1)
+
+
+#: the values the page's block sets at its top, as ``NAME=value  # comment`` lines.
+VALUE_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=(\S+)(\s+#.*)?$", re.M)
+
+
+def with_values(block: str, values: dict) -> str:
+    """The block with the values of its top lines replaced (the only things a user chooses)."""
+    top = dict(m.group(1, 2) for m in VALUE_LINE.finditer(block))
+    assert set(values) <= set(top), f"the page's block sets {sorted(top)}, the test wants {sorted(values)}"
+    return VALUE_LINE.sub(lambda m: f"{m.group(1)}={values.get(m.group(1), m.group(2))}{m.group(3) or ''}", block)
 
 
 def commands(block: str, zones: int) -> list[str]:
@@ -73,20 +87,25 @@ def patched_moto():
         yield url
 
 
-def run_walkthrough(url: str, zones: int, tmp_path: Path, bucket: str) -> list[tuple[str, str]]:
+def run_walkthrough(url: str, zones: int, tmp_path: Path, values: dict,
+                    default_region: str | None = None) -> list[tuple[str, str]]:
     """Run the page's commands in one bash; return (command, its combined output) per step."""
     import boto3
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k not in ("CI", "REGION", "BUCKET")}
+    region, bucket = values["REGION"], values["BUCKET"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and k not in ("CI", *VALUES_SET)}
     env.update({"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                 "AWS_MAX_ATTEMPTS": "1", "AWS_EC2_METADATA_DISABLED": "true", "HOME": str(tmp_path),
-                "REGION": "us-west-2", "BUCKET": bucket,
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
-    s3 = boto3.client("s3", region_name="us-west-2", endpoint_url=url, aws_access_key_id="testing",
+    if default_region:  # a default that is not the page's region: --region must win everywhere
+        env["AWS_DEFAULT_REGION"] = default_region
+    s3 = boto3.client("s3", region_name=region, endpoint_url=url, aws_access_key_id="testing",
                       aws_secret_access_key="testing")
-    # the page's prerequisite: the user's own bucket, in the region
-    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    steps = commands(page_block(), zones)
+    # the page's prerequisite: the user's own bucket, in the region, with the data under the data prefix
+    if bucket not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    s3.put_object(Bucket=bucket, Key=f"{values['DATA']}/coco/annotations/instances_val2017.json", Body=b"{}")
+    steps = commands(with_values(page_block(), values), zones)
     script = "set -euo pipefail\n" + "".join(f"echo '{MARK} {i}'\n{c}\n" for i, c in enumerate(steps))
     r = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=540)
@@ -98,40 +117,59 @@ def run_walkthrough(url: str, zones: int, tmp_path: Path, bucket: str) -> list[t
     return done
 
 
-def clients(url: str) -> dict:
+def clients(url: str, region: str) -> dict:
     import boto3
 
-    kw = {"region_name": "us-west-2", "endpoint_url": url, "aws_access_key_id": "testing",
+    kw = {"region_name": region, "endpoint_url": url, "aws_access_key_id": "testing",
           "aws_secret_access_key": "testing"}
     return {name: boto3.client(name, **kw) for name in ("cloudformation", "s3", "sagemaker", "ec2", "efs", "fsx")}
 
 
-@pytest.mark.parametrize("zones", [2, 3])
-def test_the_walkthrough_on_another_account(patched_moto, zones, tmp_path):
-    if shutil.which("aws") is None:  # ops/make-job-keys.sh uploads the job secret with the aws CLI
-        if os.environ.get("CI") == "true":
-            pytest.fail("the aws CLI is not installed; the walk-through needs it (pip install awscli)")
-        pytest.skip("the aws CLI is not installed (ops/make-job-keys.sh uploads with it); CI fails here")
+VALUES_SET = ("REGION", "ZONE1", "ZONE2", "ZONE3", "BUCKET", "DATA")
+#: (region, zone ids 1-3 as the page takes them, the names moto gives them, zones, a default region or None)
+REGIONS = {
+    "us-west-2": (("usw2-az1", "usw2-az2", "usw2-az3"), ("us-west-2b", "us-west-2a", "us-west-2c"), 2, None),
+    "eu-central-1": (("euc1-az2", "euc1-az3", "euc1-az1"), ("eu-central-1b", "eu-central-1c", "eu-central-1a"), 3,
+                     "us-east-1"),
+}
 
+
+@pytest.mark.parametrize("region", sorted(REGIONS))
+def test_the_walkthrough_on_another_account(patched_moto, region, tmp_path):
+    ids, names, zones, default = REGIONS[region]
     bucket = f"mrk-test-{uuid.uuid4().hex[:12]}"
-    steps = run_walkthrough(patched_moto, zones, tmp_path, bucket)
+    values = {"REGION": region, "ZONE1": ids[0], "ZONE2": ids[1], "ZONE3": ids[2], "BUCKET": bucket,
+              "DATA": "datasets"}
+    c = clients(patched_moto, region)
+    # what the FSx link must never hold: a kept job secret and another job's checkpoint, beside the data
+    c["s3"].create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
+    for key in ("mpirun-kit/keys/earlier-job/job-secret", "mpirun-kit/jobs/earlier-job/checkpoints/model_0000100.pth"):
+        c["s3"].put_object(Bucket=bucket, Key=key, Body=b"x")
+    steps = run_walkthrough(patched_moto, zones, tmp_path, values, default)
     by_cmd = dict(steps)
-    c = clients(patched_moto)
 
     (vpc_cmd,) = [cmd for cmd in by_cmd if cmd.startswith("mpirun_kit stack deploy mrk-vpc")]
     vpc_out = by_cmd[vpc_cmd]
-    assert "mpirun_kit: region us-west-2 (from --region)" in vpc_out
-    # moto maps usw2-az1 to us-west-2b (names differ by account; ids do not)
-    assert "mpirun_kit: zone AvailabilityZone1: us-west-2b = usw2-az1" in vpc_out
+    assert f"mpirun_kit: region {region} (from --region)" in vpc_out
+    # zone names differ by account; ids do not (moto's mapping here)
+    for i in range(zones):
+        assert f"mpirun_kit: zone AvailabilityZone{i + 1}: {names[i]} = {ids[i]}" in vpc_out
     assert "mpirun_kit: cost: 1 NAT gateway(s) cost $" in vpc_out
     (fsx_cmd,) = [cmd for cmd in by_cmd if cmd.startswith("mpirun_kit stack deploy mrk-fsx")]
     assert "mpirun_kit: cost: 2400 GiB of FSx for Lustre SCRATCH_2 costs $" in by_cmd[fsx_cmd]
+    # what the link would import: the data prefix's objects, no job secret, no checkpoint
+    (link,) = re.findall(r'S3DataPath="([^"]+)"', fsx_cmd)
+    assert link.replace("$BUCKET", bucket).replace("$DATA", values["DATA"]) == f"s3://{bucket}/datasets"
+    imported = [o["Key"] for o in c["s3"].list_objects_v2(Bucket=bucket, Prefix="datasets/").get("Contents", [])]
+    assert imported == ["datasets/coco/annotations/instances_val2017.json"]
+    everything = [o["Key"] for o in c["s3"].list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert any("/keys/" in k for k in everything) and any("/checkpoints/" in k for k in everything)
 
     (plan_cmd,) = [cmd for cmd in by_cmd if cmd.startswith("mpirun_kit plan ")]
     plan = by_cmd[plan_cmd]
     assert "warning" not in plan.lower(), plan
     assert "job maskrcnn-r50-fpn-1x (jobs/maskrcnn.yaml)" in plan
-    assert f"  stack      mrk-role.RoleImageRepository = {ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit\n" in plan
+    assert f"  stack      mrk-role.RoleImageRepository = {ACCOUNT}.dkr.ecr.{region}.amazonaws.com/mpirun-kit\n" in plan
     assert f"  stack      mrk-role.RoleS3Uri = s3://{bucket}/mpirun-kit\n" in plan
     assert "  cost       4 x ml.p5.48xlarge for up to 48 h = 192 instance-hours, up to $" in plan
 
@@ -142,16 +180,19 @@ def test_the_walkthrough_on_another_account(patched_moto, zones, tmp_path):
     name = request["TrainingJobName"]
     assert re.fullmatch(r"maskrcnn-r50-fpn-1x-\d{8}-\d{6}", name)
     assert request["AlgorithmSpecification"]["TrainingImage"] == \
-        f"{ACCOUNT}.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit:0.1.0"
+        f"{ACCOUNT}.dkr.ecr.{region}.amazonaws.com/mpirun-kit:0.1.0"
     assert request["RoleArn"].startswith(f"arn:aws:iam::{ACCOUNT}:role/")
+    assert request["SessionChainingConfig"] == {"EnableSessionTagChaining": True}
     channels = {ch["ChannelName"]: ch["DataSource"] for ch in request["InputDataConfig"]}
     assert channels["mpirun-keys"]["S3DataSource"]["S3Uri"] == f"s3://{bucket}/mpirun-kit/keys/{name}/"
-    assert request["OutputDataConfig"]["S3OutputPath"] == f"s3://{bucket}/mpirun-kit/maskrcnn/output"
-    assert request["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/mpirun-kit/maskrcnn/checkpoints"
+    assert request["OutputDataConfig"]["S3OutputPath"] == f"s3://{bucket}/mpirun-kit/jobs/{name}/output"
+    assert request["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/mpirun-kit/jobs/{name}/checkpoints"
     assert len(request["VpcConfig"]["Subnets"]) == 1
-    # submit --wait really created that training job, with the role the stack made
+    # submit --wait really created that training job, with the role the stack made, in the page's region
     assert c["sagemaker"].describe_training_job(TrainingJobName=name)["RoleArn"] == request["RoleArn"]
-    # the job's secret was made, then deleted with --delete
+    (run_cmd,) = [cmd for cmd in by_cmd if "submit" in cmd and "--wait" in cmd]
+    assert f"job secret made and uploaded to s3://{bucket}/mpirun-kit/keys/{name}/job-secret" in by_cmd[run_cmd]
+    # ... and removed the job's secret once the job had ended
     assert c["s3"].list_objects_v2(Bucket=bucket, Prefix=f"mpirun-kit/keys/{name}/").get("KeyCount") == 0
 
     # after `stack down`: no stack, no VPC of ours, no FSx; the EFS file system (Retain) and the bucket stay
@@ -168,7 +209,7 @@ def test_the_walkthrough_on_another_account(patched_moto, zones, tmp_path):
     (fs,) = c["efs"].describe_file_systems()["FileSystems"]
     assert (f"kept: AWS::EFS::FileSystem {fs['FileSystemId']} (stack mrk-efs, FileSystem: DeletionPolicy Retain"
             in down)
-    assert f"aws efs delete-file-system --file-system-id {fs['FileSystemId']} --region us-west-2" in down
+    assert f"aws efs delete-file-system --file-system-id {fs['FileSystemId']} --region {region}" in down
     assert [b["Name"] for b in c["s3"].list_buckets()["Buckets"]] == [bucket]
     # what stays is what the page says stays
     stays = PAGE.read_text().split("## What stays", 1)[1]
@@ -180,4 +221,10 @@ def test_the_page_runs_the_block_it_shows():
     block = page_block()
     assert "--region \"$REGION\"" in block and "AWS_DEFAULT_REGION" not in block
     assert not re.search(r"[0-9]{12}|mrk-artifacts", block)
+    # issue 26: the values a user chooses are set once at the top; no region or zone id below them
+    top = [m.group(1) for m in VALUE_LINE.finditer(block)]
+    assert top == list(VALUES_SET)
+    body = block.split("\nDATA=", 1)[1].split("\n", 1)[1]
+    assert not re.search(r"us-west-2|usw2-az", body), body
+    assert 'S3DataPath="s3://$BUCKET/$DATA"' in body
     assert block.rstrip().splitlines()[-1].startswith("mpirun_kit stack down")
