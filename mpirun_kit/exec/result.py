@@ -129,6 +129,9 @@ class JobResult:
     tail: tuple[str, ...] = ()            # mpirun's last lines (redacted)
     rejections: Mapping[str, int] = field(default_factory=dict)   # the result channel's refusals, by kind
     failures_total: int | None = None     # when ``failures`` was cut (the JSON keeps MAX_FAILURES)
+    #: the stall the master's hang monitor reported, as data (observe/hang.py ``hang_json``: when, which ranks,
+    #: why each suspect, their last frames); None when there was none.
+    hang: Mapping[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -167,6 +170,7 @@ class JobResult:
             "launcher": {"exit_code": self.launcher_code, "signal": self.launcher_signal,
                          "tail": [line[:MAX_LINE] for line in self.tail[-MAX_TAIL:]]},
             "rejections": {str(k): int(n) for k, n in sorted(self.rejections.items())},
+            "hang": None if self.hang is None else dict(self.hang),
         }
 
     def to_json(self) -> str:
@@ -202,10 +206,13 @@ class JobResult:
         if not ((interrupted is None or isinstance(interrupted, str)) and (lcode is None or _is_int(lcode))
                 and (lsig is None or isinstance(lsig, str)) and (total is None or _is_int(total))):
             raise ValueError("interrupted_by, launcher.exit_code, launcher.signal or failures_total has the wrong type")
+        hang = d.get("hang")
+        if hang is not None and not isinstance(hang, dict):
+            raise ValueError(f"hang is {type(hang).__name__}, not an object")
         return cls(code, None if root is None else RankFailure.from_dict(root), failures,
                    d.get("reason", "")[:MAX_REASON], cause, interrupted, lcode, lsig,
                    tuple(t[:MAX_LINE] for t in tail[-MAX_TAIL:]), {str(k)[:40]: n for k, n in rejections.items()},
-                   total if total is not None and total != len(failures) else None)
+                   total if total is not None and total != len(failures) else None, hang)
 
     def head(self) -> dict:
         """The failure file's first line as data: what a reader of FailureReason alone gets (a few hundred

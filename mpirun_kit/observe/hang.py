@@ -58,8 +58,9 @@ STACKS_WAIT_S = 4.0
 REPORT_FRAMES = 12
 #: after the finish request, how long the rank's exit may take to end the job before the master stops it.
 FINISH_GRACE_S = 30.0
-#: how many frames of each rank the hang's JSON (the result's ``hang``, the timeline) carries.
-JSON_FRAMES = 5
+#: how many frames of each rank, and ranks besides the suspects, the hang's JSON (the result's ``hang``, the
+#: timeline) carries.
+JSON_FRAMES, JSON_RANKS = 5, 16
 
 #: how often the master logs each host's progress (``progress_lines``; the SageMaker target's metric
 #: definitions read these lines into per-host metrics).
@@ -465,15 +466,17 @@ def hang_json(stall: Stall, stacks: Mapping[int, dict], samples: Mapping[int, Ra
     why = dict(blame(stall, stacks, samples, gone))
     at = places(stacks, samples)
     ranks = []
-    for r in sorted(set(stall.ranks) | set(why) | set(at)):
+    # Bounded (the result travels to every worker in one channel line): the suspects, then up to JSON_RANKS others.
+    listed = sorted(why) + sorted(set(stall.ranks) | set(at) - set(why))[:JSON_RANKS]
+    for r in sorted(listed):
         frames = _main_frames(stacks.get(r)) or (samples[r].frames if r in samples else [])
         p = at.get(r)
         ranks.append({"rank": r, "host": rank_hosts[r], "idle_s": round(stall.ranks[r], 1) if r in stall.ranks
                       else None, "state": p.state if p else ("gone" if r in gone else "unknown"),
-                      "call": p.call if p else "", "where": p.site if p else "",
-                      "frames": [f"{f['name']} ({f['file']}:{f['line']})"
+                      "call": p.call if p else "", "where": p.site[:200] if p else "",
+                      "frames": [f"{f['name']} ({f['file']}:{f['line']})"[:200]
                                  for f in telling_frames(frames)[:JSON_FRAMES]],
-                      "suspect": r in why, "why": why.get(r, "")})
+                      "suspect": r in why, "why": why.get(r, "")[:300]})
     return {"kind": kind, "detected_at": when, "stall_s": stall_s, "suspects": sorted(why),
             "ranks": ranks, "report": str(report) if report else None}
 

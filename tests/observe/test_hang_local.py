@@ -5,6 +5,7 @@ waits: every judgement comes from the rank wrappers' samples of their programs' 
 gdb).  The same on the simulated cluster, 3 hosts x 2 ranks: test_observe_sim.py.  Each test fails on the
 code before issue 29: nothing was judged without progress reports, and the exiting rank hung for ever.
 """
+import json
 import os
 import signal
 import subprocess
@@ -86,6 +87,9 @@ def test_rank_that_exits_alone_ends_the_job_with_its_code(tmp_path):
     assert proc.returncode == 3, log
     failure = (out / "failure").read_text()
     assert code_and_text(failure).startswith("exit_code=3\nroot cause: rank 1 on localhost exited with code 3"), failure
+    result = json.loads((out / "result.json").read_text())      # what --json carries
+    assert result["exit_code"] == 3 and result["hang"]["kind"] == "exit" and result["hang"]["suspects"] == [1]
+    assert next(r for r in result["hang"]["ranks"] if r["rank"] == 1)["state"] == "finalize", result["hang"]
     report = (out / "hang-report.txt").read_text()
     assert "a rank exits alone" in report and "suspect: rank 1 on localhost: called exit and waits in MPI_Finalize" \
         in report and "while rank 0 waits in Barrier" in report, report
@@ -102,6 +106,9 @@ def test_silent_rank_sleeping_while_the_other_allreduces_is_named_at_2_ranks(tmp
 
 def test_mismatched_collective_names_the_odd_rank(tmp_path):
     text, _ = report_when_stuck(tmp_path, "mismatch", 1, 3)
+    hang = json.loads((tmp_path / "opt_ml" / "output" / "result.json").read_text())["hang"]   # the stop's result
+    assert hang["kind"] == "stall" and hang["suspects"] == [1], hang
+    assert {r["rank"]: r["call"] for r in hang["ranks"]} == {0: "Allreduce", 1: "Barrier", 2: "Allreduce"}, hang
     assert "suspect: rank 1 on localhost: in Barrier while ranks 0, 2 wait in Allreduce" in text, text
     assert "suspect: rank 0" not in text and "suspect: rank 2" not in text, text
 
