@@ -188,6 +188,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         if result.exit_code == 0:
             result = _missing_reports(server, plan, result, _keyed_hosts(server, plan, workers_run_entrypoints,
                                                                           handoff))
+        if monitor.hang is not None:
+            result = replace(result, hang=monitor.hang)     # --json and result.json carry the stall (observe/hang.py)
         rec.hang, rec.exit_code = monitor.hang, int(result.exit_code)    # the timeline's stall and stop marks
         finishing = True
         return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=False)
