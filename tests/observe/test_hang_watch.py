@@ -264,3 +264,95 @@ def test_frame_thread_and_file_names_are_escaped_in_the_report():
     assert "\n* rank 0 on algo-1: last step 99" not in text and "\x1b" not in text and "\r" not in text
     assert "    thread Main\\x1b[2J (py-spy\\r), innermost first:" in text
     assert "      f\\n* rank 0 on algo-1: last step 99 (p\\\\.py:1)" in text
+
+
+# -- issue 29: programs that report nothing, judged from their wrappers' samples ---------------------------------
+
+EXIT3 = [{"name": "usleep", "file": "libc.so.6", "line": 0},
+         {"name": "ompi_mpi_finalize", "file": "libmpi.so", "line": 0},
+         {"name": "Py_Exit", "file": "libpython3.11.so", "line": 0}]
+IN_BARRIER = [{"name": "PMPI_Barrier", "file": "libmpi.so", "line": 0}, {"name": "<module>", "file": "p.py", "line": 6}]
+
+
+def test_samples_judge_a_program_that_reports_nothing():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    for r in HOSTS:
+        w.sample(r, 4.0, IN_BARRIER, "py-spy")
+    assert w.check() is None                          # 4 s unchanged: not yet
+    for r in (0, 1, 2):
+        w.sample(r, 6.0, IN_BARRIER, "py-spy")
+    assert w.check() is None                          # rank 3's last sample says 4 s: not every rank
+    w.sample(3, 5.5, IN_BARRIER, "py-spy")
+    stall = w.check()
+    assert stall is not None and stall.all and set(stall.ranks) == set(HOSTS)
+    w.reported = True
+    w.sample(2, 0.0, [], "activity")                  # it changed after the report: re-armed
+    assert not w.reported
+
+
+def test_a_rank_in_finalize_under_exit_while_the_others_wait_is_exiting_alone():
+    clock = Clock()
+    w = HangWatch(HOSTS, stall_s=5, clock=clock)
+    w.sample(1, 6.0, EXIT3, "eu-stack")
+    for r in (0, 2, 3):
+        w.sample(r, 2.0, IN_BARRIER, "py-spy")
+    assert w.exiting_alone() == []                    # the others changed 2 s ago: they may still advance
+    for r in (0, 2, 3):
+        w.sample(r, 5.0, IN_BARRIER, "py-spy")
+    assert w.exiting_alone() == [1]
+    w2 = HangWatch({0: "a", 1: "a"}, stall_s=5, clock=clock)
+    for r in (0, 1):
+        w2.sample(r, 9.0, EXIT3, "eu-stack")
+    assert w2.exiting_alone() == []                   # every rank exiting: they finish together
+
+
+def test_monitor_asks_the_exiting_rank_to_finish_and_stops_the_job_when_it_cannot(tmp_path):
+    clock = Clock()
+    sent = []
+    mon = HangMonitor(HOSTS, 5, None, tmp_path, lambda ranks: [], clock=clock, out=io.StringIO(),
+                      send=lambda ranks, msg: sent.append((list(ranks), msg)) or list(ranks))
+    mon.on_report({"event": "start", "rank": 2})
+    assert sent == [([2], {"type": "watch", "stall_s": 5})]
+    mon.on_report({"event": "sample", "rank": 1, "quiet_s": 6.0, "frames": EXIT3, "how": "eu-stack"})
+    for r in (0, 2, 3):
+        mon.on_report({"event": "sample", "rank": r, "quiet_s": 6.0, "frames": IN_BARRIER, "how": "py-spy"})
+    mon._check_exits()
+    assert sent[-1] == ([1], {"type": "finish"})
+    assert "a rank exits alone" in mon.last_report() and mon.hang["kind"] == "exit" and mon.hang["suspects"] == [1]
+    assert not mon.stop_asked()
+    mon.on_report({"event": "finish", "rank": 1, "found": True, "returned": False, "code": 3,
+                   "why": "gdb is not installed (apt-get install gdb)"})
+    mon._check_exits()
+    assert mon.stop_asked() and mon.exit_failure()["code"] == 3 and mon.exit_failure()["rank"] == 1
+    assert mon.exit_failure()["why"] == "gdb is not installed (apt-get install gdb)"
+
+
+def test_monitor_leaves_a_rank_that_ended_well_to_the_hang_report(tmp_path):
+    clock = Clock()
+    mon = HangMonitor(HOSTS, 5, None, tmp_path, lambda ranks: [], clock=clock, out=io.StringIO(),
+                      send=lambda ranks, msg: list(ranks))
+    mon.on_report({"event": "sample", "rank": 1, "quiet_s": 6.0, "frames": EXIT3, "how": "eu-stack"})
+    for r in (0, 2, 3):
+        mon.on_report({"event": "sample", "rank": r, "quiet_s": 6.0, "frames": IN_BARRIER, "how": "py-spy"})
+    mon._check_exits()
+    mon.on_report({"event": "finish", "rank": 1, "found": True, "returned": False, "code": 0, "why": ""})
+    clock.now += 120
+    mon._check_exits()
+    assert not mon.stop_asked()
+
+
+def test_check_observe_report_takes_samples_and_finish_replies():
+    ok, _ = check_observe_report({"event": "sample", "rank": 2, "quiet_s": 3, "sig": "ab", "how": "py-spy",
+                                  "frames": IN_BARRIER}, HOSTS)
+    assert ok == {"event": "sample", "rank": 2, "host": "algo-2", "quiet_s": 3.0, "sig": "ab", "how": "py-spy",
+                  "frames": IN_BARRIER}
+    assert check_observe_report({"event": "sample", "rank": 2, "quiet_s": -1, "sig": "", "how": "", "frames": []},
+                                HOSTS)[1] == "sample quiet_s -1 is not a non-negative number"
+    assert check_observe_report({"event": "sample", "rank": 2, "quiet_s": 1, "sig": "", "how": "",
+                                 "frames": [{"name": 1}]}, HOSTS)[1] \
+        == "a stack frame needs a text name and file and an integer line"
+    assert check_observe_report({"event": "finish", "rank": 1, "code": 300}, HOSTS)[1] \
+        == "finish code 300 is not an integer 0-255"
+    ok, _ = check_observe_report({"event": "finish", "rank": 1, "found": True, "returned": 1, "code": 3}, HOSTS)
+    assert ok["returned"] is False and ok["found"] is True and ok["code"] == 3
