@@ -50,9 +50,9 @@ class Timeouts:
     job_s: float | None = None
     #: SIGTERM to ranks, then SIGKILL after this long.
     grace_s: float = 10.0
-    #: master: no rank advanced its progress.step for this long (or one rank fell this far behind):
-    #: write a hang report with every affected rank's stacks (observe/hang.py).  Only ranks that
-    #: report progress are judged.
+    #: master: no rank advanced its progress.step for this long (or one rank fell this far behind), or, for a
+    #: program that reports nothing, no rank changed as seen from outside (no I/O, the same stacks): write a
+    #: hang report with every affected rank's stacks (observe/hang.py).  On by default; a report only.
     stall_s: float = 600.0
     #: master: a stall still there this long after its report stops the job (exit code 76, hung); None = never.
     hang_abort_s: float | None = None
