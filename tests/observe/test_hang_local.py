@@ -122,3 +122,25 @@ def test_slow_but_advancing_silent_program_is_never_reported(tmp_path):
     assert (marks / "done.0").exists() and (marks / "done.1").exists()
     assert not (out / "hang-report.txt").exists(), (out / "hang-report.txt").read_text()
     assert "hang detected" not in log
+
+
+def test_a_program_that_is_not_python_is_read_with_a_native_stack_tool(tmp_path):
+    """Issue 29 item 1: py-spy reads only Python; /bin/sleep's stacks come from eu-stack (or gdb)."""
+    spec = LaunchSpec(program=("/bin/sleep", "600"), processes_per_host=2, result_port=free_port(),
+                      timeouts=Timeouts(stall_s=STALL_S, grace_s=5.0))
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    out = tmp_path / "opt_ml" / "output"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("SM_HOSTS", None)
+    proc = subprocess.Popen([PY, "-m", "mpirun_kit.cli.main", "launch", "--hosts", "localhost:2", "--opt-ml",
+                             str(tmp_path / "opt_ml"), "--spec", str(tmp_path / "spec.json")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_for([out / "hang-report.txt"], Deadline(SYSTEM_CLOCK, 60 + REPORT_BOUND_S), proc)
+        text = (out / "hang-report.txt").read_text()
+    finally:
+        stop(proc)
+    assert "no rank changed for" in text, text
+    assert "thread main (eu-stack" in text or "thread main (gdb" in text, text
+    assert "nanosleep" in text, text
+    assert "suspect: none singled out" in text, text       # both wait in the same place
