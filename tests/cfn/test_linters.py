@@ -81,3 +81,27 @@ def test_every_checkov_suppression_has_a_written_reason():
                 if len(str(skip.get("comment", "")).split()) < 3:
                     unexplained.append((Path(path).name, lid, skip.get("id")))
     assert unexplained == []
+
+
+def test_cfn_lint_clean_in_a_china_and_a_govcloud_region():
+    """Issue 26: the templates deploy in every partition (cfn-lint checks resource types and values there)."""
+    r = subprocess.run([str(Path(sys.executable).with_name("cfn-lint")), "--non-zero-exit-code", "warning", "--format",
+                        "parseable", "--regions", "cn-north-1", "us-gov-west-1", "--", *TEMPLATES],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert (r.returncode, r.stdout) == (0, ""), r.stdout + r.stderr
+
+
+def test_no_partition_or_domain_is_hard_coded():
+    """cfn-lint does not flag a literal amazonaws.com or arn:aws: (wrong in aws-cn and aws-us-gov): every ARN
+    takes ${AWS::Partition} and every domain ${AWS::URLSuffix}. Before issue 26 sagemaker-role.yaml had
+    sagemaker.amazonaws.com, s3.${AWS::Region}.amazonaws.com and the ECR host under amazonaws.com.
+    (com.amazonaws.REGION.s3 is a VPC endpoint service name, the same in every partition, not a domain.)"""
+    import re
+
+    hits = []
+    for path in TEMPLATES:
+        for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if re.search(r"(?<!com\.)amazonaws\.com|arn:aws:", code):
+                hits.append(f"{Path(path).name}:{i}: {line.strip()}")
+    assert hits == []
