@@ -67,3 +67,19 @@ def test_the_job_deadline_is_the_launchers_with_no_rank_blamed(tmp_path):
     assert (result["exit_code"], result["source"], result["root_cause"]) == (124, "launcher", None), result
     assert "deadline" in result["reason"], result
     assert "root cause: rank" not in text, text
+
+
+def test_a_submit_killed_by_sigkill_leaves_nothing_running(tmp_path):
+    """SIGKILL cannot be caught: the launcher runs in its own session with PR_SET_PDEATHSIG, so our death is its
+    SIGTERM, and it stops mpirun and every rank as on a cancel (on ee9fb3a they all ran on)."""
+    spec = local_job(tmp_path, "timeouts: {grace_s: 3}\n")
+    log = tmp_path / "submit.log"
+    proc = start_submit(spec, log)
+    try:
+        started = wait_ready(proc, log, ["[0 localhost] rank 0", "[1 localhost] rank 1"])
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert left_running(started, str(tmp_path), timeout=30) == [], log.read_text(errors="replace")
