@@ -373,7 +373,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
     launch = dataclasses.replace(compiled.launch, mpi_flavour=flavour,
                                  mpi_options=tuple(compiled.launch.mpi_options) + srun_options(compiled)
                                  if s.launch == "srun" else compiled.launch.mpi_options)
-    entry = [python, "-m", "mpirun_kit.cli.main", *verbosity.entrypoint_flags(verbose, quiet), "entrypoint",
+    entry = [python, "-m", "mpirun_kit.cli.main", "entrypoint", *verbosity.entrypoint_flags(verbose, quiet),
              "--no-sshd", "--spec", f"{run_dir}/launch-spec.json", "--secret-file", f"{run_dir}/job-secret",
              "--job", compiled.job.name]
     nodes = len(compiled.hosts)
@@ -717,15 +717,41 @@ def job_id_of(record: JobRecord, runner: Runner | None = None) -> str:
     raise SpecError(f"job {record.job_id} has no Slurm job id (it was never submitted)")
 
 
-def cancel_job(runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, timeout: float = 60.0) -> SlurmJob | None:
-    """``scancel`` and wait until Slurm no longer runs any of it.
+#: after a graceful cancel's SIGTERM to the batch step, how long past ``grace_s`` before ``scancel`` kills the rest.
+CANCEL_MARGIN_S = 20.0
+
+
+def cancel_job(runner: Runner, job_id: str, *, grace_s: float = 10.0, clock: Clock = SYSTEM_CLOCK,
+               timeout: float = 60.0) -> SlurmJob | None:
+    """Stop the job and wait until Slurm no longer runs any of it.
+
+    First SIGTERM to the batch shell only (``scancel --batch``): its trap stops the master, which asks every
+    rank to stop (SIGTERM to each program, ``grace_s`` for its handler) and writes the result, so the job ends
+    as any stopped job does, its checkpoint written.  A job still there ``grace_s`` + CANCEL_MARGIN_S later
+    (or pending: no batch shell yet) gets a plain ``scancel``: Slurm's SIGTERM to every step, SIGKILL after
+    KillWait.
 
     Raises:
-        ClusterError: scancel failed, or the job still runs after ``timeout``.
+        ClusterError: scancel failed, or the job still runs ``timeout`` s after the plain scancel.
     """
-    code, _, err = runner.run(["scancel", job_id])
-    if code != 0 and "already completing or completed" not in err and "Invalid job id" not in err:
-        raise ClusterError(f"scancel {job_id} failed (exit {code}): {err.strip()[-300:]}")
+    job = query(runner, job_id)
+    if job is None or job.job_state in ENDED:
+        return job
+
+    def scancel(*flags: str) -> None:
+        code, _, err = runner.run(["scancel", *flags, job_id])
+        if code != 0 and "already completing or completed" not in err and "Invalid job id" not in err:
+            raise ClusterError(f"scancel {job_id} failed (exit {code}): {err.strip()[-300:]}")
+
+    if job.job_state == JobState.RUNNING:
+        scancel("--batch", "--signal=TERM")
+        soft = Deadline(clock, grace_s + CANCEL_MARGIN_S)
+        while not soft.expired():
+            job = query(runner, job_id)
+            if job is None or job.job_state in ENDED:
+                return job
+            clock.sleep(0.2)
+    scancel()
     deadline = Deadline(clock, timeout)
     while True:
         job = query(runner, job_id)
@@ -805,8 +831,9 @@ class SlurmTarget(Target):
         if res is not None and res.exit_code is not None:
             o = outcome_of("slurm", record.name, res.exit_code, failure_text=res.failure_text,
                            failure_file=res.failure_file)
-            state = JobState.SUCCEEDED if res.exit_code == 0 else (
-                JobState.CANCELLED if job is not None and job.state == "CANCELLED" else JobState.FAILED)
+            cancelled = (job is not None and job.state == "CANCELLED") or (
+                record.cancel_requested and res.exit_code == ExitCode.SIGTERM)
+            state = JobState.SUCCEEDED if res.exit_code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
             return JobStatus(state=state, exit_code=res.exit_code, source=o.source, reason=o.reason,
                              root_cause=o.root_cause, detail=f"Slurm: {job.state if job else 'gone'}"
                              + (f" {job.exit_code}:{job.signal or 0}" if job and job.exit_code is not None else ""),
@@ -816,8 +843,9 @@ class SlurmTarget(Target):
         return JobStatus(state=job.job_state, detail=f"Slurm: {job.state} (the batch step left no result)", **base)
 
     def cancel(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
-        cancel_job(self._runner(record), job_id_of(record), clock=clock)
-        return self.describe(record, clock=clock)
+        grace = float((record.details or {}).get("grace_s") or 10.0)
+        cancel_job(self._runner(record), job_id_of(record), grace_s=grace, clock=clock)
+        return self.describe(dataclasses.replace(record, cancel_requested=True), clock=clock)
 
     def logs(self, record: JobRecord, *, rank: int | None = None, follow: bool = False,
              clock: Clock = SYSTEM_CLOCK) -> Iterator[str]:

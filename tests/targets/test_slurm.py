@@ -132,7 +132,7 @@ def test_the_script_is_shown_whole_and_argv_items_are_quoted_once():
     # The entrypoint argv is quoted once, at the script boundary.
     ep = next(line for line in script.splitlines() if line.startswith("ep=("))
     assert shlex.split(ep[len("ep=("):-len(' --hosts "$hosts")')]) == [
-        "python3", "-m", "mpirun_kit.cli.main", "--no-progress", "entrypoint", "--no-sshd", "--spec",
+        "python3", "-m", "mpirun_kit.cli.main", "entrypoint", "--no-progress", "--no-sshd", "--spec",
         "/fsx/jobs/train-1/launch-spec.json", "--secret-file", "/fsx/jobs/train-1/job-secret", "--job", "train"]
     # retries with requeue: the script requeues itself after a retryable failure.
     assert 'if [ "$attempt" -lt 2 ]' in script and 'scontrol requeue "$SLURM_JOB_ID"' in script
