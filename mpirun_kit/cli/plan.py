@@ -53,10 +53,11 @@ def quota_preflight(compiled) -> tuple[str | None, str | None]:
     region = job.target.sagemaker.region
     try:
         sq = boto3.client("service-quotas", region_name=region)
+        sm = boto3.client("sagemaker", region_name=region)  # the account's in-progress jobs use the quota too
     except Exception as exc:  # noqa: BLE001 - botocore's no-region error: the note says it
         return None, f"quota not checked ({exc})"
     return training_preflight(sq, job.resources.instance_type, len(compiled.hosts), spot=job.spot.enabled,
-                              region=region)
+                              region=region, sm=sm)
 
 
 def cost_line(compiled) -> str | None:

@@ -78,20 +78,64 @@ def shortfall(quota: Quota, need: int, region: str | None, what: str) -> str | N
 
 
 def training_preflight(sq: Any, instance_type: str, hosts: int, *, spot: bool,
-                       region: str | None) -> tuple[str | None, str | None]:
+                       region: str | None, sm: Any = None) -> tuple[str | None, str | None]:
     """(shortfall line, note) for a SageMaker training job of ``hosts`` x ``instance_type``.
 
-    A job uses one unit of its instance type's quota per host, so it needs ``hosts`` (other
-    running jobs of that type count too: the quota is for the account, not the job).
+    The quota is the applied value (ListServiceQuotas), else AWS's default (ListAWSDefaultServiceQuotas:
+    ListServiceQuotas leaves out a quota whose applied value was never set, so "not listed" is no
+    reason to go ahead).  A job uses one unit per host, and the quota is the account's: with ``sm``
+    (a SageMaker client), the instances of the account's in-progress training jobs of the same type
+    (on-demand or spot, as this job) are counted too.
     """
     name = training_quota_name(instance_type, spot)
     try:
         quota = find_quota(sq, "sagemaker", name)
+        source = ""
+        if quota is None:
+            quota = _find_all(sq, "sagemaker", (name,), default=True).get(name)
+            source = " (AWS's default: no applied value is set)"
     except QuotaUnreadable as exc:
         return None, f"quota {name!r} not checked ({exc})"
     if quota is None:
         return None, f"quota {name!r} not found among SageMaker's quotas in {region}; check the Service Quotas console"
-    return shortfall(quota, hosts, region, f"this job ({hosts} x {instance_type})"), None
+    used, jobs, note = 0, [], None
+    if sm is not None:
+        try:
+            used, jobs = training_instances_in_use(sm, instance_type, spot)
+        except QuotaUnreadable as exc:
+            note = f"in-progress training jobs not counted against {name!r} ({exc})"
+    what = f"this job ({hosts} x {instance_type})"
+    if used:
+        shown = ", ".join(jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+        what += f" plus the account's in-progress jobs ({used} x {instance_type}: {shown})"
+    line = shortfall(quota, hosts + used, region, what)
+    if line and source:
+        line = line.replace(f" is {quota.value:g} in ", f" is {quota.value:g}{source} in ", 1)
+    return line, note
+
+
+def training_instances_in_use(sm: Any, instance_type: str, spot: bool) -> tuple[int, list[str]]:
+    """(instances, job names) of the account's InProgress training jobs of ``instance_type`` (spot or not)."""
+    used, names = 0, []
+    token = None
+    while True:
+        page = _read(sm.list_training_jobs, "SageMaker ListTrainingJobs", StatusEquals="InProgress", MaxResults=100,
+                     **({"NextToken": token} if token else {}))
+        for summary in page.get("TrainingJobSummaries") or ():
+            desc = _read(sm.describe_training_job, "SageMaker DescribeTrainingJob",
+                         TrainingJobName=summary["TrainingJobName"])
+            if bool(desc.get("EnableManagedSpotTraining")) != spot:
+                continue
+            rc = desc.get("ResourceConfig") or {}
+            n = rc.get("InstanceCount", 0) if rc.get("InstanceType") == instance_type else 0
+            n += sum(g.get("InstanceCount", 0) for g in rc.get("InstanceGroups") or ()
+                     if g.get("InstanceType") == instance_type)
+            if n:
+                used += n
+                names.append(f"{summary['TrainingJobName']} ({n})")
+        token = page.get("NextToken")
+        if not token:
+            return used, names
 
 
 def _get(sq: Any, quota: tuple[str, str, str]) -> Quota:
@@ -224,13 +268,16 @@ def fsx_preflight(sq: Any, fsx: Any, params: Mapping[str, str], region: str | No
     return shorts, notes
 
 
-def _find_all(sq: Any, service_code: str, names: tuple[str, ...]) -> dict[str, Quota]:
-    """The applied quotas among ``names`` (one paged ListServiceQuotas walk)."""
+def _find_all(sq: Any, service_code: str, names: tuple[str, ...], *, default: bool = False) -> dict[str, Quota]:
+    """The applied quotas among ``names`` (one paged ListServiceQuotas walk); with ``default``, AWS's
+    default values instead (ListAWSDefaultServiceQuotas)."""
     found: dict[str, Quota] = {}
     token = None
+    call, what = ((sq.list_aws_default_service_quotas, "Service Quotas ListAWSDefaultServiceQuotas") if default
+                  else (sq.list_service_quotas, "Service Quotas ListServiceQuotas"))
     while True:
         kwargs: dict[str, Any] = {"ServiceCode": service_code, **({"NextToken": token} if token else {})}
-        page = _read(sq.list_service_quotas, "Service Quotas ListServiceQuotas", **kwargs)
+        page = _read(call, what, **kwargs)
         for q in page.get("Quotas") or ():
             if q.get("QuotaName") in names:
                 found[q["QuotaName"]] = Quota(service_code, str(q["QuotaCode"]), q["QuotaName"],

@@ -73,9 +73,65 @@ def test_an_unreadable_quota_is_a_note_not_a_guess():
 
 
 def test_a_quota_the_service_does_not_list():
-    sq, _ = stubbed([quota("ml.m5.xlarge for training job usage", "L-3", 4.0)])
+    sq, stub = stubbed([quota("ml.m5.xlarge for training job usage", "L-3", 4.0)])
+    stub.add_response("list_aws_default_service_quotas", {"Quotas": []}, {"ServiceCode": "sagemaker"})
     assert training_preflight(sq, "ml.p5.48xlarge", 1, spot=False, region="us-west-2") == (
         None, f"quota {P5!r} not found among SageMaker's quotas in us-west-2; check the Service Quotas console")
+
+
+def test_a_quota_without_an_applied_value_is_read_as_its_default():
+    """Issue 26: ListServiceQuotas leaves out a quota whose applied value was never set (botocore's docs), so
+    submit went ahead with a note; the AWS default (ListAWSDefaultServiceQuotas) is the quota then.
+    Stubber, validated by the service model: moto serves no per-instance SageMaker quotas."""
+    sq, stub = stubbed([quota("ml.m5.xlarge for training job usage", "L-3", 4.0)])
+    stub.add_response("list_aws_default_service_quotas", {"Quotas": [quota(P5, "L-2222", 0.0)]},
+                      {"ServiceCode": "sagemaker"})
+    short, note = training_preflight(sq, "ml.p5.48xlarge", 4, spot=False, region="us-west-2")
+    stub.assert_no_pending_responses()
+    assert note is None
+    assert short == ("quota: 'ml.p5.48xlarge for training job usage' is 0 (AWS's default: no applied value is set) "
+                     "in us-west-2, this job (4 x ml.p5.48xlarge) needs 4; request it with `aws service-quotas "
+                     "request-service-quota-increase --service-code sagemaker --quota-code L-2222 --desired-value 4 "
+                     "--region us-west-2` (approval can take days)")
+
+
+def _training_job(name, itype, count, spot=False):
+    return {"TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:us-west-2:210987654321:training-job/{name}",
+            "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress",
+            "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
+            "ResourceConfig": {"InstanceType": itype, "InstanceCount": count, "VolumeSizeInGB": 100},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "CreationTime": 1_763_000_000,
+            "EnableManagedSpotTraining": spot}
+
+
+def test_instances_of_in_progress_training_jobs_count_against_the_quota():
+    """Issue 26: the quota is the account's; a job that fits alone does not fit beside running ones.
+    Stubber, validated by the service model (moto's training jobs are Completed at once)."""
+    sq, _ = stubbed([quota(P5, "L-2222", 6.0)])
+    sm = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="testing",
+                      aws_secret_access_key="testing")
+    stub = Stubber(sm)
+    jobs = [_training_job("team-a-1", "ml.p5.48xlarge", 2), _training_job("team-b-1", "ml.p5.48xlarge", 1, spot=True),
+            _training_job("team-c-1", "ml.p4d.24xlarge", 4)]
+    summary = [{"TrainingJobName": j["TrainingJobName"], "TrainingJobArn": j["TrainingJobArn"],
+                "CreationTime": j["CreationTime"], "TrainingJobStatus": "InProgress"} for j in jobs]
+    stub.add_response("list_training_jobs", {"TrainingJobSummaries": summary},
+                      {"StatusEquals": "InProgress", "MaxResults": 100})
+    for j in jobs:
+        stub.add_response("describe_training_job", j, {"TrainingJobName": j["TrainingJobName"]})
+    with stub:
+        short, note = training_preflight(sq, "ml.p5.48xlarge", 5, spot=False, region="us-west-2", sm=sm)
+    assert note is None
+    # 5 + team-a-1's 2 on-demand p5 > 6; the spot job and the p4d job use other quotas
+    assert short.startswith("quota: 'ml.p5.48xlarge for training job usage' is 6 in us-west-2, this job "
+                            "(5 x ml.p5.48xlarge) plus the account's in-progress jobs (2 x ml.p5.48xlarge: "
+                            "team-a-1 (2)) needs 7; request it with")
+    sq, _ = stubbed([quota(P5, "L-2222", 6.0)])
+    stub.add_response("list_training_jobs", {"TrainingJobSummaries": summary[:1]},
+                      {"StatusEquals": "InProgress", "MaxResults": 100})
+    stub.add_response("describe_training_job", jobs[0], {"TrainingJobName": "team-a-1"})
+    with stub:
+        assert training_preflight(sq, "ml.p5.48xlarge", 4, spot=False, region="us-west-2", sm=sm) == (None, None)
 
 
 def test_submit_refuses_a_shortfall_before_creating_anything(monkeypatch, capsys):
@@ -86,9 +142,15 @@ def test_submit_refuses_a_shortfall_before_creating_anything(monkeypatch, capsys
     made = []
     real = boto3.client
 
+    sm = real("sagemaker", region_name="us-west-2", aws_access_key_id="testing", aws_secret_access_key="testing")
+    sm_stub = Stubber(sm)  # in-progress jobs: none; any other call (a create) would fail the stub
+    sm_stub.add_response("list_training_jobs", {"TrainingJobSummaries": []},
+                         {"StatusEquals": "InProgress", "MaxResults": 100})
+    sm_stub.activate()
+
     def client(name, *a, **kw):
         made.append(name)
-        return sq if name == "service-quotas" else real(name, *a, **kw)
+        return {"service-quotas": sq, "sagemaker": sm}.get(name) or real(name, *a, **kw)
     monkeypatch.setattr(boto3, "client", client)
     outs = ["mrk-role.RoleArn=arn:aws:iam::210987654321:role/mrk", "mrk-role.RoleS3Uri=s3://b-1/mpirun-kit",
             "mrk-role.RoleImageRepository=210987654321.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit",
@@ -100,7 +162,7 @@ def test_submit_refuses_a_shortfall_before_creating_anything(monkeypatch, capsys
     assert rc == 69
     assert "mpirun_kit: error: quota: 'ml.p5.48xlarge for training job usage' is 2 in us-west-2, this job " \
            "(4 x ml.p5.48xlarge) needs 4; request it with `aws service-quotas" in err
-    assert "sagemaker" not in made
+    sm_stub.assert_no_pending_responses()  # read the running jobs, created nothing
 
 
 VPC_PARAMS = {"AvailabilityZone1": "us-west-2a", "AvailabilityZone2": "us-west-2b", "AvailabilityZone3": "",
