@@ -67,6 +67,14 @@ def stop(proc) -> str:
     return proc.communicate(timeout=60)[0]
 
 
+def ended(proc, timeout: float) -> str:
+    """The job's output once it ends by itself; stopped (and the test failed) when it does not within timeout."""
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the job did not end within {timeout:g} s (stopped):\n" + stop(proc))
+
+
 def report_when_stuck(tmp_path, mode, odd, n):
     """Start the job, wait until every rank waits (its marker), then for the report within the issue's bound."""
     proc, marks, out = start(tmp_path, mode, odd, n)
@@ -83,7 +91,7 @@ def test_rank_that_exits_alone_ends_the_job_with_its_code(tmp_path):
     """Issue 29's first finding: rank 1 calls sys.exit(3) while rank 0 waits in a barrier.  mpi4py's exit hook runs
     MPI_Finalize, which waits for rank 0 for ever: before, a silent hang until stopped by hand."""
     proc, _, out = start(tmp_path, "exit3", 1)
-    log = proc.communicate(timeout=200)[0]
+    log = ended(proc, 200)
     assert proc.returncode == 3, log
     failure = (out / "failure").read_text()
     assert code_and_text(failure).startswith("exit_code=3\nroot cause: rank 1 on localhost exited with code 3"), failure
@@ -117,7 +125,7 @@ def test_slow_but_advancing_silent_program_is_never_reported(tmp_path):
     """Rank 1 takes 1.5 s a step, the others wait for it in an allreduce, nobody prints or reports progress:
     over 10 steps (five stall_s periods of 3 s) only the loop's counter changes, and that is enough."""
     proc, marks, out = start(tmp_path, "slow", 1, 2, "10", stall_s=3.0)
-    log = proc.communicate(timeout=200)[0]
+    log = ended(proc, 200)
     assert proc.returncode == 0, log
     assert (marks / "done.0").exists() and (marks / "done.1").exists()
     assert not (out / "hang-report.txt").exists(), (out / "hang-report.txt").read_text()
