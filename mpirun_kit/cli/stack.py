@@ -203,16 +203,20 @@ def _deploy(args: argparse.Namespace) -> int:
     # The change set name is chosen here, not in the library, so a request is reproducible.
     cs_name = "mrk-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime(SYSTEM_CLOCK.time()))
     if not ids:  # everything local is checked before any AWS call (zone ids need one to become names)
-        make_deploy_request(args.name, template, params, cs_name, termination_protection=args.termination_protection)
+        # (a required parameter may be missing: on an update it keeps its value, known once the stack is read)
+        make_deploy_request(args.name, template, params, cs_name, termination_protection=args.termination_protection,
+                            missing_ok=not args.dry_run)
+    previous = None
     if not args.dry_run:
         _check_name_first(args)
         _need_terminal_or_yes(args, "deploy")
+        previous = _previous_parameters(args)
         if any(p.name == "AvailabilityZone1" for p in template.parameters):
             params, lines = map_zones(params, _client(args, "ec2"), _region(args))
             for line in lines:
                 say(line)
     request = make_deploy_request(args.name, template, params, cs_name,
-                                  termination_protection=args.termination_protection)
+                                  termination_protection=args.termination_protection, previous=previous)
     if args.dry_run:
         print(_request_json(request) if args.json else request.render())
         return 0
@@ -233,6 +237,20 @@ def _deploy(args: argparse.Namespace) -> int:
         if result.outcome != "declined":
             print(render_table(dict(result.outputs)))
     return 1 if result.outcome == "declined" else 0
+
+
+def _previous_parameters(args: argparse.Namespace) -> dict[str, str] | None:
+    """The existing stack's parameter values (an update keeps those not given), or None for a new stack."""
+    from ..stack.aws import StackNotFoundError
+    from ..stack.outputs import describe_stack
+
+    try:
+        stack = describe_stack(args.name, _client(args))
+    except StackNotFoundError:
+        return None
+    if stack.get("StackStatus") == "REVIEW_IN_PROGRESS":  # never created: a CREATE change set follows
+        return None
+    return {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or ()}
 
 
 def _check_name_first(args: argparse.Namespace) -> None:

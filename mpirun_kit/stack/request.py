@@ -110,7 +110,8 @@ class DeployRequest:
 
 
 def make_deploy_request(stack_name: str, template: Template, given: Mapping[str, str],
-                        change_set_name: str, *, termination_protection: bool = False) -> DeployRequest:
+                        change_set_name: str, *, termination_protection: bool = False,
+                        previous: Mapping[str, str] | None = None, missing_ok: bool = False) -> DeployRequest:
     """Check everything that can be checked locally and build the request.
 
     Args:
@@ -121,6 +122,9 @@ def make_deploy_request(stack_name: str, template: Template, given: Mapping[str,
         termination_protection: enable the stack's termination protection after the deploy
             (``stack deploy --termination-protection``; the VPC and FSx stacks hold what other
             stacks and running jobs depend on).
+        previous: the existing stack's parameter values (an update): a required parameter not
+            given keeps its value (sent as UsePreviousValue), and the rules see it.
+        missing_ok: accept missing required parameters (a check before the stack was looked up).
 
     Raises:
         SpecError: bad stack or change set name, bad parameters (all listed), or a
@@ -130,8 +134,11 @@ def make_deploy_request(stack_name: str, template: Template, given: Mapping[str,
     if not _CHANGE_SET_NAME.fullmatch(change_set_name):
         raise SpecError(f"change set name {change_set_name!r} is not valid; expected a letter, then letters, "
                         "digits or hyphens, at most 128 characters")
-    check_parameters(template, given)
-    findings = check_template(template, given)
+    check_parameters(template, given, previous, missing_ok=missing_ok)
+    effective = {**{k: v for k, v in (previous or {}).items() if k in {p.name for p in template.parameters}},
+                 **given}
+    complete = all(p.name in effective or p.default is not None for p in template.parameters)
+    findings = check_template(template, effective) if complete else ()
     if findings:
         raise SpecError(f"{template.path}: breaks mpirun_kit's template rules with these parameters:\n  "
                         + "\n  ".join(str(f) for f in findings))

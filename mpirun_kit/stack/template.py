@@ -383,11 +383,13 @@ def rule_violations(template: Template, values: Mapping[str, Any]) -> list[str]:
     return failed
 
 
-def check_parameters(template: Template, given: Mapping[str, str]) -> dict[str, Any]:
+def check_parameters(template: Template, given: Mapping[str, str], previous: Mapping[str, str] | None = None, *,
+                     missing_ok: bool = False) -> dict[str, Any]:
     """Check ``--param`` values against the template; return the effective values.
 
-    Every parameter without a Default must be given (also on update: the plan states
-    every required value, so a deploy is reproducible from its command line).
+    Every parameter without a Default must be given, unless the stack already has a value for it
+    (``previous``: an update keeps it, as ``--param``'s help says), or ``missing_ok`` (the CLI's
+    check before it has asked AWS whether the stack exists; the full check follows).
 
     Raises:
         SpecError: one message listing every problem found, each with the offending
@@ -401,11 +403,15 @@ def check_parameters(template: Template, given: Mapping[str, str]) -> dict[str, 
     for p in template.parameters:
         if p.name in given:
             problems.extend(_value_problems(p, given[p.name]))
-        elif p.default is None:
+        elif p.default is None and p.name not in (previous or {}):
+            if missing_ok:
+                continue
             what = f" ({p.description})" if p.description else ""
             problems.append(f"missing required parameter {p.name}{what}; pass --param {p.name}=VALUE")
-    values = parameter_values(template, given)
-    if not problems:
+    effective = {**{k: v for k, v in (previous or {}).items() if k in known}, **given}
+    values = parameter_values(template, effective)
+    complete = all(p.name in effective or p.default is not None for p in template.parameters)
+    if not problems and complete:
         problems.extend(rule_violations(template, values))
     if problems:
         raise SpecError(f"{template.path}: invalid parameters:\n  " + "\n  ".join(problems))
