@@ -224,8 +224,11 @@ class HostSyncError(MpirunKitError):
     """A step under ``fail_on_host_syncs`` did something that makes a CUDA host wait or mixes devices."""
 
 
-def cuda_semantics_problem(func, args, kwargs) -> str | None:
+def cuda_semantics_problem(func, args, kwargs, device: str = "cuda") -> str | None:
     """Why this aten call would stall or break a CUDA step, or None.
+
+    ``device``: the device type standing for the GPU -- ``cuda`` (fake CUDA tensors) or ``meta``
+    (the backward gate: autograd and the optimizer run on meta tensors, which fake CUDA cannot).
 
     Judged from the op's tags and arguments, so it works on fake ``cuda`` tensors (no GPU): an op
     tagged data-dependent (its result is read on the host: ``.item()``, ``nonzero``, ``equal``...),
@@ -246,9 +249,9 @@ def cuda_semantics_problem(func, args, kwargs) -> str | None:
         else:
             dst = torch.device(kwargs["device"]).type if kwargs.get("device") is not None else src.device.type
             blocking = not kwargs.get("non_blocking", False)
-        if src.device.type == "cuda" and dst == "cpu":
+        if src.device.type == device and dst == "cpu":
             return f"aten.{name}: a device -> host copy (the host waits for the GPU to drain)"
-        if src.device.type == "cpu" and dst == "cuda" and blocking and src.dim() > 0:
+        if src.device.type == "cpu" and dst == device and blocking and src.dim() > 0:
             return f"aten.{name}: a blocking host -> device copy (use pinned memory and non_blocking=True)"
         return None
     if torch.Tag.data_dependent_output in tags:
@@ -263,7 +266,7 @@ def cuda_semantics_problem(func, args, kwargs) -> str | None:
                 len(args) > 3 and args[3] is not None)):
             return None
         return f"aten.{name}: its output size depends on the data (read on the host)"
-    if "cuda" in devs and any(t.device.type == "cpu" and t.dim() > 0 for t in tensors):
+    if device in devs and any(t.device.type == "cpu" and t.dim() > 0 for t in tensors):
         return f"aten.{name} mixes host and device tensors"
     return None
 
@@ -280,27 +283,40 @@ class fail_on_host_syncs(TorchDispatchMode):
     """Raise ``HostSyncError`` listing every op ``cuda_semantics_problem`` flags, each naming our line.
 
     Enter it inside a ``FakeTensorMode`` (so it sees every op before the fake kernels answer it):
-    tests/maskrcnn/fake_cuda_gate.py runs the trainer's step this way on fake ``cuda:0`` tensors.
-    The ops run on (fake tensors keep their shapes), so one run lists all the problems, raised on
-    leaving the block; ``problems`` keeps them when the block ends by another error (a fake
-    tensor refuses ``.item()`` by itself).
+    tests/maskrcnn/fake_cuda_gate.py runs the trainer's forward this way on fake ``cuda:0``
+    tensors.  With ``device="meta"`` it judges meta tensors as device tensors:
+    tests/maskrcnn/test_maskrcnn_gpu_path.py runs the trainer's backward and optimizer step
+    (``Trainer.backward_and_step``) so, since autograd runs on meta and not on fake CUDA.  The ops
+    run on (fake and meta tensors keep their shapes), so one run lists all the problems, raised on
+    leaving the block; an op that cannot run without the data (``.item()``, ``nonzero`` on meta or
+    fake tensors) raises ``HostSyncError`` with the problems so far at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cuda") -> None:
         super().__init__()
+        self.device = device
         self.problems: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        problem = cuda_semantics_problem(func, args, kwargs)
+        problem = cuda_semantics_problem(func, args, kwargs, self.device)
         if problem:
             self.problems.append(f"{_where()}: {problem}")
-        return func(*args, **kwargs)
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            if problem:
+                raise HostSyncError(self._text() + f"\n(stopped there: {type(exc).__name__}: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+            raise
+
+    def _text(self) -> str:
+        c = collections.Counter(self.problems)
+        return (f"{len(self.problems)} op(s) that stall or break a CUDA step:\n"
+                + "\n".join(f"  {n:3d} x {p}" for p, n in c.most_common()))
 
     def __exit__(self, exc_type, exc, tb):
         super().__exit__(exc_type, exc, tb)
         if exc_type is None and self.problems:
-            c = collections.Counter(self.problems)
-            raise HostSyncError(f"{len(self.problems)} op(s) that stall or break a CUDA step:\n"
-                                + "\n".join(f"  {n:3d} x {p}" for p, n in c.most_common()))
+            raise HostSyncError(self._text())
         return False

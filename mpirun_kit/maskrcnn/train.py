@@ -34,8 +34,8 @@ from typing import Any, Mapping
 from .. import progress as step_report  # hang detection: the master sees each rank's step
 from ..core.files import write_json_atomic
 from ..errors import MpirunKitError, SpecError
-from .config import (Config, check_device_support, config_from_dict, config_to_dict, lr_at, parse_overrides,
-                     resolve_config, resolve_schedule, scheduled_solver, step_host_syncs, PRESETS)
+from .config import (Config, add_config_flags, check_device_support, config_from_dict, config_to_dict, lr_at,
+                     parse_overrides, resolve_config, resolve_schedule, scheduled_solver, step_host_syncs)
 from .dist import Comm, DistInfo, init_distributed, read_dist_env
 
 log = logging.getLogger("mpirun_kit.maskrcnn.train")
@@ -57,13 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok; 143 stopped by SIGTERM after writing a checkpoint (resume with --resume auto); "
                "64 bad config/data/checkpoint; 70 process group failed; 1 loss diverged.",
     )
-    p.add_argument("--config", required=True, choices=sorted(PRESETS), help="preset: r50_fpn_1x (COCO) or demo (CPU)")
+    add_config_flags(p)  # --config and --set: defined once, also read by config.schedule_for_program
     p.add_argument("--data-dir", required=True, type=Path, help="dataset root; the config's data.* paths are relative to it")
     p.add_argument("--output-dir", required=True, type=Path, help="checkpoints, metrics.jsonl, metrics.json")
     p.add_argument("--synthetic-if-missing", action="store_true",
                    help="write the synthetic shapes dataset into --data-dir when the train annotations are absent")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set solver.base_lr=0.01 (repeatable; wins over the preset)")
     p.add_argument("--resume", default="auto", metavar="auto|PATH|none",
                    help="auto: continue from <output-dir>/last_checkpoint if present (default); PATH: that file; none: start fresh")
     p.add_argument("--eval-only", action="store_true", help="evaluate the resumed checkpoint and exit")
@@ -76,6 +74,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train at most N steps in this run, checkpoint and exit 0 without evaluating "
                         "(time-sliced jobs; the LR schedule still follows solver.max_iter)")
     return p
+
+
+def denormals_flushed() -> bool:
+    """Whether this process's intra-op threads treat denormal float32 as zero (FTZ/DAZ).
+
+    A parallel multiply of the smallest denormal (made from its bit pattern: converting a Python
+    float would already flush it on this thread) over a chunk per thread: any chunk whose thread
+    keeps denormals leaves non-zero bits.  The bits are compared as integers (a float comparison
+    under DAZ would read a denormal as 0).
+    """
+    import torch
+
+    n = max(torch.get_num_threads(), 1) * 65536  # above ATen's grain size (32768): every thread takes a chunk
+    x = torch.ones(n, dtype=torch.int32).view(torch.float32)  # 1.4e-45, the smallest denormal
+    return int(torch.count_nonzero((x * 3.0).view(torch.int32))) == 0
 
 
 class _RankFilter(logging.Filter):
@@ -205,6 +218,17 @@ class Trainer:
         # ranks share the host's cores: oversubscribing threads makes every rank slower
         threads = cfg.threads_per_rank or max(1, (os.cpu_count() or 1) // max(info.local_size, 1))
         torch.set_num_threads(threads)
+        # in every intra-op thread (config.py flush_denormal says why); the probe runs a parallel
+        # op and checks every thread's chunk, and the count of flushing ranks is logged
+        if cfg.flush_denormal:
+            from .ops import set_flush_denormal
+
+            if not set_flush_denormal(True):
+                log.warning("this CPU cannot flush denormals (no SSE3): the step may slow down from random weights")
+        self.denormals_flushed = denormals_flushed()
+        if cfg.flush_denormal and not self.denormals_flushed:
+            log.warning("denormals are not flushed in every intra-op thread (the compiled ops are not loaded and "
+                        "the thread pool existed before): the CPU step may slow down from random weights")
         use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
         if use_cuda:
             if not torch.cuda.is_available():
@@ -233,8 +257,8 @@ class Trainer:
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
-        log.info("rank %d/%d (local %d) on %s, %d thread(s), backend %s", info.rank, info.world_size,
-                 info.local_rank, self.device, threads, backend)
+        log.info("rank %d/%d (local %d) on %s, %d thread(s), backend %s, denormals %s", info.rank, info.world_size,
+                 info.local_rank, self.device, threads, backend, "flushed" if self.denormals_flushed else "kept")
 
     def _paths(self) -> dict[str, Path]:
         d, dc = self.args.data_dir, self.cfg.data
@@ -313,6 +337,9 @@ class Trainer:
 
         cfg = self.cfg
         model = self.new_model() if model is None else model
+        # the foreground RoIs per image ride along in the loss dict, averaged over the log window
+        # and all-reduced with the losses (no host read of their own): the mask-head cap's evidence
+        model.roi_heads.report_stats = True
         # one conversion (device and layout together): a second .to would copy every weight again
         if self.device.type == "cuda" and cfg.solver.channels_last:
             model.to(self.device, memory_format=torch.channels_last)
@@ -465,7 +492,8 @@ class Trainer:
                else contextlib.nullcontext())
         with amp:
             losses = self.ddp_model(batch)
-        loss = sum(losses.values())
+        # the model's other entries are statistics for the log (roi_heads.report_stats), not losses
+        loss = sum(v for k, v in losses.items() if k.startswith("loss_"))
         return losses, loss, torch.stack([loss.detach(), *(v.detach() for v in losses.values())]).float()
 
     def train_step(self, batch, trainable: list | None = None) -> tuple[dict[str, Any], Any]:
@@ -475,12 +503,22 @@ class Trainer:
         loss dict, [total, *losses] as one float device tensor for the log window).
         tests/maskrcnn/test_maskrcnn_syncs.py counts the host syncs of exactly this call.
         """
+        losses, loss, stacked = self.forward_losses(batch)
+        self.backward_and_step(loss, trainable)
+        return losses, stacked
+
+    def backward_and_step(self, loss, trainable: list | None = None) -> None:
+        """Backward, (clipping,) the optimizer and LR-schedule steps for the loss ``forward_losses`` gave.
+
+        The backward gate (tests/maskrcnn/test_maskrcnn_gpu_path.py) runs exactly this on the
+        ``meta`` device under ``syncs.fail_on_host_syncs("meta")``: no host read, no device -> host
+        copy, in autograd or in the optimizer.
+        """
         import torch
 
         solver = self.cfg.solver
         if trainable is None:
             trainable = [p for p in self.model.parameters() if p.requires_grad]
-        losses, loss, stacked = self.forward_losses(batch)
         # set_to_none is the default; Horovod's DistributedOptimizer.zero_grad() takes no arguments
         self.optimizer.zero_grad()
         self.scaler.scale(loss).backward()
@@ -497,7 +535,6 @@ class Trainer:
             self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        return losses, stacked
 
     def _train(self, clock=time) -> int:
         import torch
@@ -534,9 +571,12 @@ class Trainer:
                 # the stop flag in one all-reduce.  SIGTERM may reach the ranks at different steps,
                 # so every rank stops at the first log step after any rank got it (at most
                 # log_period steps later), all at the same step.
-                local = torch.cat([torch.tensor([float(self.stop_requested)]), (window / window_steps).cpu()])
+                # [stop flag, ranks flushing denormals, mean window]: the flush count shows the
+                # mode is on in every rank (config.py flush_denormal), at no extra message
+                local = torch.cat([torch.tensor([float(self.stop_requested), float(self.denormals_flushed)]),
+                                   (window / window_steps).cpu()])
                 reduced = self.comm.allreduce_sum(local)
-                stop, mean = bool(reduced[0] > 0), reduced[1:] / self.info.world_size
+                stop, mean = bool(reduced[0] > 0), reduced[2:] / self.info.world_size
                 window, window_steps = None, 0
                 last_loss = float(mean[0])
                 if not math.isfinite(float(mean[0])):
@@ -545,7 +585,8 @@ class Trainer:
                 rate = (self.step - step0) * self.global_batch / max(clock.monotonic() - t0, 1e-9)
                 eta = (solver.max_iter - self.step) * self.global_batch / max(rate, 1e-9)
                 rec = {"step": self.step, "loss": float(mean[0]), "lr": self.scheduler.get_last_lr()[0],
-                       **{k: float(v) for k, v in zip(losses, mean[1:])}, "images_per_s": rate, "eta_s": round(eta)}
+                       **{k: float(v) for k, v in zip(losses, mean[1:])}, "images_per_s": rate, "eta_s": round(eta),
+                       "denormal_flush_ranks": int(reduced[1])}
                 self._emit(rec)
             progress.update(self.step, solver.max_iter, f"loss={last_loss:.3f}")
             last = self.step == solver.max_iter

@@ -70,7 +70,7 @@ def test_cost_prints_the_step_cost_model_without_a_gpu(capsys):
     assert "step cost per image: 4 images of 128x224, forward + backward + SGD, 128 mask slots per batch" in out
     table, result = out.split("\n{", 1)
     assert "roofline on H100 SXM, bf16 dense 989 TFLOP/s, HBM3 3.35 TB/s (assumed peaks)" in table
-    assert "(bar: 30 img/s per GPU, " in table
+    assert "(bar: 130 img/s per GPU, " in table
     result = __import__("json").loads("{" + result)
     assert (result["mask_slots"], result["before"]["mask_slots"]) == (128, 512)
     # the mask head runs on a quarter of the slots: a quarter of its FLOPs, nothing else changes

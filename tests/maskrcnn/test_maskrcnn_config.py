@@ -173,7 +173,10 @@ def test_plan_prints_the_scaled_schedule_for_maskrcnn_jobs(capsys, monkeypatch):
     repo = __import__("pathlib").Path(__file__).resolve().parents[2]
     monkeypatch.chdir(repo)
     outputs = ["mrk-role.RoleArn=arn:aws:iam::123456789012:role/mrk", "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
-               "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]
+               "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1",
+               # the per-job role (issue #26) adds these outputs to what plan resolves
+               "mrk-role.RoleS3Uri=s3://bucket/prefix", "mrk-role.SubmitRoleArn=arn:aws:iam::123456789012:role/mrk-submit",
+               "mrk-role.RoleImageRepository=123456789012.dkr.ecr.us-west-2.amazonaws.com/mrk"]
     for job in ("jobs/maskrcnn.yaml", "jobs/maskrcnn-p4d.yaml"):
         assert main(["plan", job, *[a for o in outputs for a in ("--stack-output", o)]]) == 0
         out = capsys.readouterr().out
@@ -184,3 +187,8 @@ def test_plan_prints_the_scaled_schedule_for_maskrcnn_jobs(capsys, monkeypatch):
     assert "max_iter=5625 " in schedule_for_program(prog, 32)
     assert "error: config key 'solver.ims_per_gpu'" in schedule_for_program(prog[:-1] + ["solver.ims_per_gpu=x"], 32)
     assert schedule_for_program(["python", "train.py"], 8) is None
+    # one parser (issue #31 item 9): the trainer's own flag definitions, --set=K=V and bad values included
+    assert "max_iter=5625 " in schedule_for_program(prog[:-2] + ["--set=solver.ims_per_gpu=8"], 32)
+    assert schedule_for_program(prog[:3] + ["--set", "solver.ims_per_gpu=8"], 8) is None  # no --config: not resolvable
+    assert "error: argument --config: invalid choice: 'nope'" in schedule_for_program(prog[:3] + ["--config", "nope"], 8)
+    assert "error: --set 'x': expected KEY=VALUE" in schedule_for_program(prog + ["--set", "x"], 8)

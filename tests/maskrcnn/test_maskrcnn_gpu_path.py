@@ -6,7 +6,9 @@
   it failed (DDP: 16 blocking uploads by DDP and 12 device -> host copies in pad_targets);
 * the same mode's judgement, op by op, on fake cuda tensors (it must be able to fail);
 * forward, backward and the optimizer step on the ``meta`` device (autograd runs there; fake CUDA
-  cannot run backward);
+  cannot run backward), and the backward gate: ``Trainer.backward_and_step`` under
+  ``syncs.fail_on_host_syncs("meta")`` passes, and fails on a planted ``.item()``, ``.cpu()`` or
+  ``nonzero`` after backward, in a gradient hook or in the optimizer step (issue #32);
 * ``torch.compile(fullgraph=True)`` of the training forward: one graph, 0 graph breaks (the
   precondition for ``solver.cuda_graphs``).
 
@@ -134,12 +136,76 @@ def test_meta_device_runs_forward_backward_and_the_optimizer_step(meta_trainer):
     t = meta_trainer
     trainable = [p for p in t.model.parameters() if p.requires_grad]
     losses, window = t.train_step(t.test_batch)
-    assert sorted(losses) == ["loss_box_reg", "loss_cls", "loss_mask", "loss_rpn_box", "loss_rpn_cls"]
-    assert window.device.type == "meta" and window.shape == (6,)
+    assert sorted(losses) == ["fg_rois_per_image", "loss_box_reg", "loss_cls", "loss_mask", "loss_rpn_box",
+                              "loss_rpn_cls", "mask_rois_per_image"]
+    assert window.device.type == "meta" and window.shape == (8,)
     assert all(p.grad is not None and p.grad.device.type == "meta" and p.grad.shape == p.shape for p in trainable)
     # SGD with momentum kept a buffer per parameter: the step ran
     assert len(t.optimizer.state) == len(trainable)
     assert all(s["momentum_buffer"].shape == p.shape for p, s in t.optimizer.state.items())
+
+
+def _gated_backward(t):
+    """The trainer's forward, then its backward + clipping + SGD + LR step under the meta gate."""
+    from mpirun_kit.maskrcnn.syncs import fail_on_host_syncs
+
+    _, loss, _ = t.forward_losses(t.test_batch)
+    with fail_on_host_syncs("meta"):
+        t.backward_and_step(loss)
+
+
+def test_backward_and_optimizer_step_have_no_host_sync(meta_trainer):
+    """Issue #32: the gate beside the fake-CUDA forward gate, for what fake CUDA cannot run."""
+    t = meta_trainer
+    steps = t.scheduler.last_epoch
+    _gated_backward(t)
+    assert t.scheduler.last_epoch == steps + 1  # the whole of backward_and_step ran under the gate
+    assert len(t.optimizer.state) == len([p for p in t.model.parameters() if p.requires_grad])
+
+
+@pytest.mark.parametrize("where", ["item_after_backward", "cpu_after_backward", "item_in_backward",
+                                   "nonzero_in_optimizer"])
+def test_backward_gate_fails_on_an_injected_host_read(meta_trainer, monkeypatch, where):
+    """The gate must be able to fail: a host read planted after backward() (before the optimizer
+    step), inside autograd (a gradient hook) and inside the optimizer step."""
+    from mpirun_kit.maskrcnn.syncs import HostSyncError
+
+    t = meta_trainer
+    w = t.model.roi_heads.cls_score.weight
+    hooks = []
+    if where in ("item_after_backward", "cpu_after_backward"):
+        real_step = t.scaler.step
+
+        def step(opt, *a, **k):
+            g = w.grad.sum()
+            g.item() if where == "item_after_backward" else g.cpu()
+            return real_step(opt, *a, **k)
+
+        monkeypatch.setattr(t.scaler, "step", step)
+    elif where == "item_in_backward":
+        hooks.append(w.register_hook(lambda g: g if g.sum().item() is None else g))
+    else:
+        real_opt_step = t.optimizer.step
+
+        def opt_step(*a, **k):
+            w.grad.nonzero()
+            return real_opt_step(*a, **k)
+
+        monkeypatch.setattr(t.optimizer, "step", opt_step)
+    try:
+        with pytest.raises(HostSyncError) as info:
+            _gated_backward(t)
+    finally:
+        for h in hooks:
+            h.remove()
+    text = str(info.value)
+    want = {"item_after_backward": "aten._local_scalar_dense: its result is read on the host",
+            "item_in_backward": "aten._local_scalar_dense: its result is read on the host",
+            "cpu_after_backward": "a device -> host copy (the host waits for the GPU to drain)",
+            "nonzero_in_optimizer": "aten.nonzero"}[where]
+    assert want in text, text
+    # attributed to the trainer's line that ran it (the planted code is outside the package)
+    assert "mpirun_kit/maskrcnn/train.py:" in text, text
 
 
 def test_training_forward_compiles_as_one_graph(meta_trainer):

@@ -63,6 +63,12 @@ def test_k_steps_resume_j_steps_equals_k_plus_j_straight(shapes, tmp_path):
         assert re.search(rx, straight.stdout), name
     records = [json.loads(l) for l in (tmp_path / "a/metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2, 3, 4] and "bbox_mAP" in records[-1]
+    # issue #32: denormals flushed (the default) and the foreground RoIs per image logged; the GT
+    # boxes join the proposals, so every image has foreground, and the capped head trains on at
+    # most that many
+    for r in (r for r in records if "loss" in r):
+        assert r["denormal_flush_ranks"] == 1, r
+        assert r["fg_rois_per_image"] >= r["mask_rois_per_image"] > 0, r
     final = json.loads((tmp_path / "a/metrics.json").read_text())
     assert final["step"] == 4 and final["skipped_images"] == 0 and 0.0 <= final["segm_mAP"] <= 1.0
     assert a["config"]["solver"]["max_iter"] == 4 and a["config"]["model"]["num_classes"] == 3
@@ -85,6 +91,9 @@ def test_sigterm_mid_epoch_checkpoints_on_every_rank_and_resumes(shapes, tmp_pat
         for line in proc.stdout:
             lines.append(line)
             if line.startswith("step=1 "):
+                # issue #32: the flush mode is on in both ranks (each rank probes its own threads;
+                # the count rides on the log step's all-reduce)
+                assert " denormal_flush_ranks=2" in line, line
                 break
             assert time.monotonic() < deadline, "".join(lines)
         ranks = [p for p in psutil.Process(proc.pid).children(recursive=True)
@@ -129,7 +138,28 @@ def test_the_loop_talks_to_the_other_ranks_once_per_log_step_not_every_step(shap
         assert t.run() == 0
     finally:
         Comm.allreduce_sum = real
-    # steps 3 and 6: [stop flag, total, 5 losses]; then the end-of-run count of skipped images
-    assert calls == [(7,), (7,), (1,)]
+    # steps 3 and 6: [stop flag, ranks flushing denormals, total, 5 losses, foreground RoIs per image,
+    # mask-head RoIs per image]; then the end-of-run count of skipped images
+    assert calls == [(10,), (10,), (1,)]
     records = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [3, 6]
+
+
+def test_flush_denormal_false_keeps_them(shapes, tmp_path):
+    """The option to keep denormals (torch's default): the rank's probe then finds them kept."""
+    proc = _train(shapes, tmp_path, "--set", "flush_denormal=false", "--set", "log_period=1", "--stop-after-steps", "1")
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("step=1 "))
+    assert " denormal_flush_ranks=0" in line, line
+    assert "denormals kept" in proc.stderr
+
+
+def test_flush_reaches_the_threads_of_an_existing_pool():
+    """torch.set_flush_denormal sets the calling thread only: with the 2-thread pool already running,
+    the probe still finds a thread keeping denormals (the test fails without the library's setter);
+    ops.set_flush_denormal sets every thread."""
+    code = ("import torch; from mpirun_kit.maskrcnn.train import denormals_flushed as f; "
+            "from mpirun_kit.maskrcnn.ops import set_flush_denormal; torch.set_num_threads(2); "
+            "a = f(); torch.set_flush_denormal(True); b = f(); set_flush_denormal(True); c = f(); "
+            "set_flush_denormal(False); print(a, b, c, f())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["False", "False", "True", "False"], out.stdout + out.stderr

@@ -50,6 +50,10 @@ class RoIHeads(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.num_classes = num_classes
+        #: forward_train adds ``fg_rois_per_image`` (foreground RoIs sampled per image: what an
+        #: uncapped mask head would train on) and ``mask_rois_per_image`` (what it trained on) to
+        #: its loss dict, detached, for the trainer's log; off, the dict holds losses only
+        self.report_stats = False
         p = cfg.box_pool_size
         self.fc1 = nn.Linear(in_channels * p * p, cfg.fc_dim)
         self.fc2 = nn.Linear(cfg.fc_dim, cfg.fc_dim)
@@ -136,7 +140,8 @@ class RoIHeads(nn.Module):
             # keep every mask-head parameter in the graph (DDP expects a gradient for each)
             loss_mask = sum(p.sum() for p in [*self.mask_convs.parameters(), *self.mask_deconv.parameters(),
                                               *self.mask_pred.parameters()]) * 0
-            return {"loss_cls": loss_cls, "loss_box_reg": loss_box, "loss_mask": loss_mask}
+            return self._with_stats({"loss_cls": loss_cls, "loss_box_reg": loss_box, "loss_mask": loss_mask},
+                                    is_pos, is_pos.new_zeros(1), b)
         with torch.no_grad():
             pick, img, m_valid = gather_foreground(is_pos[:, :max_pos], targets["seeds"], cap, _MASK_SALT)
             # flat index into [B * S] (the gather above saw [B, max_pos])
@@ -153,7 +158,15 @@ class RoIHeads(nn.Module):
         logits = logits.gather(1, m_labels[:, None, None, None].expand(-1, 1, *logits.shape[2:]))[:, 0]
         per_roi = F.binary_cross_entropy_with_logits(logits, mask_t, reduction="none").mean((1, 2))
         loss_mask = torch.where(m_valid, per_roi * mask_w, torch.zeros_like(per_roi)).sum()
-        return {"loss_cls": loss_cls, "loss_box_reg": loss_box, "loss_mask": loss_mask}
+        return self._with_stats({"loss_cls": loss_cls, "loss_box_reg": loss_box, "loss_mask": loss_mask},
+                                is_pos, m_valid, b)
+
+    def _with_stats(self, losses: dict[str, torch.Tensor], is_pos: torch.Tensor, m_valid: torch.Tensor,
+                    images: int) -> dict[str, torch.Tensor]:
+        if self.report_stats:
+            losses["fg_rois_per_image"] = is_pos.sum().float().detach() / images
+            losses["mask_rois_per_image"] = m_valid.sum().float().detach() / images
+        return losses
 
     def _mask_targets(self, gt_masks: torch.Tensor, boxes: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """[P, M, M] binary targets: GT mask ``rows[i]`` of ``gt_masks`` [R, H, W] resampled into box i."""

@@ -43,6 +43,7 @@ __all__ = [
     "pack_levels",
     "roi_align",
     "roi_align_packed",
+    "set_flush_denormal",
 ]
 
 
@@ -54,3 +55,21 @@ def ops_available() -> bool:
 def load_error() -> BaseException | None:
     """The exception that stopped the compiled extension from loading, or None."""
     return _loader.active().load()
+
+
+def set_flush_denormal(on: bool) -> bool:
+    """``torch.set_flush_denormal(on)`` in every intra-op thread, not only the calling one.
+
+    torch's setter changes the calling thread's FTZ/DAZ bits; threads of an intra-op pool that
+    already exists keep theirs.  The compiled library runs the setter in each of them
+    (csrc/ops/flush_denormal.cpp); without it only the caller and threads created later get the
+    mode (``train.denormals_flushed()`` tells which).  Returns False when the CPU cannot flush.
+    """
+    import torch
+
+    ok = torch.set_flush_denormal(on)
+    # getattr: a library built before this op existed still runs (the probe then reports)
+    every_thread = getattr(torch.ops.mpirun_kit, "set_flush_denormal", None) if _loader.active().available else None
+    if every_thread is not None:
+        ok = bool(every_thread(on)) and ok
+    return ok
