@@ -56,6 +56,8 @@ log = logging.getLogger(__name__)
 
 #: a connection that sends no valid message this long after connecting is closed.
 FIRST_MESSAGE_S = 10.0
+#: a connection younger than this is never evicted to make room (its first line may be on its way).
+EVICT_GRACE_S = 0.5
 #: authenticated connections one address may hold beyond its hosts' ranks and workers (a rank's reconnect).
 PER_HOST_SLACK = 2
 #: while accept() fails for lack of file descriptors, retry it this often.
@@ -278,7 +280,12 @@ class ResultServer:
                 # Outsiders' SYNs are dropped before any handshake where the kernel allows (filter.py).
                 why = peer_filter.attach(sock, self.allowed_peers)
                 if why:
-                    log.info("result channel: outside addresses are refused at accept() only (%s)", why)
+                    # Said as a warning, with what is lost: without the filter an outsider's connection is refused
+                    # only after its handshake, so a flood of them costs the server accept()s and, until each
+                    # is refused, nothing else (they never count against the connection cap).
+                    log.warning("result channel: no kernel filter for outside addresses (%s): their connections "
+                                "now complete the TCP handshake and are refused at accept(), one by one, in the "
+                                "server's loop; a flood from outside the job's hosts costs the master CPU", why)
             sock.listen(1024)
             sock.setblocking(False)
         except OSError:
@@ -454,10 +461,16 @@ class ResultServer:
         """Make room for one connection: the oldest that has not authenticated goes (a worker's connection
         without its hello included).  Each candidate's pending bytes are read first, so a rank whose report
         is already here is never the one evicted."""
+        now = self.clock.monotonic()
         for p in list(self._unauthed):  # oldest first
             self._read(p)
             if not p.alive:
                 return True  # it closed, or its line was refused: room made
+            if now - p.opened < EVICT_GRACE_S:
+                # The oldest is this young, so all are: one may be a rank whose line is on its way, which would be
+                # lost although its send() succeeded.  The newcomer is refused instead, before its greeting, which
+                # a rank sees and retries (rank_link.py): a flood delays reports, never loses one.
+                return False
             if p in self._unauthed:
                 self._reject(p.addr, "connection closed to make room: it had not authenticated", "capacity")
                 self._drop(p)
