@@ -185,6 +185,8 @@ class HangWatch:
         report of a stall judged from samples."""
         state, call = classify(frames) if frames else (("active", "") if how == "activity" else ("unknown", ""))
         with self._lock:
+            if rank in self.gone:
+                return                      # a sample that crossed its rank's exit report
             old = self.samples.get(rank)
             self.samples[rank] = RankSample(quiet_s, frames, how, self.clock.monotonic(), state, call)
             if not self.table and old is not None and quiet_s < self.stall_s <= old.quiet_s:
