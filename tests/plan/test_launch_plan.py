@@ -103,7 +103,7 @@ def test_secret_in_user_option_redacted_in_render():
     (LaunchSpec(program=("p",), pinning="numa"),
      "pinning is 'numa'; expected 'auto' (one GPU and its NUMA-local CPUs per rank) or 'none'"),
     (LaunchSpec(program=("p",), mpi_flavour="lam"),
-     "mpi_flavour 'lam' is unknown; expected one of ['mpich', 'openmpi4', 'openmpi5'] or 'auto'"),
+     "mpi_flavour 'lam' is unknown; expected one of ['mpich', 'openmpi4', 'openmpi5', 'srun'] or 'auto'"),
 ])
 def test_plan_errors(spec, message):
     with pytest.raises(SpecError) as e:

@@ -88,4 +88,4 @@ def test_option_errors():
 def test_get_flavour_unknown():
     with pytest.raises(SpecError) as e:
         get_flavour("lam")
-    assert str(e.value) == "mpi_flavour 'lam' is unknown; expected one of ['mpich', 'openmpi4', 'openmpi5'] or 'auto'"
+    assert str(e.value) == "mpi_flavour 'lam' is unknown; expected one of ['mpich', 'openmpi4', 'openmpi5', 'srun'] or 'auto'"

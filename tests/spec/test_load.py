@@ -58,7 +58,7 @@ def test_type_enum_and_required_messages():
         """) == [
         "job.yaml:1: missing required key 'program'",
         "job.yaml:3: name: expected a job name of letters, digits and '-', at most 63 characters (SageMaker's rule); got string 'bad name'",
-        "job.yaml:5: target.type: expected one of 'local', 'sim', 'ssh', 'sagemaker'; got string 'sagemker'; "
+        "job.yaml:5: target.type: expected one of 'local', 'sim', 'ssh', 'sagemaker', 'slurm'; got string 'sagemker'; "
         "did you mean 'sagemaker'?",
         "job.yaml:7: resources.hosts: expected an integer >= 1; got string '2'",
         "job.yaml:8: resources.processes_per_host: expected an integer >= 1 or 'auto'; got number 0",
@@ -267,7 +267,7 @@ def test_more_contradictions():
         "job.yaml:12: data.d.mode: S3 channels are read-only (File mode); use mode: ro or an EFS/FSx channel"]
     assert errors(HEAD + PROG + "target:\n  type: ssh\n  ssh: {hosts: [a]}\nretries: 2\n") == [
         "job.yaml:9: retries: retries are supported by targets local, sim and sagemaker; set 0 for ssh"]
-    assert errors(HEAD + PROG, target="aws") == ["job.yaml: --target: expected one of local, sim, ssh, sagemaker; got 'aws'"]
+    assert errors(HEAD + PROG, target="aws") == ["job.yaml: --target: expected one of local, sim, ssh, sagemaker, slurm; got 'aws'"]
 
 
 def test_control_characters():
