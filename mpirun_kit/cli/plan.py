@@ -23,7 +23,7 @@ SPEC_CODE_NOTES = {
 def add_spec_args(p: argparse.ArgumentParser) -> None:
     """Flags shared by plan and submit."""
     p.add_argument("spec", metavar="JOB.yaml", help="job spec file (see jobs/ and the README)")
-    p.add_argument("--target", choices=("local", "sim", "ssh", "sagemaker"),
+    p.add_argument("--target", choices=("local", "sim", "ssh", "sagemaker", "slurm"),
                    help="run on this target instead of the spec's target.type")
     p.add_argument("--region", metavar="REGION", help="AWS region for ${stack:...} outputs (default: the spec's "
                    "target.sagemaker.region, else the AWS configuration)")

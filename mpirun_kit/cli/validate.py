@@ -108,7 +108,7 @@ def register(subparsers) -> None:
         codes=exit_codes(ExitCode.BAD_INPUT, notes={0: "every spec is valid",
                                                     64: "at least one invalid spec, or a missing path"}))
     p.add_argument("paths", nargs="+", metavar="PATH", help="job spec files or directories (searched for *.yaml)")
-    p.add_argument("--target", choices=("local", "sim", "ssh", "sagemaker"),
+    p.add_argument("--target", choices=("local", "sim", "ssh", "sagemaker", "slurm"),
                    help="validate as if submitted with --target")
     p.add_argument("--json", action="store_true", help="one JSON list of {file, ok, job, target, hosts, problems: [{line, key, message}], warnings}")
     p.set_defaults(func=_validate)
