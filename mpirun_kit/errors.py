@@ -21,20 +21,21 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """Every exit code mpirun_kit itself chooses (the job's own 1-63 pass through unchanged)."""
+    """Every exit code mpirun_kit itself chooses (the job's own 1-63 pass through unchanged).  What each means
+    is worded once, in ``EXIT_CODE_TEXT`` below; --help, docs/cli.md and targets/outcome.py are generated from it."""
 
     OK = 0
-    FAILED = 1            # a failure with no more specific code (the job's own code was unknown)
-    USAGE = 2             # command-line usage error (argparse)
-    BAD_INPUT = 64        # a job spec, resourceconfig.json, hostfile or flag (SpecError)
-    UNREACHABLE = 69      # sshd never answered, AWS refused (ClusterError)
-    LAUNCH_FAILED = 70    # mpirun missing, MPI daemon never appeared, entrypoint crashed (LaunchError)
-    HOST_LOST = 74        # a worker host went silent mid-job (network cut, host died): a JobResult, not raised
-    MASTER_LOST = 75      # a worker lost its master: it died, never launched or went silent (MasterLostError)
-    HUNG = 76             # a stall outlasted timeouts.hang_abort_s after its hang report (observe/hang.py)
-    TIMEOUT = 124         # the job ran past timeouts.job_s
-    CANNOT_START = 127    # the program could not start: not found, not executable, or its script missing
-    INTERRUPTED = 130     # 128 + 2 (SIGINT): Ctrl-C, or `submit --wait` stopped following
+    FAILED = 1
+    USAGE = 2
+    BAD_INPUT = 64        # SpecError
+    UNREACHABLE = 69      # ClusterError
+    LAUNCH_FAILED = 70    # LaunchError
+    HOST_LOST = 74        # a JobResult (exec/result.py), never raised
+    MASTER_LOST = 75      # MasterLostError
+    HUNG = 76             # a JobResult (observe/hang.py decides)
+    TIMEOUT = 124         # a JobResult
+    CANNOT_START = 127    # CannotStartError
+    INTERRUPTED = 130     # 128 + 2 (SIGINT)
     SIGKILL = 137         # 128 + 9
     SIGTERM = 143         # 128 + 15
 
