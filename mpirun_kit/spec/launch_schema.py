@@ -66,7 +66,7 @@ LAUNCH_SCHEMA: dict = _obj({
 # most of the launch regression measured after the trust-boundary work (README, Benchmarks: Launch).
 # ``surely_valid`` answers only "certainly valid" for the keywords LAUNCH_SCHEMA uses; anything else
 # (an unknown keyword, a doubtful value) answers False, and jsonschema, still the one authority,
-# decides and names the problems.  tests/spec/test_schema_fast_path.py checks it never accepts what
+# decides and names the problems.  tests/spec/test_launch_schema.py checks it never accepts what
 # jsonschema rejects.
 _JSON_TYPES = {"object": (dict,), "array": (list,), "string": (str,), "integer": (int,), "number": (int, float),
                "boolean": (bool,), "null": (type(None),)}

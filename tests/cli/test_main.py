@@ -69,7 +69,7 @@ CASES = [
     (("plan", "/proc/self/mem"), "bare", 64, "/proc/self/mem: cannot read the job spec"),
     (("submit", BIN, "--dry-run"), "bare", 64, "cannot read the job spec: not UTF-8 text"),
     (("doctor", BIN), "bare", 64, "cannot read the job spec: not UTF-8 text"),
-    # (validate reports a missing file among its per-file results, with the same words: tests/spec/test_cli.py)
+    # (validate reports a missing file among its per-file results, with the same words: tests/cli/test_validate.py)
     (("stack", "deploy", "x", "--template", BIN, "--dry-run"), "bare", 64, "not UTF-8 text"),
     (("stack", "deploy", "x", "--template", MISSING, "--dry-run"), "bare", 64, "no such file"),
     (("stack", "deploy", "x", "--template", "/proc/self/mem", "--dry-run"), "bare", 64, "cannot read it"),
