@@ -349,7 +349,9 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
         # leaves out mpirun's last lines, just printed on this same stream (the failure file keeps them).
         path = write_result(opt_ml, result)
         if result.exit_code != 0:
-            print(f"mpirun_kit: job failed with exit code {result.exit_code}"
+            # A stop (a signal, the deadline) is not a failure of the job: said as what it is (H2, issue #28).
+            print(f"mpirun_kit: job {'stopped' if result.kind in ('interrupted', 'timeout') else 'failed'} with "
+                  f"exit code {result.exit_code}"
                   + (f"; failure written to {path}" if path else "") + "\n" + result.text(tail=False, limit=None),
                   file=out, flush=True)
         sent = server.publish(result)
