@@ -12,6 +12,7 @@ lists every finding as ``FILE:LINE: key.path: expected X, got Y`` with a
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +32,31 @@ def _scalar(v: Any) -> str:
     return str(v)
 
 
+def _section(cls: type, raw: dict | None):
+    """A section's dataclass from its mapping, field by field.
+
+    The schema checked the mapping first, and each of its keys is the field of the same name (a test holds
+    the schema's keys and the dataclass's fields equal: tests/spec/test_schema.py), so a new field needs no
+    line here.  The value is made the field's kind: a list a tuple, a mapping of scalars ``Pairs``, a number
+    or boolean where the field holds text (``time: 30``, ``efa: true``) that text."""
+    kinds = {f.name: str(f.type) for f in fields(cls)}
+    out: dict[str, Any] = {}
+    for key, value in (raw or {}).items():
+        kind = kinds[key]
+        if kind == "Pairs":
+            value = _pairs(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        elif kind.startswith("str") and isinstance(value, (bool, int, float)):
+            value = _scalar(value)
+        out[key] = value
+    return cls(**out)
+
+
 def _build(raw: dict, source: str, target_override: str | None) -> S.JobSpec:
     t = raw.get("target") or {}
-    ssh = t.get("ssh") or {}
-    sm = t.get("sagemaker") or {}
     res = raw.get("resources") or {}
     prog = raw["program"]
-    mpi = raw.get("mpi") or {}
-    tun = raw.get("tuning") or {}
     ppn = res.get("processes_per_host")
     channels = []
     for name, ch in (raw.get("data") or {}).items():
@@ -47,21 +65,13 @@ def _build(raw: dict, source: str, target_override: str | None) -> S.JobSpec:
             name=name, s3=ch.get("s3"), efs_id=efs.get("file_system_id"), fsx_id=fsx.get("file_system_id"),
             fsx_mount_name=fsx.get("mount_name"), path=str(efs.get("path") or fsx.get("path") or "/"),
             local=ch.get("local"), mode=ch.get("mode", "ro"), mount=ch.get("mount")))
-    spot = raw.get("spot") or {}
-    vpc = raw.get("vpc") or {}
-    efa = tun.get("efa", "auto")
     return S.JobSpec(
         name=raw["name"],
         api_version=raw["apiVersion"],
         description=raw.get("description", ""),
         target=S.Target(
             type=target_override or t.get("type", "local"),
-            ssh=S.SshTarget(**{k: (tuple(v) if k == "hosts" else v) for k, v in ssh.items()}),
-            sim=S.SimTarget(**(t.get("sim") or {})),
-            slurm=S.SlurmTarget(**{k: (str(v) if k == "time" else tuple(v) if isinstance(v, list) else v)
-                                   for k, v in (t.get("slurm") or {}).items()}),
-            sagemaker=S.SageMakerTarget(**{k: (_pairs(v) if k == "tags" else tuple(v) if k == "allow_plaintext_secrets"
-                                               else v) for k, v in sm.items()}),
+            **{kind: _section(cls, t.get(kind)) for kind, cls in S.TARGET_SETTINGS.items()},
         ),
         resources=S.Resources(instance_type=res.get("instance_type"), hosts=res.get("hosts"),
                               processes_per_host=None if ppn in (None, "auto") else ppn),
@@ -72,18 +82,16 @@ def _build(raw: dict, source: str, target_override: str | None) -> S.JobSpec:
         hyperparameters=_pairs(raw.get("hyperparameters")),
         env=_pairs(raw.get("env")),
         env_forward=tuple(raw.get("env_forward") or ()),
-        mpi=S.Mpi(flavour=mpi.get("flavour", "auto"), mca=_pairs(mpi.get("mca")),
-                  options=tuple(mpi.get("options") or ())),
-        tuning=S.Tuning(profile=tun.get("profile", "auto"), aws_ofi_nccl=tun.get("aws_ofi_nccl"),
-                        efa=efa if isinstance(efa, str) else _scalar(efa)),
+        mpi=_section(S.Mpi, raw.get("mpi")),
+        tuning=_section(S.Tuning, raw.get("tuning")),
         pinning=raw.get("pinning", "auto"),
         data=tuple(channels),
-        checkpoint=S.Location(**(raw.get("checkpoint") or {})),
-        output=S.Location(**(raw.get("output") or {})),
-        vpc=S.Vpc(subnets=tuple(vpc.get("subnets") or ()), security_groups=tuple(vpc.get("security_groups") or ())),
-        timeouts=S.JobTimeouts(**(raw.get("timeouts") or {})),
+        checkpoint=_section(S.Location, raw.get("checkpoint")),
+        output=_section(S.Location, raw.get("output")),
+        vpc=_section(S.Vpc, raw.get("vpc")),
+        timeouts=_section(S.JobTimeouts, raw.get("timeouts")),
         retries=raw.get("retries", 0),
-        spot=S.Spot(enabled=spot.get("enabled", False), max_wait_s=spot.get("max_wait_s")),
+        spot=_section(S.Spot, raw.get("spot")),
         source=source,
     )
 

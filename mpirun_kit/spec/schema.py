@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 # The LaunchSpec's schema and the fast check live apart so that an entrypoint checks its spec without
@@ -120,6 +120,12 @@ class SageMakerTarget:
     #: (role stack output SubmitRoleArn): SageMaker chains that tag into the execution role's session
     #: (SessionChainingConfig), which scopes the job's S3 and KMS access to its own prefixes.  "" = no tag.
     submit_role: str = ""
+
+
+#: target type -> its settings' dataclass: the YAML section ``target.<type>`` has exactly its fields
+#: (load.py builds it field by field; tests/spec/test_schema.py holds the schema's keys to the fields).
+TARGET_SETTINGS: dict[str, type] = {"ssh": SshTarget, "sim": SimTarget, "slurm": SlurmTarget,
+                                    "sagemaker": SageMakerTarget}
 
 
 @dataclass(frozen=True)
@@ -356,10 +362,7 @@ JOB_SCHEMA: dict = {
         "checkpoint": _obj({"s3": _S3, "local_path": _STR}),
         "output": _obj({"s3": _S3, "local_path": _STR}),
         "vpc": _obj({"subnets": _STRLIST, "security_groups": _STRLIST}),
-        "timeouts": _obj({k: _SECONDS for k in (
-            "ssh_ready_s", "ssh_ready_per_host_s", "daemon_wait_s", "daemon_wait_per_host_s",
-            "master_connect_s", "master_silence_s", "worker_silence_s", "job_s", "grace_s",
-            "stall_s", "hang_abort_s")}),
+        "timeouts": _obj({f.name: _SECONDS for f in fields(JobTimeouts)}),   # the keys are JobTimeouts' fields
         "retries": {"type": "integer", "minimum": 0, "maximum": 30},
         "spot": _obj({"enabled": {"type": "boolean"}, "max_wait_s": {"type": "integer", "minimum": 1}}),
     }, ("apiVersion", "kind", "name", "program")),
