@@ -220,13 +220,16 @@ class HangWatch:
 
     def exiting_alone(self) -> list[int]:
         """Ranks that called exit and have sat in MPI_Finalize for stall_s while every other live rank has
-        been quiet as long (they wait for it, or for each other): such a rank can never finish."""
+        waited in MPI as long (a collective, a point-to-point wait, finalize): such a rank can never finish.
+        A rank that computes (its stack outside MPI), however long unchanged, may still come to finalize:
+        then nobody is ended."""
         with self._lock:
             live = [r for r in self.rank_hosts if r not in self.gone]
             quiet = {r: s for r, s in self.samples.items() if s.quiet_s >= self.stall_s}
         exiting = [r for r, s in quiet.items() if s.state == "finalize" and s.call == "exit"]
         others = [r for r in live if r not in exiting]
-        if not exiting or not others or not all(r in quiet for r in others):
+        if not exiting or not others or not all(
+                r in quiet and quiet[r].state in ("collective", "p2p", "finalize") for r in others):
             return []
         return sorted(exiting)
 
