@@ -301,6 +301,8 @@ def test_a_rank_in_finalize_under_exit_while_the_others_wait_is_exiting_alone():
     for r in (0, 2, 3):
         w.sample(r, 5.0, IN_BARRIER, "py-spy")
     assert w.exiting_alone() == [1]
+    w.sample(3, 9.0, [{"name": "matmul", "file": "train.py", "line": 40}], "py-spy")
+    assert w.exiting_alone() == []                    # rank 3 computes (outside MPI): it may still come to finalize
     w2 = HangWatch({0: "a", 1: "a"}, stall_s=5, clock=clock)
     for r in (0, 1):
         w2.sample(r, 9.0, EXIT3, "eu-stack")
