@@ -1,20 +1,14 @@
-"""A job spec file made ready to plan: load, resolve ``${stack:...}`` outputs, compile with this host's facts.
+"""A job spec file made ready to plan: parse the CLI's spec arguments, hand AWS clients to stack/resolve.py.
 
-Place in the data flow: JOB.yaml -> ``load_job`` (spec/load.py) -> stack outputs
-(``--stack-output`` values first, then CloudFormation) -> ``compile_job``
-(spec/compile.py) with ``cluster.local.LocalFacts`` -> a ``CompiledJob`` that
-plan/jobplan.py prints and targets/ run.  The CLI's plan, submit, validate and
-doctor commands share it; it takes their parsed arguments (``spec``, ``target``,
-``region``, ``stack_output``) and reads AWS only when the spec names a stack.
-It lives in cli/ because it reads AWS (boto3, stack/) and the environment
-(``AWS_ENDPOINT_URL``), which only the CLI does: spec/ stays values and checks.
+Place in the data flow: JOB.yaml -> ``load_job`` (spec/load.py, relative paths against the spec's
+directory) -> ``stack.resolve.resolve_job`` (stack outputs, region, compile with this host's facts,
+the job against its stacks) -> a ``CompiledJob`` that plan/jobplan.py prints and targets/ run.  The
+CLI's plan, submit, validate and doctor commands share it.  Only this part reads the environment
+(``AWS_ENDPOINT_URL``, through the client factory): the resolution itself takes its clients injected.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-import sys
-from typing import Mapping
 
 from ..cluster.local import LocalFacts, read_local_facts
 from ..errors import SpecError
@@ -29,211 +23,6 @@ def parse_stack_overrides(items: list[str]) -> dict[str, dict[str, str]]:
             raise SpecError(f"--stack-output {item!r}: expected STACK.OutputKey=VALUE, e.g. mrk-fsx.FileSystemId=fs-0123")
         out.setdefault(stack, {})[key] = value
     return out
-
-
-def stack_refs(job) -> tuple[tuple[str, str], ...]:
-    """Every ``${stack:STACK.OutputKey}`` a job spec uses, in order of first use."""
-    from ..spec.compile import _map_strings
-    from ..spec.schema import MACRO_RE, STACK_RE
-
-    refs: dict[tuple[str, str], None] = {}
-
-    def collect(text: str) -> str:
-        for m in MACRO_RE.finditer(text):
-            ref = STACK_RE.match(m.group(1))
-            if ref:
-                refs[(ref.group(1), ref.group(2))] = None
-        return text
-    _map_strings(job, collect)
-    return tuple(refs)
-
-
-#: what an output stands for while it is unresolved (a dry run shows the reference as written).
-def unresolved_value(stack: str, key: str) -> str:
-    return f"${{stack:{stack}.{key}}}"
-
-
-class Unresolved(dict):
-    """The outputs of a stack that could not be read in a dry run: known ones (``--stack-output``) plus
-    every other key as its own ``${stack:STACK.Key}`` text, so the plan shows the reference as written."""
-
-    def __init__(self, stack: str, known: Mapping[str, str], reason: str) -> None:
-        super().__init__(known)
-        self.stack = stack
-        self.reason = reason
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-    def __missing__(self, key: str) -> str:
-        return unresolved_value(self.stack, key)
-
-
-class StackInOtherRegionError(SpecError):
-    """The stack a spec names exists, but in another region than the one the job resolves in."""
-
-
-def resolve_region(flag: str | None, spec_region: str | None, default: str | None) -> tuple[str | None, str]:
-    """(region, where it came from): ``--region``, then the spec's target.sagemaker.region, then the AWS default.
-
-    Every ``stack``, ``plan`` and ``submit`` call takes its region through here, so one spec and one
-    shell resolve the same region everywhere.  Pure: ``default`` is the AWS configuration's region.
-    """
-    for value, source in ((flag, "--region"), (spec_region, "target.sagemaker.region"),
-                          (default, "the AWS configuration")):
-        if value:
-            return value, source
-    return None, "nowhere"
-
-
-def aws_default_region() -> str | None:
-    """The region boto3 would use without one (AWS_REGION, AWS_DEFAULT_REGION, ~/.aws/config); the CLI calls it."""
-    import boto3
-
-    return boto3.session.Session().region_name or None
-
-
-def regions_to_probe(region: str | None, default: str | None) -> list[str]:
-    """Where to look for a stack missing from ``region``: the AWS default first, then every region of
-    ``region``'s partition that has CloudFormation (botocore's endpoint data; no AWS call)."""
-    import boto3
-
-    session = boto3.session.Session()
-    try:
-        partition = session.get_partition_for_region(region) if region else "aws"
-        others = session.get_available_regions("cloudformation", partition_name=partition)
-    except Exception:  # noqa: BLE001 - an unknown region: probe the default only
-        others = []
-    return [r for r in dict.fromkeys([default, *others]) if r and r != region]
-
-
-def _cloudformation_outputs(region: str | None, other_region: str | None = None, *, probe=regions_to_probe):
-    """Stack name -> outputs from CloudFormation (boto3 clients created on first use).
-
-    A stack missing from ``region`` but present in another region (the AWS default first, then the
-    other regions of the partition; with or without a default) is refused with one line naming both:
-    the usual cause is a stack deployed with another default region than the spec's or --region.
-    """
-    clients: dict = {}
-
-    def client(name: str | None):
-        import boto3
-
-        if name not in clients:
-            endpoint = os.environ.get("AWS_ENDPOINT_URL") or None
-            clients[name] = boto3.client("cloudformation", region_name=name, endpoint_url=endpoint)
-        return clients[name]
-
-    def fetch(stack: str) -> Mapping[str, str]:
-        from ..stack.aws import StackNotFoundError
-        from ..stack.outputs import get_outputs
-
-        try:
-            return get_outputs(stack, client(region))
-        except StackNotFoundError:
-            if not region:
-                raise
-            for other in probe(region, other_region):
-                try:
-                    get_outputs(stack, client(other))
-                except Exception:  # noqa: BLE001 - the probe is best effort; the first error is the answer
-                    continue
-                raise StackInOtherRegionError(
-                    f"stack {stack!r} is in region {other}, not in {region}, where this job resolves its "
-                    f"stacks; pass --region {other} (or set target.sagemaker.region: {other}), or "
-                    f"deploy the stack in {region}") from None
-            raise
-    return fetch
-
-
-def _is_offline(exc: BaseException) -> bool:
-    """A failure that says nothing about the stack itself: no credentials, no region, AWS unreachable."""
-    from ..errors import ClusterError
-
-    return isinstance(exc, ClusterError) or "no AWS region configured" in str(exc)
-
-
-def resolve_stacks(refs: tuple[tuple[str, str], ...], overrides: Mapping[str, Mapping[str, str]],
-                   region: str | None, fetch=None, *, offline: bool = False) -> dict[str, Mapping[str, str]]:
-    """The outputs of every stack ``refs`` name: ``--stack-output`` values first, then CloudFormation.
-
-    A stack whose every referenced output is given by ``--stack-output`` is not read at all.
-    Every stack is tried before failing, so one run reports all that could not be read.  With
-    ``offline`` (plan, ``submit --dry-run``), a stack that cannot be read for want of AWS
-    (credentials, region, network) becomes an ``Unresolved`` mapping instead of an error; a stack
-    AWS says does not exist is still an error.
-
-    Raises:
-        ClusterError (69: no credentials, AWS unreachable) or SpecError (64: no region, unknown
-        stacks): naming every stack that failed and the ``--stack-output`` flags that replace them.
-    """
-    from ..errors import ClusterError, MpirunKitError, translate
-
-    fetch = fetch or _cloudformation_outputs(region)
-    out: dict[str, Mapping[str, str]] = {}
-    failed: dict[str, MpirunKitError] = {}
-    for stack in dict.fromkeys(s for s, _ in refs):
-        given = dict(overrides.get(stack, {}))
-        if all(k in given for s, k in refs if s == stack):
-            out[stack] = given
-            continue
-        try:
-            out[stack] = {**fetch(stack), **given}
-        except MpirunKitError as exc:
-            failed[stack] = exc
-        except Exception as exc:  # noqa: BLE001 - botocore's no-region/credentials errors, named below
-            known = translate(exc)
-            if known is None:
-                raise
-            failed[stack] = known
-        if offline and stack in failed and _is_offline(failed[stack]):
-            out[stack] = Unresolved(stack, given, str(failed.pop(stack)).replace(f" for stack {stack!r}", ""))
-    if not failed:
-        return out
-    # The same cause for every stack (no credentials, no region) is said once.
-    reasons = list(dict.fromkeys(str(e).replace(f" for stack {s!r}", "") for s, e in failed.items()))
-    flags = " ".join(f"--stack-output {s}.{k}=VALUE" for s, k in refs if s in failed)
-    elsewhere = [e for e in failed.values() if isinstance(e, StackInOtherRegionError)]
-    if elsewhere:  # the stacks were deployed in another region: that one line is the whole story
-        raise elsewhere[0]
-    cls = ClusterError if any(isinstance(e, ClusterError) for e in failed.values()) else SpecError
-    raise cls(f"could not read the outputs of stack(s) {', '.join(failed)}: {'; '.join(reasons)}; or give the "
-              f"values on the command line: {flags}")
-
-
-def _template_for(keys: list[str]) -> str:
-    """The cfn/ template whose outputs include every key (for the deploy command a dry run suggests)."""
-    from pathlib import Path
-
-    from ..stack.template import load_template
-
-    cfn = Path(__file__).resolve().parents[2] / "cfn"
-    for path in sorted(cfn.glob("*.yaml")) if cfn.is_dir() else ():
-        try:
-            outputs = load_template(str(path)).parsed.get("Outputs") or {}
-        except SpecError:
-            continue
-        if all(k in outputs for k in keys):
-            return f"cfn/{path.name}"
-    return "cfn/TEMPLATE.yaml"
-
-
-def unresolved_warnings(refs: tuple[tuple[str, str], ...], outputs: Mapping[str, Mapping[str, str]],
-                        region: str | None) -> tuple[str, ...]:
-    """One line per stack a dry run could not read: its references, why, and the two ways to resolve them."""
-    out = []
-    for stack, found in outputs.items():
-        if not isinstance(found, Unresolved):
-            continue
-        keys = [k for s, k in refs if s == stack and k not in dict.keys(found)]
-        if not keys:
-            continue
-        where = f" --region {region}" if region else ""
-        out.append(f"{', '.join(unresolved_value(stack, k) for k in keys)}: unresolved ({found.reason}), shown as "
-                   f"written; they resolve once AWS is reachable and the stack exists (`mpirun_kit stack deploy "
-                   f"{stack} --template {_template_for(keys)}{where}`), or pass "
-                   + " ".join(f"--stack-output {stack}.{k}=VALUE" for k in keys))
-    return tuple(out)
 
 
 def load_spec(path, target: str | None = None):
@@ -259,49 +48,18 @@ def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: 
     receives the region line (``region R (from SOURCE)``); ``default_region`` is a callable giving
     the AWS configuration's region (the CLI passes ``aws_default_region``).
     """
-    from ..spec.compile import compile_job
+    from ..stack.resolve import aws_default_region, resolve_job
 
     if not args.spec.strip():
         raise SpecError("JOB.yaml is an empty string; name a job spec file, e.g. jobs/maskrcnn-demo.yaml")
     job = load_spec(args.spec, args.target)
-    facts = facts or read_local_facts()
-    refs = stack_refs(job)
-    aws = bool(refs) or job.target.type == "sagemaker"
-    default = (default_region or aws_default_region)() if aws else None
-    region, source = resolve_region(args.region, job.target.sagemaker.region, default)
-    if aws and report is not None:
-        report(f"region {region} (from {source})" if region else "no AWS region (pass --region, set "
-               "target.sagemaker.region, or AWS_DEFAULT_REGION)")
-    if job.target.type == "sagemaker" and region != job.target.sagemaker.region:
-        # The job runs where its stacks were read: one region for both.
-        job = dataclasses.replace(job, target=dataclasses.replace(
-            job.target, sagemaker=dataclasses.replace(job.target.sagemaker, region=region)))
-    fetch = _cloudformation_outputs(region, default) if refs else None
-    outputs = resolve_stacks(refs, parse_stack_overrides(args.stack_output), region, fetch,
-                             offline=offline) if refs else {}
-    if python is None:
-        # Local and simulated hosts share this interpreter (and its venv); remote hosts have their own.
-        python = {"local": sys.executable, "sim": sys.executable, "ssh": job.target.ssh.python}.get(
-            job.target.type, "python")  # the training image's interpreter (docker/Dockerfile)
-    local = job.target.type in ("local", "sim")
-    compiled = compile_job(job, python=python, resolver=outputs.__getitem__, efa=facts.efa if local else None,
-                           local_gpus=facts.gpus)
-    values = tuple((f"{s}.{k}", str(outputs[s][k])) for s, k in refs if k in outputs.get(s, {}))
-    unresolved = unresolved_warnings(refs, outputs, region)
-    known = {s: o for s, o in outputs.items() if not isinstance(o, Unresolved)}
-    # The job against the stacks it names (role reach, key channel, FSx subnet): before anything is sent.
-    from ..stack.infra import bucket_kms_keys, check_job_infrastructure, fsx_link_refusals, job_buckets
+    return resolve_job(job, facts or read_local_facts(), region_flag=args.region,
+                       overrides=parse_stack_overrides(args.stack_output), aws=aws_client, python=python,
+                       offline=offline, report=report, default_region=default_region or aws_default_region)
 
-    refusals = fsx_link_refusals(job, compiled.job, known)
-    if refusals:  # a leak, not a misfit: nothing is planned or sent
-        raise SpecError(f"{args.spec}: " + "; ".join(refusals))
 
-    kms_keys: tuple[str, ...] = ()
-    if compiled.job.target.type == "sagemaker" and any("RoleBucket" in o for o in known.values()):
-        import boto3  # the buckets' default KMS keys: one GetBucketEncryption each, best effort
+def aws_client(service: str, region: str | None):
+    """A boto3 client for the resolution, at ``AWS_ENDPOINT_URL`` when set (moto in the tests)."""
+    import boto3
 
-        kms_keys = bucket_kms_keys(boto3.client("s3", region_name=region), job_buckets(compiled.job))
-    infra = check_job_infrastructure(job, compiled.job, known, kms_keys=kms_keys)
-    if infra or unresolved:
-        compiled = dataclasses.replace(compiled, warnings=compiled.warnings + unresolved + infra)
-    return compiled, facts, values
+    return boto3.client(service, region_name=region, endpoint_url=os.environ.get("AWS_ENDPOINT_URL") or None)

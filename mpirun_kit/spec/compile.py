@@ -85,7 +85,7 @@ def resolve_stack_refs(job: S.JobSpec, resolver: StackResolver | None) -> S.JobS
             return str(cache[stack][key])
         return MACRO_RE.sub(one, text)
 
-    return _map_strings(job, sub)
+    return map_strings(job, sub)
 
 
 def resolve_relative_paths(job: S.JobSpec, base_dir: str) -> S.JobSpec:
@@ -122,13 +122,14 @@ def resolve_relative_paths(job: S.JobSpec, base_dir: str) -> S.JobSpec:
         target=dataclasses.replace(t, sim=dataclasses.replace(t.sim, root=fix(t.sim.root))))
 
 
-def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """``value`` (a spec dataclass, tuple or string) with ``fn`` applied to every string holding ``${``."""
     if isinstance(value, str):
         return fn(value) if "${" in value else value
     if isinstance(value, tuple):
-        return tuple(_map_strings(v, fn) for v in value)
+        return tuple(map_strings(v, fn) for v in value)
     if dataclasses.is_dataclass(value):
-        return dataclasses.replace(value, **{f.name: _map_strings(getattr(value, f.name), fn)
+        return dataclasses.replace(value, **{f.name: map_strings(getattr(value, f.name), fn)
                                             for f in dataclasses.fields(value) if f.name != "source"})
     return value
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mpirun_kit.cli.resolve import Unresolved, resolve_region, resolve_stacks
+from mpirun_kit.stack.resolve import Unresolved, resolve_region, resolve_stacks
 
 REPO = Path(__file__).resolve().parents[2]
 
