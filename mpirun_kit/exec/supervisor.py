@@ -221,7 +221,8 @@ def start_process(argv: Sequence[str], *, env: dict | None = None, cwd: str | No
     if parent_death_signal is not None:
         from .process import with_parent_death_signal
 
-        full = with_parent_death_signal(full, parent_death_signal, (env or os.environ).get("PATH"))
+        # No env: the child inherits ours, and shutil.which searches our PATH (path=None) as exec will.
+        full = with_parent_death_signal(full, parent_death_signal, env.get("PATH") if env is not None else None)
     # start_new_session is done by subprocess's C code, not a Python preexec_fn: nothing Python runs
     # between fork and exec while other threads run.
     return subprocess.Popen(full, env=env, cwd=cwd, start_new_session=True, **popen)
