@@ -128,6 +128,8 @@ def register(subparsers: Any) -> None:
                                   aws=_AWS + ", a deletion failed, or --timeout passed"))
     dn.add_argument("--stacks", default=",".join(TEARDOWN_ORDER_TEXT), metavar="A,B,...",
                     help=f"stacks to delete, in this order (default {','.join(TEARDOWN_ORDER_TEXT)})")
+    dn.add_argument("--force", action="store_true",
+                    help="delete even while training jobs run in the stacks' subnets (they will fail)")
     deletion(dn, timeout_help="seconds to wait per stack (default 3600)",
              json_help="print the result as JSON: {deleted, retained}")
     dn.set_defaults(func=_down)
@@ -144,7 +146,7 @@ def register(subparsers: Any) -> None:
 
 def _region(args: argparse.Namespace) -> str:
     """The region every stack command uses: --region, else the AWS configuration; said once (cli/resolve.py)."""
-    from .resolve import aws_default_region, resolve_region
+    from ..stack.resolve import aws_default_region, resolve_region
     from .plan import say
 
     if getattr(args, "_region", None):
@@ -334,21 +336,38 @@ def _down(args: argparse.Namespace) -> int:
         raise SpecError("stack down: stdin is not a terminal, so nobody can confirm the deletion; rerun with --yes "
                         "to delete without asking")
     region = _region(args)
+    from ..stack.deploy import left_outside_stacks, stack_subnets, training_jobs_in
+    from ..stack.outputs import describe_stack
+
+    if not args.force:  # the network and file systems of running training jobs are not ours to pull away
+        running = training_jobs_in(_client(args, "sagemaker"), stack_subnets(_client(args), names))
+        if running:
+            from ..errors import ClusterError
+
+            raise ClusterError(f"stack down: training job(s) {', '.join(running)} are running in these stacks' "
+                               "subnets; deleting the VPC and file systems under them fails them. Wait for them "
+                               f"(`mpirun_kit status NAME`), stop them (`mpirun_kit stop NAME`), or pass --force")
     if not args.yes and not _ask(f"delete stacks {', '.join(names)} (in this order) and the resources they own?"):
         _err("stack down: nothing deleted")
         return 1
+    arns = {}
+    for name in names:
+        try:
+            arns[name] = str(describe_stack(name, _client(args)).get("StackId", ""))
+        except Exception:  # noqa: BLE001 - a stack that is not there has no ARN to read
+            pass
     deleted, kept = teardown(names, _client(args), report=_err, clock=SYSTEM_CLOCK, timeout_s=args.timeout,
                              poll_s=args.poll)
+    kept += left_outside_stacks(kept, deleted, arns)
     if args.json:
         print(json.dumps({"deleted": list(deleted), "retained": [
             {"stack": k.stack_name, "resource": k.logical_id, "type": k.resource_type, "id": k.physical_id,
-             "delete_with": k.delete_command(region)} for k in kept]}, indent=2))
+             "why": k.why, "delete_with": k.delete_command(region)} for k in kept]}, indent=2))
         return 0
     print(f"deleted: {', '.join(deleted) or '(none of them existed)'}")
     for k in kept:
-        print(f"kept: {k.resource_type} {k.physical_id} (stack {k.stack_name}, {k.logical_id}: DeletionPolicy "
-              f"Retain, so its data outlives the stack; it keeps billing). Delete it once you no longer need it: "
-              f"{k.delete_command(region)}")
+        print(f"kept: {k.resource_type} {k.physical_id} (stack {k.stack_name}, {k.logical_id}: {k.why}). Delete "
+              f"it once you no longer need it: {k.delete_command(region)}")
     return 0
 
 

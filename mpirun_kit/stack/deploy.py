@@ -343,7 +343,12 @@ _DELETE_RETAINED = {
     "AWS::EFS::FileSystem": "aws efs delete-file-system --file-system-id {id}",
     "AWS::S3::Bucket": "aws s3 rb s3://{id} --force",
     "AWS::FSx::FileSystem": "aws fsx delete-file-system --file-system-id {id}",
+    "AWS::Logs::LogGroup": "aws logs delete-log-group --log-group-name {id}",
+    # the recovery points of one file system; each is deleted with `aws backup delete-recovery-point`
+    "AWS::Backup::RecoveryPoint": "aws backup list-recovery-points-by-resource --resource-arn {id}",
 }
+#: what SageMaker writes outside any stack: every training job's CloudWatch logs.
+TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
 
 @dataclass(frozen=True)
@@ -354,6 +359,8 @@ class Retained:
     logical_id: str
     resource_type: str
     physical_id: str
+    #: why it stays (printed after the stack and logical id)
+    why: str = "DeletionPolicy Retain, so its data outlives the stack; it keeps billing"
 
     def delete_command(self, region: str | None) -> str:
         cmd = _DELETE_RETAINED.get(self.resource_type)
@@ -375,6 +382,65 @@ def retained_resources(client: Any, stack_name: str) -> tuple[Retained, ...]:
     return tuple(Retained(stack_name, str(r.get("LogicalResourceId")), str(r.get("ResourceType")),
                           str(r.get("PhysicalResourceId") or "?")) for r in rows
                  if r.get("LogicalResourceId") in keep)
+
+
+def left_outside_stacks(kept: tuple[Retained, ...], deleted: tuple[str, ...],
+                        stack_arns: dict[str, str]) -> tuple[Retained, ...]:
+    """What deleting the stacks leaves that no template names: the automatic backups of every EFS file system
+    kept (AWS Backup recovery points, kept by the vault's retention rule) and, once the role stack is gone,
+    the training jobs' log group, which SageMaker creates.  ``stack_arns``: stack name -> its StackId (for
+    the partition and account of the file systems' ARNs)."""
+    out = []
+    for k in kept:
+        if k.resource_type != "AWS::EFS::FileSystem":
+            continue
+        parts = stack_arns.get(k.stack_name, "").split(":")
+        if len(parts) > 4:
+            arn = f"arn:{parts[1]}:elasticfilesystem:{parts[3]}:{parts[4]}:file-system/{k.physical_id}"
+            out.append(Retained(k.stack_name, k.logical_id + " backups", "AWS::Backup::RecoveryPoint", arn,
+                                "BackupPolicy ENABLED: its automatic backups stay in the vault "
+                                "aws/efs/automatic-backup-vault until their retention ends; they bill as backup "
+                                "storage"))
+    roles = [n for n in deleted if "role" in n]
+    if roles:
+        out.append(Retained(roles[0], "training logs", "AWS::Logs::LogGroup", TRAINING_LOG_GROUP,
+                            "SageMaker writes every training job's logs there, outside any stack; it bills "
+                            "for what it stores"))
+    return tuple(out)
+
+
+def training_jobs_in(sm: Any, subnets: set[str]) -> list[str]:
+    """Names of the account's InProgress training jobs that run in any of ``subnets`` (``stack down`` refuses
+    to delete the network and storage under them)."""
+    names, token = [], None
+    while True:
+        page = call(sm, "list_training_jobs", "(training jobs)", StatusEquals="InProgress", MaxResults=100,
+                    **({"NextToken": token} if token else {}))
+        for summary in page.get("TrainingJobSummaries") or ():
+            desc = call(sm, "describe_training_job", summary["TrainingJobName"],
+                        TrainingJobName=summary["TrainingJobName"])
+            if subnets & set((desc.get("VpcConfig") or {}).get("Subnets") or ()):
+                names.append(summary["TrainingJobName"])
+        token = page.get("NextToken")
+        if not token:
+            return names
+
+
+def stack_subnets(client: Any, stack_names: tuple[str, ...]) -> set[str]:
+    """The subnets the stacks that exist create (AWS::EC2::Subnet) or name in their outputs (the file
+    system's subnet)."""
+    out: set[str] = set()
+    for name in stack_names:
+        try:
+            outputs = outputs_of(describe_stack(name, client))
+        except StackNotFoundError:
+            continue
+        for value in outputs.values():
+            out |= {v.strip() for v in str(value).split(",") if v.strip().startswith("subnet-")}
+        rows = call(client, "describe_stack_resources", name, StackName=name).get("StackResources") or ()
+        out |= {str(r["PhysicalResourceId"]) for r in rows
+                if r.get("ResourceType") == "AWS::EC2::Subnet" and r.get("PhysicalResourceId")}
+    return out
 
 
 def teardown(stack_names: tuple[str, ...], client: Any, *, report: Callable[[str], None], clock: Clock,

@@ -267,7 +267,13 @@ def test_stack_down_deletes_in_order_and_says_what_stays(cli, cf, ec2, on_moto):
         "deleted: mrk-efs\n"
         f"kept: AWS::EFS::FileSystem {fs['FileSystemId']} (stack mrk-efs, FileSystem: DeletionPolicy Retain, so its "
         "data outlives the stack; it keeps billing). Delete it once you no longer need it: aws efs delete-file-system "
-        f"--file-system-id {fs['FileSystemId']} --region us-west-2\n")
+        f"--file-system-id {fs['FileSystemId']} --region us-west-2\n"
+        # issue 26: what no template names stays too: the file system's automatic backups
+        f"kept: AWS::Backup::RecoveryPoint arn:aws:elasticfilesystem:us-west-2:123456789012:file-system/"
+        f"{fs['FileSystemId']} (stack mrk-efs, FileSystem backups: BackupPolicy ENABLED: its automatic backups stay "
+        "in the vault aws/efs/automatic-backup-vault until their retention ends; they bill as backup storage). "
+        "Delete it once you no longer need it: aws backup list-recovery-points-by-resource --resource-arn "
+        f"arn:aws:elasticfilesystem:us-west-2:123456789012:file-system/{fs['FileSystemId']} --region us-west-2\n")
     assert [s["StackName"] for s in cf.list_stacks(StackStatusFilter=["CREATE_COMPLETE"])["StackSummaries"]] == \
         ["mrk-vpc"]
     assert [f["FileSystemId"] for f in efs.describe_file_systems()["FileSystems"]] == [fs["FileSystemId"]]
@@ -299,3 +305,39 @@ def test_an_update_keeps_the_previous_values_of_parameters_not_given(cli, cf, ec
     # a new stack still needs them, and says which
     new = cli("stack", "deploy", "mrk-efs-2", "--template", "cfn/efs.yaml", "--yes", *FAST)
     assert new.rc == 64 and "missing required parameter SubnetId1" in new.err
+
+
+def test_stack_down_refuses_while_training_jobs_run_in_its_subnets(cli, cf, ec2, on_moto, monkeypatch):
+    """Issue 26: `stack down` deleted FSx and the VPC under running training jobs. Stubber for SageMaker
+    (validated by the service model): moto's training jobs are Completed at once, never InProgress."""
+    import boto3
+    from botocore.stub import Stubber
+
+    from mpirun_kit.cli import stack as cli_stack
+
+    assert cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--yes", *FAST).rc == 0
+    subnet = _tagged(ec2, "subnet", "mrk-vpc-private-1")
+    sm = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(sm)
+    job = {"TrainingJobName": "team-a-1", "TrainingJobArn": "arn:aws:sagemaker:us-west-2:123456789012:training-job/team-a-1",
+           "ModelArtifacts": {"S3ModelArtifacts": ""}, "TrainingJobStatus": "InProgress", "SecondaryStatus": "Training",
+           "AlgorithmSpecification": {"TrainingInputMode": "File"},
+           "ResourceConfig": {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
+           "StoppingCondition": {"MaxRuntimeInSeconds": 3600}, "CreationTime": 1_763_000_000,
+           "VpcConfig": {"Subnets": [subnet], "SecurityGroupIds": ["sg-1"]}}
+    stub.add_response("list_training_jobs", {"TrainingJobSummaries": [
+        {k: job[k] for k in ("TrainingJobName", "TrainingJobArn", "CreationTime", "TrainingJobStatus")}]},
+        {"StatusEquals": "InProgress", "MaxResults": 100})
+    stub.add_response("describe_training_job", job, {"TrainingJobName": "team-a-1"})
+    real = cli_stack._client
+    monkeypatch.setattr(cli_stack, "_client", lambda args, service="cloudformation":
+                        sm if service == "sagemaker" else real(args, service))
+    with stub:
+        r = cli("stack", "down", "--stacks", "mrk-vpc", "--yes", *FAST)
+    assert r.rc == 69
+    assert r.err.splitlines()[-1] == (
+        "mpirun_kit: error: stack down: training job(s) team-a-1 are running in these stacks' subnets; deleting the "
+        "VPC and file systems under them fails them. Wait for them (`mpirun_kit status NAME`), stop them "
+        "(`mpirun_kit stop NAME`), or pass --force")
+    assert [s["StackName"] for s in cf.list_stacks(StackStatusFilter=["CREATE_COMPLETE"])["StackSummaries"]] == \
+        ["mrk-vpc"]

@@ -210,6 +210,12 @@ def test_the_walkthrough_on_another_account(patched_moto, region, tmp_path):
     assert (f"kept: AWS::EFS::FileSystem {fs['FileSystemId']} (stack mrk-efs, FileSystem: DeletionPolicy Retain"
             in down)
     assert f"aws efs delete-file-system --file-system-id {fs['FileSystemId']} --region {region}" in down
+    # and what no template names (issue 26): the EFS backups and the training jobs' log group
+    assert (f"kept: AWS::Backup::RecoveryPoint arn:aws:elasticfilesystem:{region}:{ACCOUNT}:file-system/"
+            f"{fs['FileSystemId']} (stack mrk-efs, FileSystem backups: BackupPolicy ENABLED") in down
+    assert ("kept: AWS::Logs::LogGroup /aws/sagemaker/TrainingJobs (stack mrk-role, training logs: SageMaker writes "
+            f"every training job's logs there") in down
+    assert f"aws logs delete-log-group --log-group-name /aws/sagemaker/TrainingJobs --region {region}" in down
     assert [b["Name"] for b in c["s3"].list_buckets()["Buckets"]] == [bucket]
     # what stays is what the page says stays
     stays = PAGE.read_text().split("## What stays", 1)[1]
