@@ -1,15 +1,19 @@
-"""Cost estimates from the price table (prices.json, data with its date and source).
+"""Cost estimates: current prices from the AWS Price List API where it answers, else the price table
+(prices.json, data with its date and source).
 
 Place in the data flow: ``plan`` prints a job's instance-hours and on-demand estimate after the
 plan (cli/plan.py); ``stack deploy`` prints what a stack keeps costing each month while it
 exists (cli/stack.py) -- the NAT gateway(s) of cfn/vpc.yaml and the FSx file system of
-cfn/fsx.yaml.  Pure: the table is read from the package, the inputs are values.  A price the
-table does not have is said, never guessed; every line names the table's date.
+cfn/fsx.yaml.  The table is read from the package; the Price List client (``pricing``) is injected
+and optional: ``api_training_price`` asks it for the region's on-demand SageMaker training price
+and its publication date, and ``training_estimate`` falls back to the table when it cannot (no
+credentials, no network), naming the table's date.  A price neither has is said, never guessed.
 """
 from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -31,17 +35,57 @@ def _where(region: str | None) -> str:
     return f"price table of {p['as_of']} (mpirun_kit/stack/prices.json){off}"
 
 
+@dataclass(frozen=True)
+class Price:
+    usd_per_hour: float
+    source: str  # where it came from, with its date, as the estimate prints it
+
+
+def api_training_price(pricing: Any, instance_type: str, region: str) -> Price | None:
+    """The on-demand SageMaker training price of ``instance_type`` in ``region`` (AWS Price List API,
+    GetProducts), or None when the API does not answer or lists no such product."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    filters = [{"Type": "TERM_MATCH", "Field": "instanceName", "Value": instance_type},
+               {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region},
+               {"Type": "TERM_MATCH", "Field": "component", "Value": "Training"}]
+    try:
+        page = pricing.get_products(ServiceCode="AmazonSageMaker", Filters=filters, MaxResults=10)
+    except (BotoCoreError, ClientError):
+        return None
+    for item in page.get("PriceList") or ():
+        product = json.loads(item) if isinstance(item, str) else item
+        for term in (product.get("terms") or {}).get("OnDemand", {}).values():
+            for dim in (term.get("priceDimensions") or {}).values():
+                usd = float((dim.get("pricePerUnit") or {}).get("USD", 0) or 0)
+                if usd > 0 and dim.get("unit", "Hrs").lower().startswith("hr"):
+                    date = str(product.get("publicationDate") or term.get("effectiveDate") or "")[:10]
+                    return Price(usd, f"AWS Price List API, {region}, published {date or 'undated'}")
+    return None
+
+
 def training_estimate(instance_type: str, hosts: int, max_run_s: int, region: str | None, *,
-                      spot: bool = False) -> str:
-    """``cost`` line of a plan: instance-hours at most, and what they cost on demand."""
+                      spot: bool = False, pricing: Any = None, expected_s: float | None = None) -> str:
+    """``cost`` line of a plan: instance-hours at most (max_run), what they cost on demand, and, when the
+    workload says how long it expects to run (``expected_s``), what that costs.
+
+    The price is the Price List API's (``pricing``, a boto3 client) when it answers, else the table's."""
     hours = hosts * max_run_s / 3600.0
     head = f"{hosts} x {instance_type} for up to {max_run_s / 3600.0:g} h = {hours:g} instance-hours"
-    price = prices()["sagemaker_training_usd_per_hour"].get(instance_type)
-    if price is None:
-        return f"{head}; no price for {instance_type} in the {_where(region)}"
+    found = api_training_price(pricing, instance_type, region) if pricing is not None and region else None
+    if found is None:
+        table = prices()["sagemaker_training_usd_per_hour"].get(instance_type)
+        if table is None:
+            return f"{head}; no price for {instance_type} in the {_where(region)}"
+        found = Price(table, _where(region) + ("; the Price List API did not answer" if pricing is not None else ""))
+    price = found.usd_per_hour
     spot_note = " (managed spot is billed less; this is the on-demand ceiling)" if spot else ""
-    return (f"{head}, up to {_money(hours * price)} on demand at ${price:g}/h{spot_note} "
-            f"({_where(region)})")
+    expected = ""
+    if expected_s:
+        exp_h = hosts * expected_s / 3600.0
+        expected = f"; the schedule's expected {expected_s / 3600.0:.3g} h = {exp_h:.3g} instance-hours, about {_money(exp_h * price)}"
+    return (f"{head}, up to {_money(hours * price)} on demand at ${price:g}/h{spot_note}{expected} "
+            f"({found.source})")
 
 
 def stack_monthly(template_path: str, params: Mapping[str, str], defaults: Mapping[str, str],

@@ -36,3 +36,41 @@ def test_monthly_cost_of_the_nat_gateways_and_fsx():
     fsx = stack_monthly("cfn/fsx.yaml", {"StorageCapacity": "2400"}, {"DeploymentType": "SCRATCH_2"}, "us-west-2")
     assert fsx.startswith(f"cost: 2400 GiB of FSx for Lustre SCRATCH_2 costs ${2400 * 0.14:,.0f}/month")
     assert stack_monthly("cfn/efs.yaml", {}, {}, "us-west-2") is None
+
+
+def _pricing_stub(price_list, region="eu-central-1", itype="ml.p5.48xlarge"):
+    import boto3
+    from botocore.stub import Stubber
+
+    client = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(client)
+    stub.add_response("get_products", {"PriceList": price_list, "FormatVersion": "aws_v1"}, {
+        "ServiceCode": "AmazonSageMaker", "MaxResults": 10,
+        "Filters": [{"Type": "TERM_MATCH", "Field": "instanceName", "Value": itype},
+                    {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region},
+                    {"Type": "TERM_MATCH", "Field": "component", "Value": "Training"}]})
+    return client, stub
+
+
+def test_the_estimate_takes_the_price_list_apis_current_price():
+    """Issue 26: the 2024-06 table says $113.07/h for ml.p5.48xlarge; the API's price (Stubber, validated by the
+    service model: moto has no Price List API) is used with its date, and the schedule's hours are priced too."""
+    import json
+
+    product = {"product": {"attributes": {"instanceName": "ml.p5.48xlarge"}}, "publicationDate": "2026-11-01T00:00:00Z",
+               "terms": {"OnDemand": {"X.Y": {"effectiveDate": "2026-10-01T00:00:00Z", "priceDimensions": {
+                   "X.Y.Z": {"unit": "Hrs", "pricePerUnit": {"USD": "63.3000000000"}}}}}}}
+    client, stub = _pricing_stub([json.dumps(product)])
+    with stub:
+        line = training_estimate("ml.p5.48xlarge", 4, 172800, "eu-central-1", pricing=client, expected_s=36000)
+    assert line == ("4 x ml.p5.48xlarge for up to 48 h = 192 instance-hours, up to $12,154 on demand at $63.3/h; the "
+                    "schedule's expected 10 h = 40 instance-hours, about $2,532 (AWS Price List API, eu-central-1, "
+                    "published 2026-11-01)")
+
+
+def test_without_an_answer_from_the_api_the_table_is_used_and_dated():
+    client, stub = _pricing_stub([])
+    with stub:
+        line = training_estimate("ml.p5.48xlarge", 4, 172800, "eu-central-1", pricing=client)
+    assert line.endswith(f"(price table of {prices()['as_of']} (mpirun_kit/stack/prices.json); the table holds "
+                         "us-east-1, us-west-2 prices, not eu-central-1's; the Price List API did not answer)")
