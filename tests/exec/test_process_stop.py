@@ -15,23 +15,11 @@ import pytest
 from mpirun_kit.exec.process import run_launcher
 from mpirun_kit.plan.mpi import FLAVOURS
 
+from clock_kit import FakeClock
+
 pytestmark = pytest.mark.timeout(60)
 TAG = FLAVOURS["openmpi4"].tag_regex
 GRACE_S = 30.0
-
-
-class ManualClock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self):
-        return self.now
-
-    def time(self):
-        return self.now
-
-    def sleep(self, seconds):
-        time.sleep(0.001)
 
 
 class ScriptedStop:
@@ -101,7 +89,7 @@ def finished(t, box):
 def test_no_rank_reachable_means_sigterm_to_mpirun_at_once(tmp_path):
     """No channel key, no wrapper connected, every host lost: nothing to wait for, not even on a frozen clock."""
     stop = ScriptedStop((), tmp_path / "term")
-    res = finished(*start(tmp_path, stop, ManualClock()))
+    res = finished(*start(tmp_path, stop, FakeClock(now=1000.0, wall=0.0, frozen=True)))
     assert (res.returncode, res.interrupted_by) == (143, "SIGTERM")
     assert stop.steps[0] == ("begin", "SIGTERM", False)
     assert ("mpirun signalled while ranks were pending",) not in stop.steps
@@ -109,7 +97,7 @@ def test_no_rank_reachable_means_sigterm_to_mpirun_at_once(tmp_path):
 
 def test_ranks_asked_first_then_released_then_mpirun_once_they_have_exited(tmp_path):
     stop = ScriptedStop({0, 1}, tmp_path / "term")
-    t, box = start(tmp_path, stop, ManualClock())
+    t, box = start(tmp_path, stop, FakeClock(now=1000.0, wall=0.0, frozen=True))
     assert stop.begun.wait(20)
     time.sleep(0.3)                       # the loop goes round: mpirun must be left alone meanwhile
     assert not (tmp_path / "term").exists()
@@ -124,7 +112,7 @@ def test_ranks_asked_first_then_released_then_mpirun_once_they_have_exited(tmp_p
 
 
 def test_grace_over_releases_and_stops_mpirun_with_ranks_still_running(tmp_path, caplog):
-    clock = ManualClock()
+    clock = FakeClock(now=1000.0, wall=0.0, frozen=True)
     stop = ScriptedStop({0, 1}, tmp_path / "term")
     t, box = start(tmp_path, stop, clock)
     assert stop.begun.wait(20)
@@ -141,7 +129,7 @@ def test_grace_over_releases_and_stops_mpirun_with_ranks_still_running(tmp_path,
 
 def test_mpirun_ending_during_the_stop_still_releases_the_ranks(tmp_path):
     stop = ScriptedStop({0}, tmp_path / "term")
-    t, box = start(tmp_path, stop, ManualClock())
+    t, box = start(tmp_path, stop, FakeClock(now=1000.0, wall=0.0, frozen=True))
     assert stop.begun.wait(20)
     (tmp_path / "quit").touch()
     res = finished(t, box)
@@ -150,7 +138,7 @@ def test_mpirun_ending_during_the_stop_still_releases_the_ranks(tmp_path):
 
 
 def test_job_deadline_stops_through_the_ranks_too(tmp_path):
-    clock = ManualClock()
+    clock = FakeClock(now=1000.0, wall=0.0, frozen=True)
     stop = ScriptedStop({0}, tmp_path / "term")
     t, box = start(tmp_path, stop, clock, job_s=60.0, cancel=False)
     while not (tmp_path / "ready").exists():
@@ -166,7 +154,7 @@ def test_job_deadline_stops_through_the_ranks_too(tmp_path):
 def test_no_grace_means_no_ranks_asked(tmp_path):
     """grace_s = 0 (allowed: no clean-up time wanted): mpirun's SIGTERM at once, as before."""
     stop = ScriptedStop({0, 1}, tmp_path / "term")
-    res = finished(*start(tmp_path, stop, ManualClock(), grace_s=0.0))
+    res = finished(*start(tmp_path, stop, FakeClock(now=1000.0, wall=0.0, frozen=True), grace_s=0.0))
     assert res.interrupted_by == "SIGTERM" and res.returncode in (143, None)
     assert stop.steps == []
 
@@ -176,7 +164,7 @@ def test_every_rank_exited_lets_mpirun_end_by_itself_without_sigterm(tmp_path):
     SIGTERM while it ends can crash it); the released wrappers' exits end it (here the release makes the
     stand-in exit 7)."""
     stop = ScriptedStop({0, 1}, tmp_path / "term", all_exited=True, quit_file=tmp_path / "quit")
-    t, box = start(tmp_path, stop, ManualClock())
+    t, box = start(tmp_path, stop, FakeClock(now=1000.0, wall=0.0, frozen=True))
     assert stop.begun.wait(20)
     stop.waiting.clear()
     res = finished(t, box)
@@ -186,7 +174,7 @@ def test_every_rank_exited_lets_mpirun_end_by_itself_without_sigterm(tmp_path):
 
 
 def test_every_rank_exited_but_mpirun_stays_gets_sigkill_at_grace(tmp_path):
-    clock = ManualClock()
+    clock = FakeClock(now=1000.0, wall=0.0, frozen=True)
     stop = ScriptedStop({0, 1}, tmp_path / "term", all_exited=True)
     t, box = start(tmp_path, stop, clock)
     assert stop.begun.wait(20)

@@ -13,23 +13,7 @@ import pytest
 
 from mpirun_kit.exec.remote import PARALLEL_HOSTS, command_line, connect_hosts, on_every_host, write_argv
 
-
-class StepClock:
-    """Time moves only when someone sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.lock = threading.Lock()
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        with self.lock:
-            self.now += max(0.0, seconds)
+from clock_kit import FakeClock
 
 
 def test_on_every_host_runs_them_at_once_and_keeps_each_result():
@@ -47,7 +31,7 @@ def test_on_every_host_runs_them_at_once_and_keeps_each_result():
 
 
 def test_connect_hosts_sorts_hosts_into_ready_unreachable_and_bad_keys():
-    clock = StepClock()
+    clock = FakeClock(wall=0.0)
     calls: dict[str, int] = {}
     lines: list[str] = []
 

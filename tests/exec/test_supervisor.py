@@ -15,23 +15,9 @@ from mpirun_kit.errors import ExitCode
 from mpirun_kit.exec.supervisor import (Phase, ProcessChild, Stop, Supervisor, deadline_stop, signal_stop,
                                         start_process, stop_process_group)
 
+from clock_kit import FakeClock
+
 pytestmark = pytest.mark.timeout(60)
-
-
-class StepClock:
-    """sleep(s) moves time by s at once (no real waiting)."""
-
-    def __init__(self):
-        self.now = 100.0
-
-    def monotonic(self):
-        return self.now
-
-    def time(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += max(seconds, 0.0)
 
 
 class FakeChild:
@@ -42,7 +28,7 @@ class FakeChild:
         self.terminate_returns = terminate_returns
         self.countdown = None
         self.polls = 0
-        self.clock = StepClock()
+        self.clock = FakeClock(now=100.0, wall=0.0)
 
     def poll(self):
         self.polls += 1

@@ -6,21 +6,9 @@ import io
 from mpirun_kit.observe.hang import (HangMonitor, HangWatch, Stall, check_observe_report, progress_lines, render_report,
                                      suspects, write_report)
 
+from clock_kit import FakeClock
+
 HOSTS = {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"}
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def monotonic(self):
-        return self.now
-
-    def time(self):
-        return 1_700_000_000.0 + self.now
-
-    def sleep(self, s):
-        self.now += s
 
 
 def advance_all(w, clock, step, dt):
@@ -30,14 +18,14 @@ def advance_all(w, clock, step, dt):
 
 
 def test_no_progress_reported_is_never_a_hang():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     clock.now += 3600
     assert w.check() is None
 
 
 def test_slow_but_advancing_rank_is_never_reported():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     for step in range(50):
         for r in (0, 1, 2):
@@ -49,7 +37,7 @@ def test_slow_but_advancing_rank_is_never_reported():
 
 
 def test_all_stalled_after_stall_s():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     advance_all(w, clock, 1, 4.9)
     assert w.check() is None
@@ -59,7 +47,7 @@ def test_all_stalled_after_stall_s():
 
 
 def test_one_rank_behind_the_others():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     for step in range(7):
         for r in (0, 1, 2):
@@ -72,7 +60,7 @@ def test_one_rank_behind_the_others():
 
 
 def test_rank_that_never_reports_while_others_do_is_behind():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     for step in range(7):
         for r in (0, 1, 2):
@@ -83,7 +71,7 @@ def test_rank_that_never_reports_while_others_do_is_behind():
 
 
 def test_report_once_then_rearmed_by_progress():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     advance_all(w, clock, 1, 6)
     assert w.check() is not None
@@ -96,7 +84,7 @@ def test_report_once_then_rearmed_by_progress():
 
 
 def test_exited_rank_is_not_judged():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     advance_all(w, clock, 1, 1)
     w.exited(3)
@@ -123,7 +111,7 @@ def test_suspect_is_the_rank_waiting_where_the_majority_does_not():
 
 
 def test_report_names_rank_host_step_duration_and_frames(tmp_path):
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     advance_all(w, clock, 7, 6.5)
     stall = w.check()
@@ -150,7 +138,7 @@ def test_check_observe_report_rejects_bad_fields():
 
 
 def test_monitor_reports_with_stacks_and_aborts_after_hang_abort_s(tmp_path):
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     asked = []
 
     def request(ranks):
@@ -176,7 +164,7 @@ def test_monitor_reports_with_stacks_and_aborts_after_hang_abort_s(tmp_path):
 
 def test_ranks_done_and_waiting_for_a_slow_one_are_not_behind():
     """Fast ranks finish and wait (MPI_Finalize) while rank 1 still advances slowly: no report."""
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=3, clock=clock)
     for r in (0, 2, 3):
         w.progress(r, 5)                      # done: every step reported, now idle
@@ -188,7 +176,7 @@ def test_ranks_done_and_waiting_for_a_slow_one_are_not_behind():
 
 def test_done_ranks_waiting_after_the_last_one_exits_are_not_hung():
     """The slow rank finishes and exits; the others, done long ago, wait in MPI_Finalize: no report."""
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=3, clock=clock)
     for r in (0, 2, 3):
         w.progress(r, 5)
@@ -225,7 +213,7 @@ def test_plan_shows_the_stall_policy():
 def test_master_logs_each_hosts_progress(tmp_path):
     """The lines the SageMaker metric definitions read: each host's slowest rank, the job's lowest and highest."""
     out = io.StringIO()
-    mon = HangMonitor(HOSTS, 600, None, tmp_path, lambda ranks: ranks, clock=Clock(), out=out)
+    mon = HangMonitor(HOSTS, 600, None, tmp_path, lambda ranks: ranks, clock=FakeClock(now=1000.0, wall=1_700_000_000.0), out=out)
     mon._log_progress()
     assert out.getvalue() == ""                      # nothing reported yet: no lines
     for r, step in ((0, 5), (1, 7), (2, 4)):        # rank 3 has not reported
@@ -244,7 +232,7 @@ def test_progress_lines_stay_off_the_stream_under_a_plain_submit(tmp_path, caplo
     import logging
 
     out = io.StringIO()
-    mon = HangMonitor(HOSTS, 600, None, tmp_path, lambda ranks: ranks, clock=Clock(), out=out, progress_to_out=False)
+    mon = HangMonitor(HOSTS, 600, None, tmp_path, lambda ranks: ranks, clock=FakeClock(now=1000.0, wall=1_700_000_000.0), out=out, progress_to_out=False)
     mon.on_report({"event": "progress", "rank": 0, "step": 5})
     with caplog.at_level(logging.INFO, logger="mpirun_kit.observe.hang"):
         mon._log_progress()
@@ -255,7 +243,7 @@ def test_progress_lines_stay_off_the_stream_under_a_plain_submit(tmp_path, caplo
 def test_frame_thread_and_file_names_are_escaped_in_the_report():
     """Issue 23: names come from the program; a newline in one forged a report line (and an escape sequence would
     drive the reader's terminal).  Before, the text went into hang-report.txt as it came."""
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     advance_all(w, clock, 7, 6.5)
     evil = {"threads": [{"thread": "Main\x1b[2J", "frames": [
@@ -275,7 +263,7 @@ IN_BARRIER = [{"name": "PMPI_Barrier", "file": "libmpi.so", "line": 0}, {"name":
 
 
 def test_samples_judge_a_program_that_reports_nothing():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     for r in HOSTS:
         w.sample(r, 4.0, IN_BARRIER, "py-spy")
@@ -292,7 +280,7 @@ def test_samples_judge_a_program_that_reports_nothing():
 
 
 def test_a_rank_in_finalize_under_exit_while_the_others_wait_is_exiting_alone():
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     w = HangWatch(HOSTS, stall_s=5, clock=clock)
     w.sample(1, 6.0, EXIT3, "eu-stack")
     for r in (0, 2, 3):
@@ -310,7 +298,7 @@ def test_a_rank_in_finalize_under_exit_while_the_others_wait_is_exiting_alone():
 
 
 def test_monitor_asks_the_exiting_rank_to_finish_and_stops_the_job_when_it_cannot(tmp_path):
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     sent = []
     mon = HangMonitor(HOSTS, 5, None, tmp_path, lambda ranks: [], clock=clock, out=io.StringIO(),
                       send=lambda ranks, msg: sent.append((list(ranks), msg)) or list(ranks))
@@ -331,7 +319,7 @@ def test_monitor_asks_the_exiting_rank_to_finish_and_stops_the_job_when_it_canno
 
 
 def test_monitor_leaves_a_rank_that_ended_well_to_the_hang_report(tmp_path):
-    clock = Clock()
+    clock = FakeClock(now=1000.0, wall=1_700_000_000.0)
     mon = HangMonitor(HOSTS, 5, None, tmp_path, lambda ranks: [], clock=clock, out=io.StringIO(),
                       send=lambda ranks, msg: list(ranks))
     mon.on_report({"event": "sample", "rank": 1, "quiet_s": 6.0, "frames": EXIT3, "how": "eu-stack"})

@@ -24,6 +24,8 @@ from mpirun_kit.targets import sagemaker as T
 
 from .sagemaker_specs import OUTPUTS, SECRET_SPEC, SPEC
 
+from clock_kit import FakeClock
+
 
 def compiled(text: str = SPEC):
     return compile_job(load_job_text(text, "mrcnn.yaml"), python="python", resolver=OUTPUTS.__getitem__)
@@ -138,22 +140,6 @@ def test_tensorboard_output_config_when_the_spec_asks():
     bad = SPEC.replace("    tags: {team: vision}\n", "    tags: {team: vision}\n    tensorboard_s3: /tmp/tb\n")
     with pytest.raises(SpecError, match=r"target\.sagemaker\.tensorboard_s3"):
         compiled(bad)
-
-
-class FakeClock:
-    def __init__(self):
-        self.t = 0.0
-        self.sleeps = []
-
-    def monotonic(self):
-        return self.t
-
-    def time(self):
-        return 1e9 + self.t
-
-    def sleep(self, s):
-        self.sleeps.append(s)
-        self.t += s
 
 
 def moto_clients(url):

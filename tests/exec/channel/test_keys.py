@@ -12,23 +12,9 @@ import pytest
 from mpirun_kit.core.clock import Deadline
 from mpirun_kit.exec.channel import keys
 
+from clock_kit import FakeClock
+
 NONCE = "ab" * 16
-
-
-class FakeClock:
-    """The injected clock: sleep() moves time (tests/ must never wait for real)."""
-
-    def __init__(self):
-        self.t = 0.0
-
-    def monotonic(self):
-        return self.t
-
-    def time(self):
-        return self.t
-
-    def sleep(self, s):
-        self.t += max(s, 0.001)
 
 
 def as_nobody(code: str, *args) -> subprocess.CompletedProcess:
@@ -67,7 +53,7 @@ def test_key_dir_is_private_whole_taken_once_and_removed(tmp_path):
     assert sorted(os.listdir(d)) == ["rank-0.key", "rank-1.key"]          # whole: no staging left beside it
     assert [n for n in os.listdir(base) if n != os.path.basename(d)] == []
     assert all(stat.S_IMODE(os.stat(os.path.join(d, n)).st_mode) == 0o600 for n in os.listdir(d))
-    clock = FakeClock()
+    clock = FakeClock(wall=0.0, min_sleep=0.001)
     got = keys.take_rank_key(NONCE, "algo-1", 0, Deadline(clock, 0), base=base, clock=clock)
     assert got == (keys.rank_key(seed, "job", 0), "job", d)
     assert keys.take_rank_key(NONCE, "algo-1", 0, Deadline(clock, 0), base=base, clock=clock) is None  # once
@@ -82,10 +68,10 @@ def test_a_malformed_or_missing_key_file_means_no_reports_at_the_deadline(tmp_pa
     fd = os.open(os.path.join(d, "rank-0.key"), os.O_WRONLY | os.O_CREAT, 0o600)
     os.write(fd, b"not hex\njob\n")
     os.close(fd)
-    clock = FakeClock()
+    clock = FakeClock(wall=0.0, min_sleep=0.001)
     assert keys.take_rank_key(NONCE, "h", 0, Deadline(clock, 0), base=str(tmp_path), clock=clock) is None
     assert keys.take_rank_key(NONCE, "h", 5, Deadline(clock, 1.0), base=str(tmp_path), clock=clock) is None
-    assert clock.t >= 1.0                                                   # waited its deadline (injected clock)
+    assert clock.now >= 1.0                                                   # waited its deadline (injected clock)
 
 
 def test_a_fifo_or_symlink_in_place_of_a_key_file_is_refused_without_blocking(tmp_path):
@@ -98,7 +84,7 @@ def test_a_fifo_or_symlink_in_place_of_a_key_file_is_refused_without_blocking(tm
     target.write_text("00" * 32 + "\njob\n")
     os.chmod(target, 0o600)
     os.symlink(target, os.path.join(d, "rank-2.key"))
-    clock = FakeClock()
+    clock = FakeClock(wall=0.0, min_sleep=0.001)
     for rank in (1, 2):
         assert keys.take_rank_key(NONCE, "h", rank, Deadline(clock, 0.2), base=str(tmp_path), clock=clock) is None
     assert target.exists()
@@ -143,7 +129,7 @@ print("planted")
     seed = os.urandom(32)
     d = keys.write_key_dir(NONCE, "algo-1", seed, "job", [1, 2], base=base)
     assert os.lstat(d).st_uid == os.geteuid()
-    clock = FakeClock()
+    clock = FakeClock(wall=0.0, min_sleep=0.001)
     got = keys.take_rank_key(NONCE, "algo-1", 1, Deadline(clock, 1.0), base=base, clock=clock)
     assert got == (keys.rank_key(seed, "job", 1), "job", d)
     got = keys.take_rank_key(NONCE, "algo-1", 2, Deadline(clock, 1.0), base=base, clock=clock)
