@@ -11,9 +11,9 @@
 # The secret is written as DIR/job-secret (mode 600, directory 700) or uploaded as
 # s3://B/PREFIX/NAME/job-secret; pass that prefix to the job as input channel
 # "mpirun-keys" so it appears on every host at /opt/ml/input/data/mpirun-keys/job-secret.
-# An S3 prefix must end in the job name: every job under the same IAM role can read
-# the role's key prefix, so each secret gets a prefix of its own, deleted with
-# --delete once the job has ended (the hosts read it only at start).
+# An S3 prefix must end in the job name: the role lets each job read only keys/<its
+# name>/ (cfn/sagemaker-role.yaml), so each secret gets a prefix of its own, deleted
+# with --delete once the job has ended.  `mpirun_kit submit` does all this itself.
 # Use a new secret per job; the public fingerprints printed here are what the
 # hosts will present.
 #
@@ -52,7 +52,7 @@ case "$out" in
     last="${out%/}"; last="${last##*/}"
     if [ "$last" != "$job" ]; then
       echo "make-job-keys.sh: --out $out: an S3 prefix must end in the job name ($job), e.g. ${out%/}/$job/;" \
-           "every job under the role can read the key prefix, so each job's secret needs a prefix of its own" >&2
+           "the role lets each job read only the key prefix of its own name, so each secret needs a prefix of its own" >&2
       exit 64
     fi
     ;;
