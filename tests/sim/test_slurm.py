@@ -104,3 +104,27 @@ def test_sim_up_slurm_submit_status_logs_cancel_down(tmp_path):
     daemons = subprocess.run(["pgrep", "-af", "slurmctld|slurmd|munged|slurmstepd"], capture_output=True,
                              text=True).stdout
     assert str(root) not in daemons
+
+
+def test_readme_slurm_example(tmp_path):
+    """The Slurm example of README.md and docs/guide/slurm.md (the same block), run as written: a sim cluster with
+    Slurm (default name and root), the all-reduce job on it through target slurm, and sim down leaving nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("the simulated cluster needs root")
+    repo = Path(__file__).resolve().parents[2]
+    blocks = set()
+    for page in ("README.md", "docs/guide/slurm.md"):
+        text = (repo / page).read_text()
+        marker = "<!-- shell: tested-by tests/sim/test_slurm.py::test_readme_slurm_example -->\n```bash\n"
+        assert marker in text, page
+        blocks.add(text.split(marker, 1)[1].split("```", 1)[0])
+    (block,) = blocks   # the two pages show the same commands
+    env = {**os.environ, "MPIRUN_KIT_STATE_DIR": str(tmp_path / "state"),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    try:
+        res = subprocess.run(["bash", "-ec", block], cwd=repo, capture_output=True, text=True, env=env, timeout=600)
+    finally:
+        subprocess.run([*MK, "sim", "down"], env=env, capture_output=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "[0 algo-1] allreduce check ok world=6 expected=21.0" in res.stdout, res.stdout[-3000:]
+    assert "mrk-sim-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
