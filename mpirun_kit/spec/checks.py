@@ -145,9 +145,33 @@ def _s3_strings(job: S.JobSpec) -> Iterable[tuple[Path_, str]]:
             yield ("data", ch.name, "s3"), ch.s3
 
 
+def _stack_only_strings(job: S.JobSpec) -> Iterable[tuple[Path_, str]]:
+    """Values a stack output may fill but nothing else: ``${job_name}`` or ``${data:...}`` there would be
+    sent to AWS as written."""
+    sm = job.target.sagemaker
+    for path, value in ((("image",), job.image), (("target", "sagemaker", "role"), sm.role),
+                        (("target", "sagemaker", "submit_role"), sm.submit_role)):
+        if value:
+            yield path, value
+    for key in ("subnets", "security_groups"):
+        for i, v in enumerate(getattr(job.vpc, key)):
+            yield ("vpc", key, i), v
+    for ch in job.data:
+        for kind, key, value in (("fsx", "file_system_id", ch.fsx_id), ("fsx", "mount_name", ch.fsx_mount_name),
+                                 ("efs", "file_system_id", ch.efs_id)):
+            if value:
+                yield ("data", ch.name, kind, key), value
+
+
 def _check_macros(job: S.JobSpec, pos: dict) -> list[Finding]:
     names = {c.name for c in job.data}
     out = []
+    for path, text in _stack_only_strings(job):
+        for m in MACRO_RE.finditer(text):
+            if not STACK_RE.match(m.group(1)):
+                out.append(Finding(line_of(pos, path), render_path(path),
+                                   f"unknown reference ${{{m.group(1)}}} here; expected a value or "
+                                   "${stack:STACK.OutputKey}"))
     for path, text in _s3_strings(job):
         for m in MACRO_RE.finditer(text):
             if not (STACK_RE.match(m.group(1)) or m.group(1) == "job_name"):

@@ -96,3 +96,17 @@ def test_job_name_resolves_in_every_s3_path_so_two_jobs_have_two_homes():
         (extra,) = [c for c in req["InputDataConfig"] if c["ChannelName"] == "extra"]
         assert extra["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://bucket/keys/{name}/"
     assert "${job_name}" not in json.dumps(a)
+
+
+def test_unknown_reference_in_an_aws_value_is_refused_with_its_line():
+    """Issue 26: image, roles, subnets and file system ids take ${stack:...} only; anything else was sent as written."""
+    from mpirun_kit.spec.findings import JobSpecError
+
+    for old, new, line, field in (("role: ${stack:mrk-role.RoleArn}", "role: ${stack:mrk-role.RoleArn}${job_name}", 7,
+                                   "target.sagemaker.role"),
+                                  ("subnets: [subnet-1]", "subnets: ['${subnet}']", 26, "vpc.subnets[0]")):
+        assert old in SPEC
+        with pytest.raises(JobSpecError) as e:
+            compiled(SPEC.replace(old, new))
+        assert f"mrcnn.yaml:{line}: {field}: unknown reference " in str(e.value)
+        assert "here; expected a value or ${stack:STACK.OutputKey}" in str(e.value)
