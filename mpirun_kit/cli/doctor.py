@@ -64,8 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-parallel", type=int, default=32,
                    help="hosts gathered at once over ssh (default 32; 1 = one after another)")
     p.add_argument("--no-allreduce", dest="allreduce", action="store_false", help="skip the allreduce smoke test")
-    p.add_argument("--ranks-per-host", type=int, default=1,
-                   help="allreduce ranks per host (default 1; 2 tests the local path on one host)")
+    p.add_argument("--ranks-per-host", type=int, default=None,
+                   help="allreduce ranks per host (default: the job spec's resources.processes_per_host, else 1; "
+                        "2 tests the local path on one host)")
     p.add_argument("--allreduce-mb", type=float, default=8.0, help="allreduce message size in MiB (default 8)")
     p.add_argument("--allreduce-port", type=int, default=29499, help="rank 0's rendezvous port (default 29499)")
     p.add_argument("--remote-python", metavar="PATH",
@@ -91,8 +92,9 @@ def _hosts(text: str | None, me: str) -> tuple[str, ...]:
     return hosts
 
 
-def _from_spec(path: str, hosts_flag: str | None, me: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(hosts, data and checkpoint paths) of a job spec, as the job's target names them."""
+def _from_spec(path: str, hosts_flag: str | None, me: str) -> tuple[tuple[str, ...], tuple[str, ...], int | None]:
+    """(hosts, data and checkpoint paths, processes per host or None) of a job spec, as the job's target names
+    them: the all-reduce runs as many ranks per host as the job will (issue #28: it ran 1 whatever the spec said)."""
     from ..errors import SpecError
     from ..spec.compile import channel_paths, checkpoint_path, planned_hosts
     from .resolve import load_spec
@@ -104,7 +106,7 @@ def _from_spec(path: str, hosts_flag: str | None, me: str) -> tuple[tuple[str, .
     hosts = tuple(me if h.name == "localhost" else h.name for h in planned_hosts(job, 1))
     # Relative paths resolve against each rank's working directory, unknown here: only absolute ones.
     paths = [p for _, p in channel_paths(job)] + [checkpoint_path(job)]
-    return hosts, tuple(dict.fromkeys(p for p in paths if p.startswith("/")))
+    return hosts, tuple(dict.fromkeys(p for p in paths if p.startswith("/"))), job.resources.processes_per_host
 
 
 def run(args) -> int:
@@ -115,8 +117,9 @@ def run(args) -> int:
 
     me = args.as_host or socket.gethostname()
     mounts = tuple(args.mount)
+    spec_ranks = None
     if args.spec:
-        hosts, spec_mounts = _from_spec(args.spec, args.hosts, me)
+        hosts, spec_mounts, spec_ranks = _from_spec(args.spec, args.hosts, me)
         mounts = mounts or spec_mounts
     else:
         hosts = _hosts(args.hosts, me)
@@ -136,7 +139,8 @@ def run(args) -> int:
                             allow_stale=tuple(args.allow_stale)),
         mounts=mounts, ssh_dir=ssh_dir, ssh_port=args.ssh_port, timeout_s=args.timeout,
         max_parallel=args.max_parallel,
-        allreduce=args.allreduce, ranks_per_host=args.ranks_per_host,
+        allreduce=args.allreduce,
+        ranks_per_host=args.ranks_per_host if args.ranks_per_host is not None else spec_ranks or 1,
         allreduce_bytes=int(args.allreduce_mb * 2 ** 20), allreduce_port=args.allreduce_port)
     if args.dry_run:
         print("\n".join(req.commands()))
