@@ -104,8 +104,13 @@ def plan_layout(name: str, n_hosts: int, root: Path | str, subnet: str = DEFAULT
 
 
 def render_hosts_file(layout: SimLayout) -> str:
+    """Every host's name, also for its IPv4-mapped IPv6 address: a dual-stack server (torch's c10d store, gloo)
+    sees its IPv4 clients as ``::ffff:A.B.C.D``; without these lines their reverse lookup fell through to DNS,
+    which a simulated host cannot reach, and every rank warned "The hostname of the client socket cannot be
+    retrieved. err=-3" (EAI_AGAIN; issue #28)."""
     lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
     lines += [f"{h.address}\t{h.name}" for h in layout.hosts]
+    lines += ["::ffff:127.0.0.1\tlocalhost"] + [f"::ffff:{h.address}\t{h.name}" for h in layout.hosts]
     return "\n".join(lines) + "\n"
 
 

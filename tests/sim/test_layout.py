@@ -38,9 +38,11 @@ def test_unknown_host_named():
 
 
 def test_hosts_file():
+    """Also the IPv4-mapped addresses (issue #28: c10d's reverse lookup of ::ffff:A.B.C.D went to DNS)."""
     assert render_hosts_file(plan_layout("c", 2, "/x")) == (
         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-        "10.233.0.1\talgo-1\n10.233.0.2\talgo-2\n")
+        "10.233.0.1\talgo-1\n10.233.0.2\talgo-2\n"
+        "::ffff:127.0.0.1\tlocalhost\n::ffff:10.233.0.1\talgo-1\n::ffff:10.233.0.2\talgo-2\n")
 
 
 def test_sshd_config_is_key_only_and_bound_to_cluster_address():

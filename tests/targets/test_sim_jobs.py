@@ -71,3 +71,14 @@ def test_detach_status_logs_sim_list_and_cancel_leave_no_namespace_or_process(tm
     status = json.loads(mrk("status", job, "--json").stdout)
     assert status["state"] == "cancelled" and status["root_cause"] is None
     assert "rank got SIGTERM" in Path(status["run_dir"], "output.log").read_text()
+
+
+def test_simulated_hosts_resolve_ipv4_mapped_addresses_without_dns(tmp_path):
+    """Issue #28: every torch rank on sim warned "[c10d] The hostname of the client socket cannot be retrieved.
+    err=-3": a dual-stack server sees an IPv4 client as ::ffff:A.B.C.D, whose reverse lookup went to DNS,
+    which no simulated host reaches (EAI_AGAIN).  Fails before: getnameinfo raised gaierror -3 on every host."""
+    probe = ("import socket; a = socket.gethostbyname('algo-2'); "
+             "print('mapped', socket.getnameinfo(('::ffff:' + a, 1), socket.NI_NUMERICSERV)[0])")
+    spec = sim_spec(tmp_path, "names", f"[python3, -c, {json.dumps(probe)}]")
+    r = mrk("submit", str(spec), "-q", check=0)
+    assert sorted(r.stdout.splitlines()) == ["[0 algo-1] mapped algo-2", "[1 algo-2] mapped algo-2"]
