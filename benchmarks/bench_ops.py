@@ -203,7 +203,7 @@ def bench_cpu(repeats: int, budget: float, seed: int) -> list[Row]:
     rows.append(Row("decode_boxes", "100,000 boxes", "reference", t_r, t_c, ratio))
 
     anchors, obj, dl, levels, sizes = _proposal_inputs(seed)
-    args = (anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3)
+    args = (anchors, obj, dl, sizes, ops.ProposalParams(2000, 1000, 0.7, 1e-3))
     t_r, t_c, ratio = _compare(
         lambda: reference.generate_proposals(*args, levels=levels), lambda: ops.generate_proposals(*args, levels=levels), max(1, repeats // 2)
     )
@@ -264,14 +264,14 @@ def bench_cuda(repeats: int, seed: int) -> list[Row]:
         return out
 
     t_t, t_c, ratio = _compare(
-        torchvision_pipeline, lambda: ops.generate_proposals(anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3, levels=levels), repeats, sync
+        torchvision_pipeline, lambda: ops.generate_proposals(anchors, obj, dl, sizes, ops.ProposalParams(2000, 1000, 0.7, 1e-3), levels=levels), repeats, sync
     )
     rows.append(Row("generate_proposals", f"2 images, {anchors.shape[0]:,} anchors", "torchvision ops", t_t, t_c, ratio))
     # the training step's sync-free variant against the list op above (which waits per level and image)
     level_sizes = [int((levels == lvl).sum()) for lvl in range(5)]
     t_t, t_c, ratio = _compare(
-        lambda: ops.generate_proposals(anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3, levels=levels),
-        lambda: ops.generate_proposals_padded(anchors, obj, dl, sizes, 2000, 1000, 0.7, 1e-3, level_sizes), repeats, sync
+        lambda: ops.generate_proposals(anchors, obj, dl, sizes, ops.ProposalParams(2000, 1000, 0.7, 1e-3), levels=levels),
+        lambda: ops.generate_proposals_padded(anchors, obj, dl, sizes, ops.ProposalParams(2000, 1000, 0.7, 1e-3), level_sizes), repeats, sync
     )
     rows.append(Row("generate_proposals_padded", f"2 images, {anchors.shape[0]:,} anchors", "generate_proposals", t_t, t_c, ratio))
     # the packed FPN pooler (one roi_align call, no sync) against the per-level split (nonzero per level)

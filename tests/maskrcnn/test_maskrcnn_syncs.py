@@ -94,7 +94,7 @@ def test_counter_names_the_offending_line():
     # the public list-returning proposal wrapper splits on the host (counts.tolist()): a real sync
     anchors = torch.tensor([[0.0, 0, 10, 10], [5, 5, 20, 20]])
     with count_host_syncs() as report:
-        ops.generate_proposals(anchors, torch.randn(1, 2), torch.zeros(1, 2, 4), [(32, 32)], 2, 2, 0.7, 0.0)
+        ops.generate_proposals(anchors, torch.randn(1, 2), torch.zeros(1, 2, 4), [(32, 32)], ops.ProposalParams(2, 2, 0.7, 0.0))
     lines = Path(ops.__file__).with_name("proposals.py").read_text().splitlines()
     split_line = next(i for i, s in enumerate(lines, 1) if "counts.tolist()" in s)
     assert f"mpirun_kit/maskrcnn/ops/proposals.py:{split_line}: .tolist()" in report.format()
@@ -124,7 +124,7 @@ def test_counter_counts_the_waits_inside_the_list_proposal_kernel():
     # 2 per image, 1 for the counts
     anchors = torch.tensor([[0.0, 0, 10, 10], [5, 5, 20, 20], [0, 0, 30, 30]])
     with count_host_syncs() as report:
-        ops.generate_proposals(anchors, torch.randn(2, 3), torch.zeros(2, 3, 4), [(32, 32)] * 2, 2, 2, 0.7, 0.0,
+        ops.generate_proposals(anchors, torch.randn(2, 3), torch.zeros(2, 3, 4), [(32, 32)] * 2, ops.ProposalParams(2, 2, 0.7, 0.0),
                                levels=torch.tensor([0, 0, 1]))
     inside = [r for _, r in report.events if "inside its CUDA kernel" in r]
     assert len(inside) == (2 * 2 + 1) + 2 * 2 + 1, report.format()

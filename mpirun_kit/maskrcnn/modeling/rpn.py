@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import RPNConfig
-from ..ops import box_iou, encode_boxes, generate_anchors, generate_proposals, generate_proposals_padded
+from ..ops import ProposalParams, box_iou, encode_boxes, generate_anchors, generate_proposals, generate_proposals_padded
 from .fpn import STRIDES
 from .sampling import match, subsample
 
@@ -84,18 +84,18 @@ class RPN(nn.Module):
         logits_all = torch.cat(logits, 1)
         deltas_all = torch.cat(deltas, 1)
         anchors, levels = self.anchors(feats)
-        args = (self.cfg.nms_thresh, self.cfg.min_size)
+        c = self.cfg
         with torch.no_grad():
             if targets is None:
+                params = ProposalParams(c.pre_nms_topk_test, c.post_nms_topk_test, c.nms_thresh, c.min_size)
                 proposals, _ = generate_proposals(anchors, logits_all.detach(), deltas_all.detach(), image_sizes,
-                                                  self.cfg.pre_nms_topk_test, self.cfg.post_nms_topk_test, *args,
-                                                  levels=levels)
+                                                  params, levels=levels)
                 return proposals, {}
             # the level ranges as host ints (feature sizes x anchors per location): sliced, never searched
             level_sizes = [f.shape[-2] * f.shape[-1] * self.num_anchors for f in feats]
+            params = ProposalParams(c.pre_nms_topk_train, c.post_nms_topk_train, c.nms_thresh, c.min_size)
             boxes, _, valid = generate_proposals_padded(anchors, logits_all.detach(), deltas_all.detach(), image_sizes,
-                                                        self.cfg.pre_nms_topk_train, self.cfg.post_nms_topk_train,
-                                                        *args, level_sizes=level_sizes)
+                                                        params, level_sizes=level_sizes)
         return (boxes, valid), self.losses(anchors, logits_all, deltas_all, targets)
 
     def losses(self, anchors: torch.Tensor, logits: torch.Tensor, deltas: torch.Tensor,

@@ -17,7 +17,7 @@ from ._loader import OpsFallbackWarning, OpsUnavailableError
 from .anchors import generate_anchors
 from .boxes import DEFAULT_CLIP, box_iou, decode_boxes, encode_boxes
 from .nms import batched_nms, nms
-from .proposals import generate_proposals, generate_proposals_padded
+from .proposals import ProposalParams, generate_proposals, generate_proposals_padded
 from .roi_align import (MultiScaleRoIAlign, boxes_to_rois, multiscale_roi_align, multiscale_roi_align_packed, pack_levels,
                         roi_align, roi_align_packed)
 
@@ -27,6 +27,7 @@ __all__ = [
     "OpInputError",
     "OpsFallbackWarning",
     "OpsUnavailableError",
+    "ProposalParams",
     "batched_nms",
     "box_iou",
     "boxes_to_rois",

@@ -8,6 +8,7 @@ proposals for the RoI heads.  One compiled call does the whole batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -21,18 +22,56 @@ def _check_int(name: str, v: object, minimum: int) -> int:
     return v
 
 
+@dataclass(frozen=True)
+class ProposalParams:
+    """The settings of the proposal step, one value for every entry point (the compiled ops, the
+    references, the padded variant).  Checked and normalised on construction.
+
+    Attributes:
+        pre_nms_top_n: boxes kept per image before NMS (per level when levels are given).
+        post_nms_top_n: boxes kept per image after NMS.
+        nms_thresh: NMS IoU threshold.
+        min_size: boxes narrower or shorter than this (after clipping) are dropped.
+        weights, clip_value: the box coder's, as in ``decode_boxes``.
+
+    Raises:
+        OpInputError: a count below 1, a NaN threshold, a negative min_size, bad weights.
+    """
+
+    pre_nms_top_n: int
+    post_nms_top_n: int
+    nms_thresh: float
+    min_size: float = 0.0
+    weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)
+    clip_value: float = reference.DEFAULT_CLIP
+
+    def __post_init__(self) -> None:
+        _check_int("pre_nms_top_n", self.pre_nms_top_n, 1)
+        _check_int("post_nms_top_n", self.post_nms_top_n, 1)
+        object.__setattr__(self, "nms_thresh", check_threshold("nms_thresh", self.nms_thresh))
+        try:
+            min_size = float(self.min_size)
+        except (TypeError, ValueError):
+            raise OpInputError(f"min_size must be a number of pixels, got {self.min_size!r}") from None
+        if not min_size >= 0:
+            raise OpInputError(f"min_size must be >= 0 pixels, got {self.min_size!r}")
+        object.__setattr__(self, "min_size", min_size)
+        object.__setattr__(self, "weights", check_weights(self.weights))
+        object.__setattr__(self, "clip_value", float(self.clip_value))
+
+    def op_args(self) -> tuple:
+        """(pre, post, thresh, min_size, weights, clip_value) in the compiled ops' schema order."""
+        return (self.pre_nms_top_n, self.post_nms_top_n, self.nms_thresh, self.min_size, list(self.weights),
+                self.clip_value)
+
+
 def generate_proposals(
     anchors: torch.Tensor,
     objectness: torch.Tensor,
     deltas: torch.Tensor,
     image_sizes: Sequence[tuple[int, int]],
-    pre_nms_top_n: int,
-    post_nms_top_n: int,
-    nms_thresh: float,
-    min_size: float,
+    params: ProposalParams,
     levels: torch.Tensor | None = None,
-    weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0),
-    clip_value: float = reference.DEFAULT_CLIP,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Proposals for a batch of images.
 
@@ -41,34 +80,32 @@ def generate_proposals(
         objectness: [B, A] scores (logits or probabilities; only their order matters).
         deltas: [B, A, 4] RPN regression output.
         image_sizes: (h, w) of each image, for clipping.
-        pre_nms_top_n: boxes kept per image before NMS (per level when ``levels`` is given).
-        post_nms_top_n: boxes kept per image after NMS.
-        nms_thresh: NMS IoU threshold.
-        min_size: boxes narrower or shorter than this (after clipping) are dropped.
+        params: the counts, thresholds and box-coder settings (``ProposalParams``).
         levels: optional [A] integer FPN level of each anchor.  Given, the pre-NMS
             top-k is taken per level and NMS runs per level (torchvision's RPN);
             omitted, both run over all anchors of the image.
-        weights, clip_value: the box coder's, as in ``decode_boxes``.
 
     Returns:
         (boxes, scores): per image [k, 4] boxes and their [k] objectness values
         as passed in, sorted by decreasing objectness, k <= post_nms_top_n.
 
     Raises:
-        OpInputError: mismatched shapes, dtypes or devices, bad counts or weights.
+        OpInputError: mismatched shapes, dtypes or devices, params that are not a ProposalParams.
     """
-    sizes, levels, pre, post, thr, min_size, w = _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n,
-                                                             post_nms_top_n, nms_thresh, min_size, levels, weights)
+    sizes, levels = _check_args(anchors, objectness, deltas, image_sizes, params, levels)
     if _loader.use_compiled("generate_proposals", anchors.device):
-        boxes, scores, counts = _compiled(anchors, objectness, deltas, sizes, levels, pre, post, thr, min_size, w, clip_value)
+        boxes, scores, counts = torch.ops.mpirun_kit.generate_proposals(
+            anchors, objectness, deltas, _sizes_tensor(sizes, anchors), levels, *params.op_args())
         split = counts.tolist()
         return list(boxes.split(split)), list(scores.split(split))
     anchors, objectness, deltas = _autocast.cast(anchors, objectness, deltas)
-    return reference.generate_proposals(anchors, objectness, deltas, sizes, pre, post, thr, min_size, levels, w, float(clip_value))
+    return reference.generate_proposals(anchors, objectness, deltas, sizes, params, levels)
 
 
-def _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n, post_nms_top_n, nms_thresh, min_size,
-                levels, weights):
+def _check_args(anchors, objectness, deltas, image_sizes, params, levels):
+    if not isinstance(params, ProposalParams):
+        raise OpInputError(f"params must be a ProposalParams(pre_nms_top_n, post_nms_top_n, nms_thresh, ...), "
+                           f"got {type(params).__name__}")
     check_boxes("anchors", anchors)
     a = anchors.shape[0]
     if not isinstance(objectness, torch.Tensor) or objectness.dim() != 2 or objectness.shape[1] != a:
@@ -92,14 +129,7 @@ def _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n, post_nm
             raise OpInputError(f"levels must be an integer [A] tensor with A = {a} (one level per anchor), got {got}")
         check_same_device(anchors=anchors, levels=levels)
         levels = levels.to(torch.int64)
-    pre = _check_int("pre_nms_top_n", pre_nms_top_n, 1)
-    post = _check_int("post_nms_top_n", post_nms_top_n, 1)
-    thr = check_threshold("nms_thresh", nms_thresh)
-    min_size = float(min_size)
-    if not min_size >= 0:
-        raise OpInputError(f"min_size must be >= 0 pixels, got {min_size!r}")
-    w = check_weights(weights)
-    return sizes, levels, pre, post, thr, min_size, w
+    return sizes, levels
 
 
 def _sizes_tensor(sizes: list[tuple[int, int]], anchors: torch.Tensor) -> torch.Tensor:
@@ -113,24 +143,13 @@ def _sizes_tensor(sizes: list[tuple[int, int]], anchors: torch.Tensor) -> torch.
     return t
 
 
-def _compiled(anchors, objectness, deltas, sizes, levels, pre, post, thr, min_size, w, clip_value):
-    return torch.ops.mpirun_kit.generate_proposals(
-        anchors, objectness, deltas, _sizes_tensor(sizes, anchors), levels, pre, post, thr, min_size, list(w),
-        float(clip_value))
-
-
 def generate_proposals_padded(
     anchors: torch.Tensor,
     objectness: torch.Tensor,
     deltas: torch.Tensor,
     image_sizes: Sequence[tuple[int, int]],
-    pre_nms_top_n: int,
-    post_nms_top_n: int,
-    nms_thresh: float,
-    min_size: float,
+    params: ProposalParams,
     level_sizes: Sequence[int] = (),
-    weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0),
-    clip_value: float = reference.DEFAULT_CLIP,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``generate_proposals`` with fixed-size outputs, for the training step.
 
@@ -151,18 +170,16 @@ def generate_proposals_padded(
     sizes_l = [int(n) for n in level_sizes]
     if sizes_l and (sum(sizes_l) != a or min(sizes_l) < 0):
         raise OpInputError(f"level_sizes must be anchor counts >= 0 summing to the rows of anchors ({a}), got {sizes_l}")
-    sizes, _, pre, post, thr, min_size, w = _check_args(anchors, objectness, deltas, image_sizes, pre_nms_top_n,
-                                                        post_nms_top_n, nms_thresh, min_size, None, weights)
+    sizes, _ = _check_args(anchors, objectness, deltas, image_sizes, params, None)
     if _loader.use_compiled("generate_proposals_padded", anchors.device):
         boxes, scores, counts = torch.ops.mpirun_kit.generate_proposals_padded(
-            anchors, objectness, deltas, _sizes_tensor(sizes, anchors), sizes_l, pre, post, thr, min_size, list(w), float(clip_value))
-        valid = torch.arange(post, device=anchors.device)[None, :] < counts[:, None]
+            anchors, objectness, deltas, _sizes_tensor(sizes, anchors), sizes_l, *params.op_args())
+        valid = torch.arange(params.post_nms_top_n, device=anchors.device)[None, :] < counts[:, None]
         return boxes, scores, valid
     # the compiled kernels take the level sizes as host ints; only the reference needs a level per anchor
     levels = level_ids(sizes_l, anchors.device) if sizes_l else None
     anchors, objectness, deltas = _autocast.cast(anchors, objectness, deltas)
-    return reference.generate_proposals_padded(anchors, objectness, deltas, sizes, pre, post, thr, min_size, levels, w,
-                                               float(clip_value))
+    return reference.generate_proposals_padded(anchors, objectness, deltas, sizes, params, levels)
 
 
 #: (level sizes, device) -> [A] level id per anchor; a few entries (one per canvas shape in use).

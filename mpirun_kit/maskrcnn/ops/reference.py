@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:  # the type only: proposals.py imports this module
+    from .proposals import ProposalParams
 
 #: clip for dw/dh before exp() in decode: log(1000 / 16), as in Detectron.
 DEFAULT_CLIP = math.log(1000.0 / 16)
@@ -288,21 +292,21 @@ def generate_proposals(
     objectness: torch.Tensor,
     deltas: torch.Tensor,
     image_sizes: Sequence[tuple[int, int]],
-    pre_nms_top_n: int,
-    post_nms_top_n: int,
-    nms_thresh: float,
-    min_size: float,
+    params: ProposalParams,
     levels: torch.Tensor | None = None,
-    weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0),
-    clip_value: float = DEFAULT_CLIP,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The RPN proposal step per image: top-k, decode, clip, min-size filter, NMS, top-k.
+
+    ``params``: ``ops.proposals.ProposalParams`` (counts, thresholds, box-coder settings).
 
     With ``levels`` ([A] level id per anchor) the pre-NMS top-k is taken per level
     and NMS runs per level (torchvision's RPN); without it, over all anchors.
     Returns per image the boxes [k, 4] and their objectness values [k] (as given,
     i.e. logits if logits were passed), sorted by decreasing objectness.
     """
+    pre_nms_top_n, post_nms_top_n, nms_thresh, min_size = (params.pre_nms_top_n, params.post_nms_top_n,
+                                                           params.nms_thresh, params.min_size)
+    weights, clip_value = params.weights, params.clip_value
     boxes_out, scores_out = [], []
     for b, (h, w) in enumerate(image_sizes):
         obj = objectness[b]
@@ -334,17 +338,12 @@ def generate_proposals_padded(
     objectness: torch.Tensor,
     deltas: torch.Tensor,
     image_sizes: Sequence[tuple[int, int]],
-    pre_nms_top_n: int,
-    post_nms_top_n: int,
-    nms_thresh: float,
-    min_size: float,
+    params: ProposalParams,
     levels: torch.Tensor | None = None,
-    weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0),
-    clip_value: float = DEFAULT_CLIP,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``generate_proposals`` padded: boxes [B, post, 4], scores [B, post], valid [B, post]."""
-    boxes_l, scores_l = generate_proposals(anchors, objectness, deltas, image_sizes, pre_nms_top_n, post_nms_top_n,
-                                           nms_thresh, min_size, levels, weights, clip_value)
+    boxes_l, scores_l = generate_proposals(anchors, objectness, deltas, image_sizes, params, levels)
+    post_nms_top_n = params.post_nms_top_n
     b = len(boxes_l)
     boxes = anchors.new_zeros((b, post_nms_top_n, 4))
     scores = objectness.new_zeros((b, post_nms_top_n))

@@ -64,7 +64,7 @@ def test_wrappers_under_autocast_take_bf16_and_return_float32(gen, tmp_path, bac
         keep = ops.nms(boxes, scores, 0.5)
         iou = ops.box_iou(boxes.to(BF16), boxes)
         dec = ops.decode_boxes(deltas[0], anchors)
-        pb, ps, valid = ops.generate_proposals_padded(anchors, obj, deltas, [(32, 40), (30, 33)], 20, 10, 0.7, 1.0,
+        pb, ps, valid = ops.generate_proposals_padded(anchors, obj, deltas, [(32, 40), (30, 33)], ops.ProposalParams(20, 10, 0.7, 1.0),
                                                       level_sizes=[30, 30])
     assert pooled.dtype == iou.dtype == dec.dtype == pb.dtype == ps.dtype == torch.float32
     torch.testing.assert_close(pooled, reference.roi_align(feats.detach().float(), rois, (3, 3), 1.0, 2, True))

@@ -124,7 +124,7 @@ def test_generate_proposals_cuda_matches_reference(gen, per_level):
     anchors = torch.cat(per)
     obj = torch.randn(2, anchors.shape[0], generator=gen)
     deltas = torch.randn(2, anchors.shape[0], 4, generator=gen) * 0.3
-    args = ([(64, 80), (50, 61)], 300, 100, 0.7, 2.0)
+    args = ([(64, 80), (50, 61)], ops.ProposalParams(300, 100, 0.7, 2.0))
     got_b, got_s = ops.generate_proposals(anchors.cuda(), obj.cuda(), deltas.cuda(), *args,
                                           levels=levels.cuda() if per_level else None)
     want_b, want_s = reference.generate_proposals(anchors, obj, deltas, *args, levels)
@@ -156,7 +156,7 @@ def test_generate_proposals_padded_cuda_matches_cpu_without_syncing(gen, per_lev
     anchors = torch.cat(per)
     obj = torch.randn(3, anchors.shape[0], generator=gen)
     deltas = torch.randn(3, anchors.shape[0], 4, generator=gen) * 0.3
-    args = ([(64, 80), (50, 61), (64, 40)], 300, 100, 0.7, 2.0, level_sizes)
+    args = ([(64, 80), (50, 61), (64, 40)], ops.ProposalParams(300, 100, 0.7, 2.0), level_sizes)
     want = ops.generate_proposals_padded(anchors, obj, deltas, *args)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")  # any device -> host read inside raises
@@ -300,7 +300,7 @@ def test_per_image_nms_masks_match_the_cpu_kernel(gen, images, pre):
     anchors = torch.cat(per)
     obj = torch.randn(images, anchors.shape[0], generator=gen)
     deltas = torch.randn(images, anchors.shape[0], 4, generator=gen) * 0.3
-    args = ([(64, 80)] * images, pre, 150, 0.6, 1.0, [len(a) for a in per])
+    args = ([(64, 80)] * images, ops.ProposalParams(pre, 150, 0.6, 1.0), [len(a) for a in per])
     want = ops.generate_proposals_padded(anchors, obj, deltas, *args)
     got = ops.generate_proposals_padded(anchors.cuda(), obj.cuda(), deltas.cuda(), *args)
     torch.testing.assert_close(got[2].cpu(), want[2])

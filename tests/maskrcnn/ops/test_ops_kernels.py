@@ -232,8 +232,8 @@ def test_generate_proposals_matches_reference(gen, dtype, per_level):
     anchors, obj, deltas, levels = _proposal_inputs(gen, dtype)
     lv = levels if per_level else None
     image_sizes = [(64, 80), (50, 61)]
-    got_b, got_s = ops.generate_proposals(anchors, obj, deltas, image_sizes, 300, 100, 0.7, 2.0, levels=lv)
-    want_b, want_s = reference.generate_proposals(anchors, obj, deltas, image_sizes, 300, 100, 0.7, 2.0, lv)
+    got_b, got_s = ops.generate_proposals(anchors, obj, deltas, image_sizes, ops.ProposalParams(300, 100, 0.7, 2.0), levels=lv)
+    want_b, want_s = reference.generate_proposals(anchors, obj, deltas, image_sizes, ops.ProposalParams(300, 100, 0.7, 2.0), lv)
     assert len(got_b) == 2
     for gb, gs, wb, ws in zip(got_b, got_s, want_b, want_s):
         assert gb.shape[0] <= 100
@@ -252,9 +252,9 @@ def test_generate_proposals_padded_matches_the_list_op(gen, per_level):
     sizes = [(48, 56), (40, 50), (30, 56)]
     level_sizes = [p.shape[0] for p in parts] if per_level else []
     levels = torch.repeat_interleave(torch.arange(2), torch.tensor(level_sizes)) if per_level else None
-    boxes, scores, valid = ops.generate_proposals_padded(anchors, obj, deltas, sizes, 80, 300, 0.6, 2.0, level_sizes)
-    want_b, want_s = ops.generate_proposals(anchors, obj, deltas, sizes, 80, 300, 0.6, 2.0, levels=levels)
-    ref_b, ref_s, ref_v = reference.generate_proposals_padded(anchors, obj, deltas, sizes, 80, 300, 0.6, 2.0, levels)
+    boxes, scores, valid = ops.generate_proposals_padded(anchors, obj, deltas, sizes, ops.ProposalParams(80, 300, 0.6, 2.0), level_sizes)
+    want_b, want_s = ops.generate_proposals(anchors, obj, deltas, sizes, ops.ProposalParams(80, 300, 0.6, 2.0), levels=levels)
+    ref_b, ref_s, ref_v = reference.generate_proposals_padded(anchors, obj, deltas, sizes, ops.ProposalParams(80, 300, 0.6, 2.0), levels)
     assert boxes.shape == (3, 300, 4) and scores.shape == valid.shape == (3, 300)
     torch.testing.assert_close(boxes, ref_b)
     torch.testing.assert_close(valid, ref_v)
@@ -269,7 +269,7 @@ def test_generate_proposals_padded_matches_the_list_op(gen, per_level):
 def test_generate_proposals_padded_rejects_level_sizes_that_do_not_add_up(gen):
     anchors = reference.grid_anchors(reference.cell_anchors((16,), (1.0,)), 2, 2, 4)
     with pytest.raises(ops.OpInputError, match=r"level_sizes must be anchor counts >= 0 summing to the rows of anchors \(4\), got \[3, 2\]"):
-        ops.generate_proposals_padded(anchors, torch.zeros(1, 4), torch.zeros(1, 4, 4), [(8, 8)], 5, 5, 0.7, 0.0, [3, 2])
+        ops.generate_proposals_padded(anchors, torch.zeros(1, 4), torch.zeros(1, 4, 4), [(8, 8)], ops.ProposalParams(5, 5, 0.7, 0.0), [3, 2])
     with pytest.raises(RuntimeError, match=r"level_sizes must sum to the rows of anchors \(4\), got \[3, 2\] \(sum 5\)"):
         torch.ops.mpirun_kit.generate_proposals_padded(anchors, torch.zeros(1, 4), torch.zeros(1, 4, 4),
                                                        torch.tensor([[8.0, 8.0]]), [3, 2], 5, 5, 0.7, 0.0, [1.0] * 4, 4.0)
@@ -277,7 +277,7 @@ def test_generate_proposals_padded_rejects_level_sizes_that_do_not_add_up(gen):
 
 def test_generate_proposals_min_size_can_drop_everything(gen):
     anchors, obj, deltas, _ = _proposal_inputs(gen, torch.float32, b=1)
-    boxes, scores = ops.generate_proposals(anchors, obj, deltas, [(64, 80)], 50, 10, 0.7, 1e6)
+    boxes, scores = ops.generate_proposals(anchors, obj, deltas, [(64, 80)], ops.ProposalParams(50, 10, 0.7, 1e6))
     assert boxes[0].shape == (0, 4) and scores[0].shape == (0,)
 
 

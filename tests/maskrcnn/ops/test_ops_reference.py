@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from mpirun_kit.maskrcnn.ops import reference
+from mpirun_kit.maskrcnn.ops.proposals import ProposalParams
 
 from ops_inputs import rand_boxes, rand_rois
 
@@ -151,7 +152,7 @@ def test_generate_proposals_reference_steps(gen):
     anchors = torch.tensor([[0, 0, 10, 10], [0, 0, 10.5, 10], [20, 20, 30, 30], [0, 0, 0.5, 0.5]], dtype=torch.float64)
     obj = torch.tensor([[0.9, 0.8, 0.1, 0.95]], dtype=torch.float64)
     deltas = torch.zeros(1, 4, 4, dtype=torch.float64)
-    boxes, scores = reference.generate_proposals(anchors, obj, deltas, [(25, 25)], 10, 10, 0.5, 1.0)
+    boxes, scores = reference.generate_proposals(anchors, obj, deltas, [(25, 25)], ProposalParams(10, 10, 0.5, 1.0))
     # anchor 3 is too small; anchor 1 overlaps anchor 0 (IoU 0.95) and scores lower; anchor 2 is clipped to 25
     assert scores[0].tolist() == [0.9, 0.1]
     torch.testing.assert_close(boxes[0], torch.tensor([[0, 0, 10, 10], [20, 20, 25, 25]], dtype=torch.float64))

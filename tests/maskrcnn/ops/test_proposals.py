@@ -23,7 +23,7 @@ def test_padded_proposals_on_the_meta_device_do_no_host_work_of_anchor_size():
     """Before: pin_memory() on meta failed (chosen by device.type != "cpu"), and every call built a
     host repeat_interleave of A level ids that the compiled kernels never read."""
     with HostCopies() as seen:
-        boxes, scores, valid = ops.generate_proposals_padded(*_inputs("meta"), [(64, 80), (60, 70)], 100, 50, 0.7, 0.0,
+        boxes, scores, valid = ops.generate_proposals_padded(*_inputs("meta"), [(64, 80), (60, 70)], ops.ProposalParams(100, 50, 0.7, 0.0),
                                                              level_sizes=LEVELS)
     assert (boxes.shape, scores.shape, valid.shape) == ((2, 50, 4), (2, 50), (2, 50))
     assert boxes.device.type == "meta"
@@ -51,9 +51,9 @@ def test_reference_padded_proposals_use_the_cached_level_ids(gen, tmp_path, monk
     obj = torch.randn(2, A, generator=gen)
     deltas = torch.randn(2, A, 4, generator=gen) * 0.1
     with _loader.using(_loader.ExtensionLoader(tmp_path / "missing.so")), pytest.warns(ops.OpsFallbackWarning):
-        first = ops.generate_proposals_padded(anchors, obj, deltas, [(64, 80), (60, 70)], 20, 10, 0.7, 0.0, level_sizes=LEVELS)
+        first = ops.generate_proposals_padded(anchors, obj, deltas, [(64, 80), (60, 70)], ops.ProposalParams(20, 10, 0.7, 0.0), level_sizes=LEVELS)
         n_built = len(built)
-        second = ops.generate_proposals_padded(anchors, obj, deltas, [(64, 80), (60, 70)], 20, 10, 0.7, 0.0, level_sizes=LEVELS)
+        second = ops.generate_proposals_padded(anchors, obj, deltas, [(64, 80), (60, 70)], ops.ProposalParams(20, 10, 0.7, 0.0), level_sizes=LEVELS)
     assert n_built == len(LEVELS) and len(built) == n_built  # one fill per level, the first call only
     for x, y in zip(first, second):
         assert torch.equal(x, y)
