@@ -25,6 +25,7 @@ its SIGTERM path sleeps its 1-s kill timeout).  Output lines tagged by mpirun
 from __future__ import annotations
 
 import collections
+import enum
 import errno
 import logging
 import math
@@ -134,9 +135,17 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     return LauncherExit(rc, None, lines, timed_out, interrupted, stop)
 
 
+class StopStep(enum.Enum):
+    """Where a stop of mpirun stands (``LauncherChild``): the supervisor's STOPPING phase, in steps."""
+
+    ASKING = "the ranks asked over the channel run their handlers; mpirun is left alone"
+    SETTLING = "every rank exited and the wrappers are released: mpirun ends by itself, no SIGTERM"
+    TERMED = "mpirun got SIGTERM (it stops every rank on every host); its group gets SIGKILL at the kill deadline"
+
+
 class LauncherChild(ProcessChild):
     """mpirun under the supervisor: a stop goes through the ranks first when ``rank_stop`` is given
-    (module docstring), then SIGTERM to mpirun, then SIGKILL to its process group."""
+    (module docstring), then SIGTERM to mpirun, then SIGKILL to its process group; ``step`` says where it is."""
 
     def __init__(self, proc: subprocess.Popen, pumps: Sequence[threading.Thread], grace_s: float,
                  rank_stop: RankStopper | None, clock: Clock):
@@ -144,10 +153,12 @@ class LauncherChild(ProcessChild):
         self.grace_s = grace_s
         self.rank_stop = rank_stop
         self.why = ""
-        self.asked: Deadline | None = None     # set while the ranks asked over the channel run their handlers
-        self.released = False
-        self.settling: Deadline | None = None  # since the release, when every rank exited: mpirun gets no SIGTERM
-        self.termed: Deadline | None = None    # since mpirun's SIGTERM
+        self.step: StopStep | None = None
+        self.since: Deadline | None = None     # when the current step began
+        self.asked: Deadline | None = None     # the ranks' grace period, from the moment they were asked
+
+    def _enter(self, step: StopStep) -> None:
+        self.step, self.since = step, Deadline(self.clock, None)
 
     def terminate(self, stop: Stop) -> float | None:
         self.why = stop.signal or stop.why
@@ -157,12 +168,13 @@ class LauncherChild(ProcessChild):
             log.warning("%s: asked %d rank(s) to stop (SIGTERM to each program); mpirun gets SIGTERM once "
                         "they have exited, at most %g s from now", self.why, len(asked), self.grace_s)
             self.asked = Deadline(self.clock, self.grace_s)
-            return math.inf     # no SIGKILL before the ranks are released (stopping() moves it then)
+            self._enter(StopStep.ASKING)
+            return math.inf     # no SIGKILL while the ranks are asked (stopping() sets it when they are released)
         self._sigterm(self.why, self.grace_s)
         return self.grace_s
 
     def stopping(self) -> float | None:
-        if self.asked is None or self.released:
+        if self.step is not StopStep.ASKING:
             return None
         left = self.rank_stop.pending()
         if left and not self.asked.expired():
@@ -172,35 +184,34 @@ class LauncherChild(ProcessChild):
                         self.grace_s, ", ".join(map(str, sorted(left)[:10])) + (" ..." if len(left) > 10 else ""))
         after = _kill_after(self.asked, self.grace_s)
         if not left and self.rank_stop.all_exited():
-            self.settling = Deadline(self.clock, None)
+            self._enter(StopStep.SETTLING)
             log.info("%s: every rank exited; mpirun ends once their wrappers are released (its process "
                      "group gets SIGKILL in %.3g s if not)", self.why, after)
         else:
             # SIGTERM first, so mpirun is already stopping the job when a released rank's exit reaches it.
             self._sigterm(f"{self.why} ({'grace over' if left else 'the ranks asked exited'})", after)
         self.rank_stop.release()
-        self.released = True
         return after
 
     def kill(self) -> None:
         log.warning("mpirun still running after %s: killing its process group %d",
-                    "its SIGTERM" if self.termed is not None else "every rank exited", self.proc.pid)
+                    "every rank exited" if self.step is StopStep.SETTLING else "its SIGTERM", self.proc.pid)
         super().kill()
 
     def drain(self, deadline: Deadline) -> None:
-        if self.rank_stop is not None and self.asked is not None and not self.released:
+        if self.step is StopStep.ASKING:
             self.rank_stop.release()   # mpirun ended on its own during the stop: the wrappers have nobody to wait for
-        if self.termed is not None:
-            log.info("mpirun exited %.2f s after its SIGTERM", self.termed.elapsed())
-        elif self.settling is not None:
-            log.info("mpirun ended %.2f s after the ranks were released", self.settling.elapsed())
+        elif self.step is StopStep.TERMED:
+            log.info("mpirun exited %.2f s after its SIGTERM", self.since.elapsed())
+        elif self.step is StopStep.SETTLING:
+            log.info("mpirun ended %.2f s after the ranks were released", self.since.elapsed())
         # Local ranks may outlive mpirun only if it died abruptly; never leave them behind (ProcessChild.drain).
         super().drain(deadline)
 
     def _sigterm(self, why: str, kill_after_s: float) -> None:
         log.warning("%s: sending SIGTERM to mpirun (pid %d), SIGKILL in %.3g s", why, self.proc.pid, kill_after_s)
         signal_pid(self.proc.pid, signal.SIGTERM)
-        self.termed = Deadline(self.clock, None)
+        self._enter(StopStep.TERMED)
 
 
 def exit_code_of(returncode: int) -> int:
