@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..cluster.local import LocalFacts, read_local_facts
+from ..cluster.local import LocalFacts, Machine, read_local_facts
 from ..errors import SpecError
 
 
@@ -23,6 +23,13 @@ def parse_stack_overrides(items: list[str]) -> dict[str, dict[str, str]]:
             raise SpecError(f"--stack-output {item!r}: expected STACK.OutputKey=VALUE, e.g. mrk-fsx.FileSystemId=fs-0123")
         out.setdefault(stack, {})[key] = value
     return out
+
+
+def local_facts() -> LocalFacts:
+    """This machine's facts, read through cluster/local.py's ``Machine`` with exec/command.py's runner."""
+    from ..exec.command import command_runner
+
+    return read_local_facts(Machine(command_runner(timeout_s=10.0)))
 
 
 def load_spec(path, target: str | None = None):
@@ -53,7 +60,7 @@ def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: 
     if not args.spec.strip():
         raise SpecError("JOB.yaml is an empty string; name a job spec file, e.g. jobs/maskrcnn-demo.yaml")
     job = load_spec(args.spec, args.target)
-    return resolve_job(job, facts or read_local_facts(), region_flag=args.region,
+    return resolve_job(job, facts or local_facts(), region_flag=args.region,
                        overrides=parse_stack_overrides(args.stack_output), aws=aws_client, python=python,
                        offline=offline, report=report, default_region=default_region or aws_default_region)
 

@@ -1,4 +1,4 @@
-"""Discovery: the one place that reads /opt/ml, the environment and the host's devices.
+"""Discovery: the one place that reads /opt/ml and the environment (this machine's devices: local.py).
 
 It picks a source for the cluster, in this order: an explicit host list or
 hostfile (CLI), ``<opt_ml>/input/config/resourceconfig.json``, the ``SM_HOSTS`` /
@@ -32,25 +32,6 @@ def local_interfaces() -> frozenset[str]:
     host's entrypoint, on the launch's critical path, for a list of names.
     """
     return frozenset(name for _, name in socket.if_nameindex())
-
-
-def gpu_count(dev: Path = Path("/dev")) -> int:
-    """GPUs visible through NVML; 0 where there is no driver (this machine, CPU hosts)."""
-    if not (dev / "nvidiactl").exists():
-        # No NVIDIA driver loaded: skip loading NVML (~0.1 s on the launch path).
-        return 0
-    try:
-        import pynvml
-    except ImportError:
-        return 0
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:  # driver present but NVML unusable (e.g. a container without libnvidia-ml)
-        return 0
-    try:
-        return int(pynvml.nvmlDeviceGetCount())
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def discover_cluster(opt_ml: Path, environ: Mapping[str, str], *, hosts: str | None = None,

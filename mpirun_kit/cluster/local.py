@@ -1,19 +1,29 @@
-"""This machine's facts for planning a job here: topology, GPUs, EFA, MPI flavour, CPUs, root.
+"""This machine's facts for planning a job here: MPI flavour, GPUs, topology, EFA, CPUs, root.
 
-Place in the data flow: discovery (like cluster/discover.py, the machine is read
-here and nowhere else); cli/resolve.py hands a ``LocalFacts`` to the compiler and
-plan/jobplan.py places local and simulated ranks with it.  Not to be confused with
-the doctor's ``doctor.facts.HostFacts`` (what the doctor reads on every host).
+Place in the data flow: discovery, the one reader of this machine's facts (``Machine``).  Both
+users read through it: the CLI (cli/resolve.py: ``read_local_facts`` -> a ``LocalFacts`` for the
+compiler, which plan/jobplan.py places local and simulated ranks with) and the entrypoint on every
+host (entrypoint/main.py ``HostProbe``: the flavour when the spec leaves it ``auto``, the GPU count,
+CPUs, root).  Commands (``mpirun --version``, ``fi_info``) run through the injected ``Runner``:
+cluster/ sits below exec/ in the layers, so the CLI and the entrypoint hand in
+exec/command.py's runner (a deadline on the injected clock; the entrypoint's is cancelled by a
+signal).  Not to be confused with the doctor's ``doctor.facts.HostFacts`` (what the doctor reads
+on every host, through cluster/probe.py as well).
 """
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import LaunchError
+
+#: argv -> its stdout and stderr together.  Raises FileNotFoundError (no such program), TimeoutError
+#: (no answer by the runner's deadline), OSError (could not run); whatever else it raises (the
+#: entrypoint's cancel) passes through.  exec/command.py ``command_runner`` makes the real one.
+Runner = Callable[[Sequence[str]], str]
 
 
 @dataclass(frozen=True)
@@ -26,25 +36,6 @@ class LocalFacts:
     flavour: str
     cpu_count: int
     run_as_root: bool
-
-
-def run_version(argv: Sequence[str], timeout: float = 10.0) -> str:
-    """``argv``'s combined output (for ``detect_with``).
-
-    Raises:
-        FileNotFoundError: no such launcher (detect_with names it).
-        LaunchError: it could not be run or did not answer within ``timeout`` seconds.
-    """
-    try:
-        res = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise LaunchError(f"`{' '.join(argv)}` did not answer within {timeout:g} s; check the MPI installation "
-                          "or set mpi_flavour explicitly (openmpi4, openmpi5, mpich)") from None
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise LaunchError(f"cannot run {argv[0]!r}: {exc.strerror or exc}; check the MPI installation") from None
-    return res.stdout + res.stderr
 
 
 def flavour_of_version(version_text: str) -> str:
@@ -64,41 +55,104 @@ def flavour_of_version(version_text: str) -> str:
                       "MPICH/Hydra; set mpi_flavour explicitly (openmpi4, openmpi5, mpich)")
 
 
-def detect_with(runner: Callable[[Sequence[str]], str], launcher: str = "mpirun") -> str:
-    """Run ``launcher --version`` through ``runner`` (argv -> combined output) and detect.
+class Machine:
+    """This machine, each fact read at most once and only when asked (the entrypoint asks for few: NVML
+    and ``mpirun --version`` are on the launch's critical path).
 
-    Raises:
-        LaunchError: the launcher is missing or its output is unknown.
+    Args:
+        run: the process runner (``Runner``); every command of this machine's reading goes through it.
+        launcher: the MPI launcher whose ``--version`` names the flavour.
+        sys_root, dev: sysfs and /dev roots (tests point them at a recorded tree).
     """
+
+    def __init__(self, run: Runner, *, launcher: str = "mpirun", sys_root: Path = Path("/sys"),
+                 dev: Path = Path("/dev")) -> None:
+        self._run, self._launcher, self._sys, self._dev = run, launcher, sys_root, dev
+        self._cache: dict[str, object] = {}
+
+    def _once(self, key: str, read: Callable[[], object]):
+        if key not in self._cache:
+            self._cache[key] = read()
+        return self._cache[key]
+
+    def flavour(self, fallback: str | None = "openmpi4") -> str:
+        """The MPI flavour from ``LAUNCHER --version`` (a key of ``plan.mpi.FLAVOURS``).
+
+        ``fallback`` (this project's Open MPI 4) is answered when there is no launcher, it hangs or
+        its output is unknown; None raises instead.
+
+        Raises:
+            LaunchError: only with ``fallback=None``: the launcher is missing, gave no answer by the
+                runner's deadline, could not run, or printed no known MPI.
+        """
+        try:
+            return self._once("flavour", self._read_flavour)
+        except LaunchError:
+            if fallback is None:
+                raise
+            return fallback
+
+    def _read_flavour(self) -> str:
+        argv = [self._launcher, "--version"]
+        try:
+            text = self._run(argv)
+        except FileNotFoundError:
+            raise LaunchError(f"{self._launcher!r} not found on PATH; install Open MPI (apt-get install openmpi-bin) "
+                              "or put the venv's bin directory on PATH") from None
+        except TimeoutError as exc:
+            raise LaunchError(f"{exc}; the MPI installation is broken or its launcher hangs: set mpi_flavour "
+                              "explicitly (openmpi4, openmpi5, mpich) to skip detection") from None
+        except OSError as exc:
+            raise LaunchError(f"cannot run {self._launcher!r}: {exc.strerror or exc}; check the MPI installation "
+                              "or set mpi_flavour explicitly (openmpi4, openmpi5, mpich)") from None
+        return flavour_of_version(text)
+
+    def gpu_count(self) -> int:
+        """GPUs visible through NVML; 0 where there is no driver.  The topology's count once that was read,
+        else NVML's device count alone (no PCI or NUMA reads: what the entrypoint needs)."""
+        if "topology" in self._cache:
+            return len(self.topology().gpus)
+        return self._once("gpus", lambda: _nvml_count(self._dev))
+
+    def topology(self):
+        """GPUs (NVML) and the CPU/NUMA layout (sysfs): a ``cluster.topology.Topology``."""
+        from .probe import read_topology
+
+        return self._once("topology", lambda: read_topology(self._sys))
+
+    def efa(self):
+        """EFA devices (sysfs) and libfabric's answer (``fi_info -p efa`` through the runner): ``probe.EfaInfo``."""
+        from .probe import detect_efa
+
+        return self._once("efa", lambda: detect_efa(self._sys, run=self._run))
+
+    def cpu_count(self) -> int:
+        return os.cpu_count() or 1
+
+    def run_as_root(self) -> bool:
+        return os.geteuid() == 0
+
+
+def _nvml_count(dev: Path) -> int:
+    if not (dev / "nvidiactl").exists():
+        # No NVIDIA driver loaded: skip loading NVML (~0.1 s on the launch path).
+        return 0
     try:
-        text = runner([launcher, "--version"])
-    except FileNotFoundError:
-        raise LaunchError(f"{launcher!r} not found on PATH; install Open MPI (apt-get install openmpi-bin) "
-                          "or put the venv's bin directory on PATH") from None
-    return flavour_of_version(text)
-
-
-def detect_flavour(runner=run_version, fallback: str | None = "openmpi4") -> str:
-    """The local MPI flavour from ``mpirun --version`` (``detect_with``, the one detector).
-
-    ``fallback`` (this project's Open MPI 4) is answered when there is no mpirun or its output
-    is unknown; None raises instead.
-
-    Raises:
-        LaunchError: only with ``fallback=None``.
-    """
+        import pynvml
+    except ImportError:
+        return 0
     try:
-        return detect_with(runner)
-    except LaunchError:
-        if fallback is None:
-            raise
-        return fallback
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:  # driver present but NVML unusable (e.g. a container without libnvidia-ml)
+        return 0
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
 
 
-def read_local_facts() -> LocalFacts:
-    """Read this machine (NVML/sysfs through cluster.probe, mpirun, CPU count, euid)."""
-    from .probe import detect_efa, read_topology
-
-    topo = read_topology()
-    return LocalFacts(topo, len(topo.gpus), detect_efa().present or None, detect_flavour(),
-                      os.cpu_count() or 1, os.geteuid() == 0)
+def read_local_facts(machine: Machine) -> LocalFacts:
+    """Everything a job planned here needs from ``machine`` (NVML/sysfs, mpirun, fi_info, CPU count, euid)."""
+    topo = machine.topology()
+    return LocalFacts(topo, machine.gpu_count(), machine.efa().present or None, machine.flavour(),
+                      machine.cpu_count(), machine.run_as_root())

@@ -1,4 +1,4 @@
-"""Host discovery for pinning and tuning: GPUs (NVML), NUMA/CPU layout and EFA (sysfs).
+"""Host discovery for pinning and tuning: GPUs (NVML), NUMA/CPU layout and EFA (sysfs, fi_info).
 
 Place in the data flow: this is a discovery module, one of the few allowed to
 read the machine.  It returns plain values (``cluster.topology.Topology``,
@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -117,27 +116,25 @@ def _driver_name(dev: Path) -> str | None:
         return None
 
 
-def detect_efa(sys_root: Path = Path("/sys"),
-               run: Callable[[list[str]], int] | None = None) -> EfaInfo:
+def detect_efa(sys_root: Path = Path("/sys"), run: Callable[[list[str]], str] | None = None) -> EfaInfo:
     """Look for EFA devices in sysfs and ask libfabric, where installed.
 
     Args:
         sys_root: sysfs root.
-        run: runs an argv and returns its exit code (injected in tests); the
-            default runs it with a 10 s timeout.
+        run: the process runner (cluster/local.py ``Runner``: argv -> output; exec/command.py makes the
+            real one, tests a fake).  None, or no ``fi_info`` on PATH: libfabric is not asked
+            (``fi_info_ok`` None).
     """
     ib = sys_root / "class/infiniband"
     # A host may also carry InfiniBand HCAs (mlx5_*): only devices whose driver is
     # ``efa`` count, judged by the driver symlink rather than the device name.
     devices = tuple(sorted(p.name for p in ib.glob("*") if _driver_name(p) == "efa")) if ib.is_dir() else ()
     fi_ok: bool | None = None
-    if run is None and shutil.which("fi_info"):
-        def run(argv: list[str]) -> int:
-            try:
-                return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      timeout=10, check=False).returncode
-            except (OSError, subprocess.TimeoutExpired):
-                return 1
-    if run is not None:
-        fi_ok = run(["fi_info", "-p", "efa"]) == 0
+    if run is not None and shutil.which("fi_info"):
+        try:
+            # fi_info lists each provider it can use as "provider: NAME"; without EFA it prints
+            # "fi_getinfo: -61 (No data available)" instead.
+            fi_ok = "provider: efa" in run(["fi_info", "-p", "efa"])
+        except OSError:   # TimeoutError included: a libfabric that hangs is not one that works
+            fi_ok = False
     return EfaInfo(devices, fi_ok)

@@ -242,9 +242,10 @@ def gather_host(host: str, *, peers: Sequence[str] = (), mounts: Sequence[str] =
     """
     from ..spec.presets import STALE_ENV
     from ..cluster.probe import detect_efa
+    from ..exec.command import command_runner
 
     nvml_state, gpus = _gpu_facts(sys_root, nvml)
-    efa = detect_efa(sys_root)
+    efa = detect_efa(sys_root, run=command_runner(timeout_s=10.0, clock=clock))
     libs = _ofi_nccl_version(classify_libs(_library_paths(environ)), efa_manifest)
     if mounts:
         mount_facts = tuple(_mount(m, True) for m in mounts)

@@ -12,7 +12,8 @@ failure file and tells every worker the result.
 The two facts of this machine the plan needs and the cluster files do not say, the
 MPI flavour (``mpirun --version``, for the argv and the daemon a worker follows) and
 the GPU count (NVML, where a driver is loaded; it sizes ``processes_per_host: auto``),
-are read in a thread (``HostProbe``) started as soon as the spec says which are
+are read through cluster/local.py's ``Machine`` (the one reader of this machine, the CLI's too)
+in a thread (``HostProbe``) started as soon as the spec says which are
 needed.  Meanwhile the entrypoint does what needs neither: a worker waits for its
 sshd, either role imports its modules and reads the job secret.  The plan is still one
 pure value, built once both facts are in (``HostProbe.result``, with a deadline).
@@ -22,9 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import socket
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass
@@ -33,13 +32,14 @@ from typing import Mapping, TextIO
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster import Cluster, elect_master
-from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, gpu_count, read_hyperparameters
+from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, read_hyperparameters
+from ..cluster.local import Machine
 from ..cluster.trust import private_dir, read_plan_input
 from ..errors import LaunchError, SpecError
 from ..exec.signals import SignalLatch
 from ..spec.launch_spec import LaunchSpec
 from ..plan.launch_plan import LaunchPlan, build_launch_plan, render, to_json
-from ..cluster.local import detect_flavour
+from ..exec.command import Cancelled, command_runner
 
 log = logging.getLogger(__name__)
 
@@ -104,48 +104,24 @@ VERSION_TIMEOUT_S = 30.0
 _STOPPED_FLAVOUR = "openmpi4"
 
 
-class _Stopped(Exception):
-    pass
-
-
-def _run_text(argv, cancelled=lambda: None, clock: Clock = SYSTEM_CLOCK) -> str:
-    """Combined output of ``argv``; stops (and kills it) at once when ``cancelled()``.
-
-    Raises:
-        LaunchError: it did not finish within VERSION_TIMEOUT_S.
-    """
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, text=True)
-    deadline = Deadline(clock, VERSION_TIMEOUT_S)
-    while True:
-        try:
-            return proc.communicate(timeout=0.1)[0]
-        except subprocess.TimeoutExpired:
-            if cancelled() or deadline.expired():
-                proc.kill()
-                proc.communicate()
-                if cancelled():
-                    raise _Stopped() from None
-                raise LaunchError(f"{' '.join(argv)} gave no answer within {VERSION_TIMEOUT_S:g} s; the MPI "
-                                  "installation is broken or its launcher hangs: set mpi_flavour in the launch "
-                                  "spec to skip detection") from None
-
-
 class HostProbe:
     """This machine's MPI flavour and GPU count, read in a thread from ``start`` on; ``result`` joins it.
 
     Only what the spec leaves open is read: the flavour when ``mpi_flavour`` is ``auto``, the GPUs
     always (they size ``processes_per_host: auto``, and NVML is loaded only where a driver is).
-    A signal held by ``cancelled`` stops ``mpirun --version`` at once (``_run_text``); the plan
-    built then only carries the stop to the workers.
+    The machine is read through cluster/local.py's ``Machine`` (the one reader, which the CLI uses too)
+    with exec/command.py's runner: a signal held by ``cancelled`` stops ``mpirun --version`` at once;
+    the plan built then only carries the stop to the workers.
     """
 
     #: how long ``result`` waits past ``mpirun --version``'s own deadline (NVML has none of its own).
     JOIN_MARGIN_S = 30.0
 
-    def __init__(self, spec: LaunchSpec, cancelled=lambda: None, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, spec: LaunchSpec, cancelled=lambda: None, clock: Clock = SYSTEM_CLOCK,
+                 machine: Machine | None = None) -> None:
         self._auto = spec.mpi_flavour == "auto"
-        self._cancelled, self._clock = cancelled, clock
+        self._clock = clock
+        self.machine = machine or Machine(command_runner(timeout_s=VERSION_TIMEOUT_S, cancelled=cancelled, clock=clock))
         self._flavour, self._gpus = spec.mpi_flavour, 0
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._read, name="mpirun_kit-host-probe", daemon=True)
@@ -158,11 +134,10 @@ class HostProbe:
         try:
             if self._auto:
                 try:
-                    self._flavour = detect_flavour(lambda argv: _run_text(argv, self._cancelled, self._clock),
-                                                   fallback=None)
-                except _Stopped:
+                    self._flavour = self.machine.flavour(fallback=None)
+                except Cancelled:
                     self._flavour = _STOPPED_FLAVOUR
-            self._gpus = gpu_count()
+            self._gpus = self.machine.gpu_count()
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread by result(), raised there
             self._error = exc
 
@@ -195,7 +170,8 @@ def plan_of(opts: EntrypointOptions, environ: Mapping[str, str], cluster: Cluste
     """The plan from the discovered facts (pure once ``probe`` has answered)."""
     flavour, gpus = probe.result()
     return build_launch_plan(spec, cluster, environ, gpus, detected_flavour=flavour,
-                             run_as_root=os.geteuid() == 0, cpu_count=os.cpu_count(), python=sys.executable,
+                             run_as_root=probe.machine.run_as_root(), cpu_count=probe.machine.cpu_count(),
+                             python=sys.executable,
                              master=_master_of(opts, cluster))
 
 

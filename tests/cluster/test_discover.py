@@ -5,7 +5,8 @@ import os
 import pytest
 
 from mpirun_kit.cluster import Cluster, Host
-from mpirun_kit.cluster.discover import discover_cluster, gpu_count, local_interfaces, read_hyperparameters
+from mpirun_kit.cluster.discover import discover_cluster, local_interfaces, read_hyperparameters
+from mpirun_kit.cluster.local import Machine
 from mpirun_kit.errors import SpecError
 from mpirun_kit.spec.launch_spec import LaunchSpec
 
@@ -72,12 +73,12 @@ def test_no_gpus_without_driver():
     if os.path.exists("/dev/nvidiactl"):
         pytest.skip("this machine has an NVIDIA driver")
     # No driver: NVML fails to initialise, and discovery reports 0 instead of raising.
-    assert gpu_count() == 0
+    assert Machine(lambda argv: "").gpu_count() == 0
 
 
 def test_gpu_count_without_device_nodes(tmp_path):
     # An empty /dev: no driver, so NVML is never loaded.
-    assert gpu_count(dev=tmp_path) == 0
+    assert Machine(lambda argv: "", dev=tmp_path).gpu_count() == 0
 
 
 def test_local_interfaces_are_every_interface_of_this_host():

@@ -47,11 +47,20 @@ def _rdma_device(root, name, driver):
     (root / f"class/infiniband/{name}/device/driver").symlink_to(root / f"bus/pci/drivers/{driver}")
 
 
-def test_detect_efa(tmp_path):
+def test_detect_efa(tmp_path, monkeypatch):
     _rdma_device(tmp_path, "rdmap16s27", "efa")
     # An InfiniBand HCA on the same host is not EFA.
     _rdma_device(tmp_path, "mlx5_0", "mlx5_core")
-    info = detect_efa(tmp_path, run=lambda argv: 0 if argv == ["fi_info", "-p", "efa"] else 1)
+    # fi_info is asked through the runner (exec/command.py's, cluster/local.py Runner) only where installed.
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    found = "provider: efa\n    fabric: efa\n"
+    info = detect_efa(tmp_path, run=lambda argv: found if argv == ["fi_info", "-p", "efa"] else "")
     assert (info.devices, info.fi_info_ok, info.present) == (("rdmap16s27",), True, True)
-    none = detect_efa(tmp_path / "empty", run=lambda argv: 1)
+    none = detect_efa(tmp_path / "empty", run=lambda argv: "fi_getinfo: -61 (No data available)\n")
     assert (none.devices, none.fi_info_ok, none.present) == ((), False, False)
+
+    def hangs(argv):
+        raise TimeoutError("fi_info -p efa gave no answer within 10 s")
+
+    assert detect_efa(tmp_path / "empty", run=hangs).fi_info_ok is False
+    assert detect_efa(tmp_path / "empty").fi_info_ok is None   # no runner: libfabric not asked

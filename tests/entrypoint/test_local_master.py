@@ -153,15 +153,35 @@ def test_sigterm_while_planning_still_fails_cleanly_and_releases_the_worker(tmp_
     assert "job result from master: exit code 143" in werr
 
 
-def test_mpirun_version_that_never_answers_is_a_launch_error():
-    """`mpirun --version` hanging used to raise subprocess.TimeoutExpired (a traceback) after 30 s."""
-    from mpirun_kit.entrypoint.main import VERSION_TIMEOUT_S, _run_text
-    from mpirun_kit.errors import LaunchError
+def test_host_probe_reads_the_machine_once_through_its_runner(tmp_path):
+    """The entrypoint reads this machine through cluster/local.py's Machine, the CLI's reader too (it ran its
+    own `mpirun --version` before): the runner it is handed sees one `mpirun --version`, and the plan takes
+    the flavour from it."""
+    from mpirun_kit.cluster import Cluster, Host
+    from mpirun_kit.cluster.local import Machine
+    from mpirun_kit.entrypoint import main as M
 
-    with pytest.raises(LaunchError) as e:
-        _run_text(["sleep", "30"], clock=FakeClock(jump=60.0))  # every look a minute later
-    assert str(e.value) == (f"sleep 30 gave no answer within {VERSION_TIMEOUT_S:g} s; the MPI installation is broken "
-                            "or its launcher hangs: set mpi_flavour in the launch spec to skip detection")
+    seen = []
+    machine = Machine(lambda argv: seen.append(list(argv)) or "mpirun (Open MPI) 5.0.6\n", dev=tmp_path)
+    spec = LaunchSpec(program=("true",), mpi_flavour="auto")
+    probe = M.HostProbe(spec, machine=machine).start()
+    plan = M.plan_of(M.EntrypointOptions(), {}, Cluster((Host("a"),), "a", "test"), spec, probe)
+    assert probe.result() == ("openmpi5", 0)
+    assert "openmpi5" in repr(plan)
+    assert seen == [["mpirun", "--version"]]
+
+
+def test_host_probe_stops_a_hanging_mpirun_on_a_signal(tmp_path, monkeypatch):
+    """A signal held by the latch stops `mpirun --version` at once (exec/command.py's cancellable runner):
+    the probe answers the stop's flavour instead of waiting out VERSION_TIMEOUT_S."""
+    from mpirun_kit.entrypoint import main as M
+
+    fake = tmp_path / "mpirun"
+    fake.write_text("#!/bin/sh\nexec sleep 60\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    probe = M.HostProbe(LaunchSpec(program=("true",), mpi_flavour="auto"), cancelled=lambda: True).start()
+    assert probe.result()[0] == M._STOPPED_FLAVOUR
 
 
 def test_gpu_discovery_that_never_answers_is_a_launch_error(monkeypatch):
@@ -169,12 +189,15 @@ def test_gpu_discovery_that_never_answers_is_a_launch_error(monkeypatch):
     hanging NVML is a stand-in: gpu_count blocks until released."""
     import threading
 
+    from mpirun_kit.cluster.local import Machine
     from mpirun_kit.entrypoint import main as M
     from mpirun_kit.errors import LaunchError
 
     release = threading.Event()
-    monkeypatch.setattr(M, "gpu_count", lambda: release.wait(30) and 0)
-    probe = M.HostProbe(LaunchSpec(program=("true",), mpi_flavour="openmpi4"), clock=FakeClock(jump=60.0)).start()
+    machine = Machine(lambda argv: "")
+    monkeypatch.setattr(machine, "gpu_count", lambda: release.wait(30) and 0)
+    probe = M.HostProbe(LaunchSpec(program=("true",), mpi_flavour="openmpi4"), clock=FakeClock(jump=60.0),
+                        machine=machine).start()
     try:
         with pytest.raises(LaunchError) as e:
             probe.result()
