@@ -136,7 +136,10 @@ def test_dry_run_value(tmp_path):
         assert all(word.replace('"', '\\"') in text for word in argv)
 
 
-def test_ctrl_c_stops_every_host(tmp_path):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
+def test_ctrl_c_stops_every_host(tmp_path, sig):
+    """Also a closed terminal (SIGHUP): on ee9fb3a only Ctrl-C (KeyboardInterrupt) was caught, and a SIGHUP or
+    SIGTERM ended submit at once with every host's entrypoint, orted and ranks left running."""
     import signal
 
     from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
@@ -151,9 +154,10 @@ def test_ctrl_c_stops_every_host(tmp_path):
         while not ("[0 algo-1] started 0" in log.read_text() and "[1 algo-2] started 1" in log.read_text()):
             assert proc.poll() is None and not end.expired(), log.read_text()
             SYSTEM_CLOCK.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130, log.read_text()
-        assert "ssh: interrupted (Ctrl-C); sending SIGTERM to every host's entrypoint" in log.read_text()
+        proc.send_signal(signal.Signals[sig])
+        assert proc.wait(timeout=60) == 128 + signal.Signals[sig], log.read_text()
+        why = {"SIGINT": "interrupted (Ctrl-C)", "SIGHUP": "the terminal closed (SIGHUP)"}[sig]
+        assert f"ssh: {why}; sending SIGTERM to every host's entrypoint" in log.read_text()
         for host in ("algo-1", "algo-2"):
             left = sim.run(host, ["ps", "-e", "-o", "comm="]).stdout.split()
             assert "sleep" not in left and "orted" not in left, (host, left)
