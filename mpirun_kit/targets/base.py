@@ -113,8 +113,10 @@ class StatusLine:
             if self._live is None:
                 from tqdm import tqdm   # only here: a terminal is watching (~20 ms to import)
 
-                self._live = tqdm(file=self.stream, bar_format="{desc}", dynamic_ncols=True, leave=False,
-                                  mininterval=0)
+                # A terminal that reports no width (0 columns: a pty nobody sized, some CI consoles) would have
+                # the line cut to nothing (issue #28: no status line during a sim job); 80 columns then.
+                width = {"ncols": 80, "nrows": 24} if _columns(self.stream) == 0 else {"dynamic_ncols": True}
+                self._live = tqdm(file=self.stream, bar_format="{desc}", leave=False, mininterval=0, **width)
             self._live.set_description_str(line, refresh=True)
         elif text != self.last and verbosity.LEVEL >= verbosity.VERBOSE:
             self.stream.write(line + "\n")
@@ -132,6 +134,16 @@ class StatusLine:
 
     def note(self, text: str) -> None:
         self.done(text, level=verbosity.VERBOSE)
+
+
+def _columns(stream: TextIO) -> int | None:
+    """The width the terminal behind ``stream`` reports (0: it reports none; None: no terminal to ask)."""
+    import os
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 #: codes a retry cannot change: success, usage (2), bad input (64), Ctrl-C (130).
@@ -228,6 +240,13 @@ class Target(ABC, Generic[R]):
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         return {}
+
+    def python(self, job) -> str:
+        """The interpreter every rank's ``python -m`` runs with on this target's hosts (``job``: the loaded
+        JobSpec; the compiler puts it in the program's argv).  Default: the training image's ``python``
+        (docker/Dockerfile); a target whose hosts share this machine's interpreter, or whose settings name
+        one, says so."""
+        return "python"
 
     def request_from(self, data: Any) -> R:
         """The request back from ``plain(request)`` (the detached supervisor reads it from the run directory)."""
