@@ -301,6 +301,7 @@ while :; do
   if [ "$caught" != "$last" ] && [ "$rc" -gt 128 ]; then wait "$master"; r=$?; [ "$r" -ne 127 ] && rc=$r; fi
   break
 done
+[ -n "$caught" ] && echo "$caught" > "$adir/signal"
 echo "$rc" > "$adir/exit_code"
 echo "$attempt" > "$run/attempt"
 if [ -n "$workers" ]; then
@@ -626,6 +627,8 @@ class JobResultFiles:
     failure_text: str | None
     failure_file: str | None
     attempt: int
+    #: the signal the batch shell caught (TERM: scancel or the time limit; USR1: --signal before the limit)
+    signal: str | None = None
 
 
 def read_result(runner: Runner, run_dir: str) -> JobResultFiles:
@@ -641,7 +644,22 @@ def read_result(runner: Runner, run_dir: str) -> JobResultFiles:
         failure_file = f"{adir}/{master}/output/failure"
         failure = runner.read(failure_file)
         failure_file = failure_file if failure else None
-    return JobResultFiles(code, failure, failure_file, attempt)
+    sig = (runner.read(f"{adir}/signal") or "").strip() or None
+    return JobResultFiles(code, failure, failure_file, attempt, sig)
+
+
+def slurm_ended_it(res: JobResultFiles, job: SlurmJob | None) -> str | None:
+    """Why Slurm, not the job, ended it (its time limit, or the --signal that comes before it), or None.
+
+    The master's code is then a stop's (143: every rank was asked to stop and checkpoint), so the job's
+    result is ExitCode.TIMEOUT with source ``platform``.
+    """
+    if job is not None and job.state == "TIMEOUT":
+        return f"Slurm's time limit ended job {job.job_id}: every rank was asked to stop (SIGTERM) and checkpoint"
+    if res.signal == "USR1":
+        return ("Slurm signalled USR1 ahead of the time limit (target.slurm.signal): every rank was asked to stop "
+                "(SIGTERM) and checkpoint before it")
+    return None
 
 
 def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, out=None, err=None,
@@ -694,6 +712,10 @@ def outcome_for(dry: DryRun, runner: Runner, job_id: str, job: SlurmJob | None, 
     """The job's result: the master's code and report; Slurm's state only when the batch step left none."""
     req = dry.request
     res = read_result(runner, req["run_dir"])
+    why = slurm_ended_it(res, job) if res.exit_code not in (None, 0) else None
+    if why is not None:
+        return outcome_of("slurm", dry.job, int(ExitCode.TIMEOUT), platform_reason=why, failure_file=res.failure_file,
+                          attempts=res.attempt + 1, started=started, ended=time.time())
     if res.exit_code is not None:
         return outcome_of("slurm", dry.job, res.exit_code, failure_text=res.failure_text,
                           failure_file=res.failure_file, attempts=res.attempt + 1, started=started, ended=time.time())
@@ -767,12 +789,13 @@ class SlurmTarget(Target):
     name = "slurm"
     platform = True
 
-    def choices(self, compiled, opts: SubmitOptions) -> dict:
-        s = compiled.job.target.slurm
-        run_id = f"{compiled.job.name}-{opts.job_id or format(os.getpid(), 'x')}"
+    def python(self, job) -> str:
         # On a sim cluster the nodes run this very interpreter (they share this machine's files).
-        python = sys.executable if s.sim else s.python
-        return {"run_id": run_id, "python": python, "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
+        return sys.executable if job.target.slurm.sim else job.target.slurm.python
+
+    def choices(self, compiled, opts: SubmitOptions) -> dict:
+        run_id = f"{compiled.job.name}-{opts.job_id or format(os.getpid(), 'x')}"
+        return {"run_id": run_id, "python": self.python(compiled.job), "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
                 "quiet": verbosity.LEVEL <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun:
@@ -829,12 +852,14 @@ class SlurmTarget(Target):
                              + ("" if job.known_state else " (a state this version does not know)")
                              + (f", {job.reason}" if job.reason and job.reason != "None" else ""), **base)
         if res is not None and res.exit_code is not None:
+            why = slurm_ended_it(res, job) if res.exit_code != 0 else None
             o = outcome_of("slurm", record.name, res.exit_code, failure_text=res.failure_text,
-                           failure_file=res.failure_file)
+                           failure_file=res.failure_file) if why is None else outcome_of(
+                "slurm", record.name, int(ExitCode.TIMEOUT), platform_reason=why, failure_file=res.failure_file)
             cancelled = (job is not None and job.state == "CANCELLED") or (
                 record.cancel_requested and res.exit_code == ExitCode.SIGTERM)
             state = JobState.SUCCEEDED if res.exit_code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
-            return JobStatus(state=state, exit_code=res.exit_code, source=o.source, reason=o.reason,
+            return JobStatus(state=state, exit_code=o.exit_code, source=o.source, reason=o.reason,
                              root_cause=o.root_cause, detail=f"Slurm: {job.state if job else 'gone'}"
                              + (f" {job.exit_code}:{job.signal or 0}" if job and job.exit_code is not None else ""),
                              **base)

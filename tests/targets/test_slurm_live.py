@@ -271,3 +271,27 @@ def test_an_unknown_account_is_one_line(cluster, tmp_path):
     # The account the cluster knows is accepted.
     outcome, _, _, _ = run(spec(cluster, "acctok", ["true"], slurm={"account": ACCOUNT}), "b4")
     assert outcome.exit_code == 0
+
+
+CHECKPOINTER = """\
+import os, signal, sys, time
+def stop(*_):
+    print("checkpoint written by rank", os.environ["PMIX_RANK"], flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("training", flush=True)
+time.sleep(300)
+"""
+
+
+def test_the_signal_before_the_time_limit_checkpoints_every_rank_and_the_result_says_timeout(cluster, tmp_path):
+    # --time=1 with --signal=B:USR1@50: Slurm signals the batch shell 10-40 s after the start (it checks every
+    # ~30 s), the script's trap stops the master, every rank's SIGTERM handler writes its checkpoint.
+    outcome, out, err, dry = run(spec(cluster, "timelimit", program(tmp_path, CHECKPOINTER),
+                                      slurm={"time": "1", "signal": "USR1@50"}), "c1")
+    lines = out.decode().splitlines()
+    assert sorted(line for line in lines if "checkpoint written" in line) == [
+        f"[{r} algo-{r // 2 + 1}] checkpoint written by rank {r}" for r in range(4)], err.decode()[-2000:]
+    assert (outcome.exit_code, outcome.source, outcome.root_cause) == (124, "platform", None), outcome
+    assert "USR1 ahead of the time limit" in outcome.reason
+    assert (Path(dry.request["run_dir"]) / "attempt-0" / "signal").read_text().strip() == "USR1"
