@@ -75,9 +75,6 @@ def _jobs(args) -> int:
     from .submit import store_of
 
     sweep_orphans()   # sim clusters left by a submit killed with SIGKILL go now, each said on stderr (H2)
-    from .sim import sweep_orphans
-
-    sweep_orphans()   # a sim cluster whose submit died by SIGKILL goes now, said on stderr (issue #28 item 3)
     store = store_of(args)
     states = [JobState(s) for s in args.state] if args.state else None
     records = store.list(spec=args.spec, target=args.target, limit=args.limit if not states else None)
