@@ -295,3 +295,27 @@ def test_the_signal_before_the_time_limit_checkpoints_every_rank_and_the_result_
     assert (outcome.exit_code, outcome.source, outcome.root_cause) == (124, "platform", None), outcome
     assert "USR1 ahead of the time limit" in outcome.reason
     assert (Path(dry.request["run_dir"]) / "attempt-0" / "signal").read_text().strip() == "USR1"
+
+
+FLAKY = """\
+import os, sys
+from pathlib import Path
+marker = Path(os.environ["MARKER"]) / f"ran-{os.environ['PMIX_RANK']}"
+first = not marker.exists()
+marker.touch()
+print("attempt", "first" if first else "again", flush=True)
+if first and os.environ["PMIX_RANK"] == "1":
+    os._exit(3)
+"""
+
+
+def test_retries_requeue_the_job_and_slurm_restart_count_counts_them(cluster, tmp_path):
+    outcome, out, err, dry = run(spec(cluster, "retry", program(tmp_path, FLAKY), env={"MARKER": str(tmp_path)},
+                                      slurm={"requeue": True}).replace('"pinning"', '"retries": 1, "pinning"'), "c2")
+    run_dir = Path(dry.request["run_dir"])
+    assert outcome.exit_code == 0, err.decode()[-3000:]
+    assert outcome.attempts == 2
+    assert (run_dir / "attempt-0" / "exit_code").read_text().strip() == "3"
+    assert (run_dir / "attempt-1" / "exit_code").read_text().strip() == "0"
+    assert "requeueing (SLURM_RESTART_COUNT counts it)" in err.decode()
+    assert out.decode().count("attempt again") == 4
