@@ -352,10 +352,16 @@ def stop_process_group(pgid: int, grace_s: float, *, clock: Clock = SYSTEM_CLOCK
 
 
 def stop_process(pid: int, grace_s: float, *, clock: Clock = SYSTEM_CLOCK, first: int = signal.SIGTERM,
-                 kill_wait_s: float = KILL_WAIT_S) -> GroupStop:
+                 kill_wait_s: float = KILL_WAIT_S, alive: Callable[[int], bool] | None = None,
+                 kill: Callable[[int], None] | None = None) -> GroupStop:
     """The same sequence for one process by pid (the ssh target's remote cancel, exec/remote_host.py: the
-    entrypoint stops its own mpirun and ranks on the SIGTERM)."""
-    return _stop(pid, grace_s, clock, first, kill_wait_s, signal_pid, _pid_alive)
+    entrypoint stops its own mpirun and ranks on the SIGTERM; ``cancel ID``: a job's supervisor).
+
+    ``alive``: whether it still runs (default: the pid exists and is no zombie; a caller that knows the
+    process's start time passes a check that a reused pid cannot pass); ``kill``: the last resort (default:
+    SIGKILL to the pid; e.g. to its group when it leads one)."""
+    send = signal_pid if kill is None else (lambda p, sig: kill(p) if sig == signal.SIGKILL else signal_pid(p, sig))
+    return _stop(pid, grace_s, clock, first, kill_wait_s, send, alive or _pid_alive)
 
 
 def _stop(target: int, grace_s: float, clock: Clock, first: int, kill_wait_s: float,

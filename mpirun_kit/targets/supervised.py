@@ -22,6 +22,7 @@ from typing import Iterator
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, ExitCode
+from ..exec.supervisor import stop_process
 from ..records import JobRecord, JobState, process_start
 from .base import JobStatus
 
@@ -92,17 +93,11 @@ def cancel(record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
         return describe(record)
     pid = record.supervisor_pid
     grace = float(record.details.get("grace_s") or DEFAULT_GRACE_S)
-    _signal(pid, signal.SIGTERM)
-    deadline = Deadline(clock, grace + CANCEL_MARGIN_S)
-    while supervisor_alive(record) and not deadline.expired():
-        clock.sleep(min(0.2, max(0.01, deadline.remaining())))
-    if supervisor_alive(record):
-        _kill_group(pid)
-        end = Deadline(clock, 10.0)
-        while supervisor_alive(record) and not end.expired():
-            clock.sleep(0.1)
-        if supervisor_alive(record):
-            raise ClusterError(f"job {record.job_id}: its supervisor (pid {pid}) survived SIGKILL; check `ps -p {pid}`")
+    # The one stop sequence (exec/supervisor.py): SIGTERM, grace + margin, SIGKILL (to its group when it leads one).
+    res = stop_process(pid, grace + CANCEL_MARGIN_S, clock=clock, alive=lambda _: supervisor_alive(record),
+                       kill=_kill_group)
+    if not res.gone:
+        raise ClusterError(f"job {record.job_id}: its supervisor (pid {pid}) survived SIGKILL; check `ps -p {pid}`")
     return describe(record)
 
 
