@@ -170,3 +170,25 @@ def test_stop_process_group_of_a_process_we_did_not_start(tmp_path, mode):
     proc.wait(10)
     assert res.gone and res.killed is (mode == "stubborn")
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+
+def test_stop_process_uses_the_callers_liveness_and_kill():
+    """``cancel ID`` passes a start-time check (a reused pid is not the supervisor) and its own SIGKILL."""
+    from mpirun_kit.exec.supervisor import stop_process
+
+    proc = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+                             "time.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    killed = []
+
+    def kill(pid):
+        killed.append(pid)
+        os.kill(pid, signal.SIGKILL)
+
+    try:
+        res = stop_process(proc.pid, 0.5, alive=lambda pid: proc.poll() is None, kill=kill)
+        assert res.gone and res.killed and killed == [proc.pid]
+        assert proc.returncode == -9
+    finally:
+        proc.kill()
