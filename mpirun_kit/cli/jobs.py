@@ -31,7 +31,7 @@ def check_job_name(name: str) -> str:
 
 def _record(args):
     """(store, the job's record) or (store, None) when the store does not know ``args.name`` (a SageMaker name)."""
-    from .submit import store_of
+    from .common_flags import store_of
 
     if args.name.startswith("-") or not args.name:
         raise SpecError(f"training job name {args.name!r} is not valid; expected a job id (`mpirun_kit jobs` "
@@ -58,7 +58,7 @@ def _clients(args):
 
 def job_ids(parsed_args=None, **_) -> list[str]:
     """Completion of ID (argcomplete's completer): the recorded job ids, newest first."""
-    from .submit import store_of
+    from .common_flags import store_of
 
     try:
         return [r.job_id for r in store_of(parsed_args).list(limit=200)]
@@ -72,7 +72,7 @@ def _jobs(args) -> int:
     from ..records import JobState
     from ..targets import get_target
     from .sim import sweep_orphans
-    from .submit import store_of
+    from .common_flags import store_of
 
     sweep_orphans()   # sim clusters left by a submit killed with SIGKILL go now, each said on stderr (H2)
     store = store_of(args)
@@ -304,7 +304,7 @@ _COMMANDS = {
 
 def register(subparsers) -> None:
     from ..records import JobState
-    from .submit import add_state_dir_arg
+    from .common_flags import add_state_dir_arg
 
     p = add_command(
         subparsers, "jobs", help="list the jobs `submit` recorded, newest first (any target)",

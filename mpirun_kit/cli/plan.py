@@ -2,63 +2,15 @@
 
 Argument parsing and printing only: cli/resolve.py loads and compiles the spec
 with this host's facts (cluster/local.py), plan/jobplan.py builds the plan on top
-of the launcher's ``build_launch_plan``.  ``add_spec_args`` and ``SPEC_CODE_NOTES``
-are the flags and exit-code notes plan and submit share.
+of the launcher's ``build_launch_plan``.  The flags, exit-code notes and quota preflight plan
+shares with submit are cli/common_flags.py's.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-#: what 64 and 69 mean for the commands that compile a job spec (plan, submit).
-SPEC_CODE_NOTES = {
-    64: "invalid spec or flag (every problem listed as file:line: key.path), a ${stack:...} stack that does not "
-        "exist, or one in another region than the job's",
-    69: "no AWS credentials or AWS unreachable while reading ${stack:...} outputs (submit only: plan and "
-        "submit's dry run show them unresolved; --stack-output avoids AWS)",
-}
-
-
-def add_spec_args(p: argparse.ArgumentParser) -> None:
-    """Flags shared by plan and submit."""
-    p.add_argument("spec", metavar="JOB.yaml", help="job spec file (see jobs/ and the README)")
-    p.add_argument("--target", choices=("local", "sim", "ssh", "sagemaker", "slurm"),
-                   help="run on this target instead of the spec's target.type")
-    p.add_argument("--region", metavar="REGION", help="AWS region for ${stack:...} outputs (default: the spec's "
-                   "target.sagemaker.region, else the AWS configuration)")
-    p.add_argument("--stack-output", action="append", default=[], metavar="STACK.KEY=VALUE",
-                   help="use VALUE for ${stack:STACK.KEY} instead of asking CloudFormation (repeatable)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def say(line: str) -> None:
-    """One line of ours on stderr (the region the spec's stacks are read in), unless -q."""
-    from ..core import verbosity
-
-    if verbosity.LEVEL >= verbosity.DEFAULT:
-        print(f"mpirun_kit: {line}", file=sys.stderr, flush=True)
-
-
-def quota_preflight(compiled) -> tuple[str | None, str | None]:
-    """(shortfall line, note) for a SageMaker job's training-instance quota (stack/quotas.py); (None, None)
-    for other targets.  The note says why the quota was not read (no credentials, no Service Quotas)."""
-    job = compiled.job
-    if job.target.type != "sagemaker":
-        return None, None
-    import boto3
-
-    from ..stack.quotas import training_preflight
-
-    region = job.target.sagemaker.region
-    try:
-        sq = boto3.client("service-quotas", region_name=region)
-        sm = boto3.client("sagemaker", region_name=region)  # the account's in-progress jobs use the quota too
-    except Exception as exc:  # noqa: BLE001 - botocore's no-region error: the note says it
-        return None, f"quota not checked ({exc})"
-    return training_preflight(sq, job.resources.instance_type, len(compiled.hosts), spot=job.spot.enabled,
-                              region=region, sm=sm)
-
+from .common_flags import SPEC_CODE_NOTES, add_spec_args, quota_preflight, say
 
 def cost_line(compiled) -> str | None:
     """``cost`` line of a SageMaker plan: instance-hours and the on-demand estimate (stack/cost.py)."""

@@ -60,6 +60,10 @@ def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: 
     if not args.spec.strip():
         raise SpecError("JOB.yaml is an empty string; name a job spec file, e.g. jobs/maskrcnn-demo.yaml")
     job = load_spec(args.spec, args.target)
+    if python is None:
+        from ..targets import get_target
+
+        python = get_target(job.target.type).python(job)   # the target says which interpreter its hosts run
     return resolve_job(job, facts or local_facts(), region_flag=args.region,
                        overrides=parse_stack_overrides(args.stack_output), aws=aws_client, python=python,
                        offline=offline, report=report, default_region=default_region or aws_default_region)

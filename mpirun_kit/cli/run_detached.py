@@ -16,7 +16,7 @@ def _supervise(args) -> int:
 
 
 def register(subparsers) -> None:
-    from .submit import add_state_dir_arg
+    from .common_flags import add_state_dir_arg
 
     p = add_command(
         subparsers, "run-detached", help="(internal) run a recorded job to its end; started by `submit --detach`",

@@ -154,7 +154,7 @@ def _list(args) -> int:
     """The clusters that are up; beside each, the job that brought it up (its record's native name, issue #28)."""
     sweep_orphans()
     from ..sim import list_clusters
-    from .submit import store_of
+    from .common_flags import store_of
 
     names = list_clusters()
     jobs = {r.native: r.job_id for r in store_of(args).list(target="sim") if r.native in names}

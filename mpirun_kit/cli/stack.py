@@ -147,7 +147,7 @@ def register(subparsers: Any) -> None:
 def _region(args: argparse.Namespace) -> str:
     """The region every stack command uses: --region, else the AWS configuration; said once (cli/resolve.py)."""
     from ..stack.resolve import aws_default_region, resolve_region
-    from .plan import say
+    from .common_flags import say
 
     if getattr(args, "_region", None):
         return args._region
@@ -193,7 +193,7 @@ def _deploy(args: argparse.Namespace) -> int:
     from ..stack import deploy, load_template, make_deploy_request, parse_param_args
 
     from ..stack.zones import map_zones, needs_mapping
-    from .plan import say
+    from .common_flags import say
 
     template = load_template(args.template)
     params = parse_param_args(args.param)
@@ -268,7 +268,7 @@ def _preflight(args: argparse.Namespace, template: Any, params: dict) -> None:
     from ..errors import ClusterError
     from ..stack.cost import stack_monthly
     from ..stack.quotas import stack_preflight
-    from .plan import say
+    from .common_flags import say
 
     defaults = {p.name: p.default for p in template.parameters if p.default is not None}
     shorts, notes = stack_preflight(args.template, params, defaults, lambda name: _client(args, name),

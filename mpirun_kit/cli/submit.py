@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import ExitCode
 from .resolve import compile_from_args
-from .plan import SPEC_CODE_NOTES, add_spec_args
+from .common_flags import SPEC_CODE_NOTES, add_spec_args, add_state_dir_arg, store_of
 
 
 def _submit(args) -> int:
@@ -36,7 +36,7 @@ def _submit(args) -> int:
     started = time.time()
     compiled = target = None
     try:
-        from .plan import say
+        from .common_flags import say
 
         compiled = compile_for_submit(args, report=say)
         for w in compiled.warnings:
@@ -78,7 +78,7 @@ def say_job(rec) -> None:
 def compile_for_submit(args, report):
     """The spec named by ``args`` compiled for a submission, with the quota preflight (a shortfall refuses a
     real run and is a warning of a dry run's); ``report`` hears the region line."""
-    from .plan import quota_preflight
+    from .common_flags import quota_preflight
 
     # A dry run needs no AWS: stacks it cannot read stay ${stack:...}, each with what resolves it.
     compiled, _ = compile_from_args(args, offline=args.dry_run, report=report)
@@ -117,13 +117,6 @@ def begin(args, compiled, target):
                      source="launcher", reason=str(exc).split("\n", 1)[0])
         raise
     return store, rec, dry, opts
-
-
-def store_of(args):
-    """The job record store: ``--state-dir``, else the environment's choice (records.default_state_dir)."""
-    from ..records import RecordStore, default_state_dir
-
-    return RecordStore(getattr(args, "state_dir", None) or default_state_dir(os.environ))
 
 
 def runs_root(compiled, store, spec_dir: Path) -> Path:
@@ -360,8 +353,3 @@ def register(subparsers) -> None:
     p.set_defaults(func=_submit)
 
 
-def add_state_dir_arg(p) -> None:
-    """``--state-dir``: where the job records are (the submit, jobs, status, logs and cancel commands)."""
-    p.add_argument("--state-dir", metavar="DIR",
-                   help="the job record store's directory (default $MPIRUN_KIT_STATE_DIR, else "
-                        "$XDG_STATE_HOME/mpirun_kit, else ~/.local/state/mpirun_kit)")

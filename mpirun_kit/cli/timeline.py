@@ -42,7 +42,7 @@ def timeline_file(args) -> Path:
                         "directory or the file itself (the launcher writes it when the job ends)")
     if given.exists() or "/" in args.file or args.file.endswith(".json"):
         return given
-    from .submit import store_of
+    from .common_flags import store_of
 
     try:
         rec = store_of(args).get(args.file)
@@ -75,7 +75,7 @@ def register(subparsers) -> None:
                                                         "timeline.json written by a job")
     p.add_argument("--png", metavar="OUT", help="also render a per-host Gantt chart to this PNG file")
     p.add_argument("--json", action="store_true", help="the critical path and summary as one JSON object")
-    from .submit import add_state_dir_arg
+    from .common_flags import add_state_dir_arg
 
     add_state_dir_arg(p)
     p.set_defaults(func=_timeline)

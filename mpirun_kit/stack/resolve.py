@@ -226,22 +226,21 @@ def unresolved_warnings(refs: tuple[tuple[str, str], ...], outputs: Mapping[str,
 
 
 def resolve_job(job, facts, *, region_flag: str | None, overrides: Mapping[str, Mapping[str, str]],
-                aws: ClientFactory, python: str | None = None, offline: bool = False,
+                aws: ClientFactory, python: str, offline: bool = False,
                 report: Callable[[str], None] | None = None, default_region: Callable[[], str | None] | None = None):
     """A loaded job resolved and compiled -> (compiled, facts, the ``("STACK.Key", value)`` pairs used).
 
     ``region_flag`` (``--region``) wins over the spec's region and ``default_region()`` (the AWS
     configuration's); ``overrides`` are ``--stack-output`` values; ``offline`` (plan, ``submit
     --dry-run``): stacks that cannot be read for want of AWS stay ``${stack:...}`` with a warning.
-    ``report`` receives the region line.
+    ``report`` receives the region line.  ``python`` is the ranks' interpreter (the target's: targets/base.py
+    ``Target.python``, which the CLI asks).
 
     Raises:
         SpecError: unknown stacks, a stack in another region, an FSx link that covers secrets or
             checkpoints (stack/infra.py ``fsx_link_refusals``), an invalid spec after resolution.
         ClusterError: AWS unreachable or no credentials (not ``offline``).
     """
-    import sys
-
     from ..spec.compile import compile_job
     refs = stack_refs(job)
     uses_aws = bool(refs) or job.target.type == "sagemaker"
@@ -257,10 +256,6 @@ def resolve_job(job, facts, *, region_flag: str | None, overrides: Mapping[str, 
     fetch = cloudformation_outputs(region, default, aws=aws) if refs else None
     outputs = resolve_stacks(refs, overrides, region, fetch,
                              offline=offline) if refs else {}
-    if python is None:
-        # Local and simulated hosts share this interpreter (and its venv); remote hosts have their own.
-        python = {"local": sys.executable, "sim": sys.executable, "ssh": job.target.ssh.python}.get(
-            job.target.type, "python")  # the training image's interpreter (docker/Dockerfile)
     local = job.target.type in ("local", "sim")
     compiled = compile_job(job, python=python, resolver=outputs.__getitem__, efa=facts.efa if local else None,
                            local_gpus=facts.gpus)

@@ -179,12 +179,15 @@ def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:
 class LocalTarget(Target):
     name = "local"
 
+    def python(self, job) -> str:
+        return sys.executable   # the ranks run on this machine, in this interpreter's venv
+
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         from ..spec.compile import output_path
 
         # The record's run directory, never reused (records/); a dry run has none yet and shows where it would be.
         run_dir = Path(opts.run_dir) if opts.run_dir else Path(output_path(compiled.job)).resolve() / DRY_RUN_DIR
-        return {"run_dir": run_dir, "python": sys.executable,
+        return {"run_dir": run_dir, "python": self.python(compiled.job),
                 "result_port": free_port(), "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
                 "quiet": verbosity.LEVEL <= verbosity.QUIET}
 

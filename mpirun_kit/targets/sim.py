@@ -274,6 +274,9 @@ def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None
 class SimTarget(Target):
     name = "sim"
 
+    def python(self, job) -> str:
+        return sys.executable   # the simulated hosts share this machine's files, this interpreter included
+
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         sim = compiled.job.target.sim
         # No root given: run_outcome makes a temporary one when the job starts (a dry run writes nothing).

@@ -398,6 +398,9 @@ def _master_code(codes: dict[str, int | None]) -> int:
 class SshTarget(Target):
     name = "ssh"
 
+    def python(self, job) -> str:
+        return job.target.ssh.python   # the remote hosts' own (target.ssh.python)
+
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
                 "quiet": verbosity.LEVEL <= verbosity.QUIET}

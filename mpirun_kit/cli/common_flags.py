@@ -1,0 +1,76 @@
+"""What the commands that compile a job spec (plan, submit) share: its flags, what 64 and 69 mean for
+them, our one-line stderr notes (``say``, which the stack commands use too), the SageMaker quota
+preflight.
+
+Place in the data flow: argument parsing only; cli/resolve.py compiles the spec these flags name.
+One home, so submit does not borrow from the plan command's module.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..targets import TARGET_MODULES
+
+#: what 64 and 69 mean for the commands that compile a job spec (plan, submit).
+SPEC_CODE_NOTES = {
+    64: "invalid spec or flag (every problem listed as file:line: key.path), a ${stack:...} stack that does not "
+        "exist, or one in another region than the job's",
+    69: "no AWS credentials or AWS unreachable while reading ${stack:...} outputs (submit only: plan and "
+        "submit's dry run show them unresolved; --stack-output avoids AWS)",
+}
+
+
+def add_spec_args(p: argparse.ArgumentParser) -> None:
+    """Flags shared by plan and submit."""
+    p.add_argument("spec", metavar="JOB.yaml", help="job spec file (see jobs/ and the README)")
+    p.add_argument("--target", choices=tuple(TARGET_MODULES),
+                   help="run on this target instead of the spec's target.type")
+    p.add_argument("--region", metavar="REGION", help="AWS region for ${stack:...} outputs (default: the spec's "
+                   "target.sagemaker.region, else the AWS configuration)")
+    p.add_argument("--stack-output", action="append", default=[], metavar="STACK.KEY=VALUE",
+                   help="use VALUE for ${stack:STACK.KEY} instead of asking CloudFormation (repeatable)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def say(line: str) -> None:
+    """One line of ours on stderr (the region the spec's stacks are read in), unless -q."""
+    from ..core import verbosity
+
+    if verbosity.LEVEL >= verbosity.DEFAULT:
+        print(f"mpirun_kit: {line}", file=sys.stderr, flush=True)
+
+
+def quota_preflight(compiled) -> tuple[str | None, str | None]:
+    """(shortfall line, note) for a SageMaker job's training-instance quota (stack/quotas.py); (None, None)
+    for other targets.  The note says why the quota was not read (no credentials, no Service Quotas)."""
+    job = compiled.job
+    if job.target.type != "sagemaker":
+        return None, None
+    import boto3
+
+    from ..stack.quotas import training_preflight
+
+    region = job.target.sagemaker.region
+    try:
+        sq = boto3.client("service-quotas", region_name=region)
+        sm = boto3.client("sagemaker", region_name=region)  # the account's in-progress jobs use the quota too
+    except Exception as exc:  # noqa: BLE001 - botocore's no-region error: the note says it
+        return None, f"quota not checked ({exc})"
+    return training_preflight(sq, job.resources.instance_type, len(compiled.hosts), spot=job.spot.enabled,
+                              region=region, sm=sm)
+
+
+def add_state_dir_arg(p) -> None:
+    """``--state-dir``: where the job records are (the submit, jobs, status, logs and cancel commands)."""
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="the job record store's directory (default $MPIRUN_KIT_STATE_DIR, else "
+                        "$XDG_STATE_HOME/mpirun_kit, else ~/.local/state/mpirun_kit)")
+
+
+def store_of(args):
+    """The job record store: ``--state-dir``, else the environment's choice (records.default_state_dir)."""
+    from ..records import RecordStore, default_state_dir
+
+    return RecordStore(getattr(args, "state_dir", None) or default_state_dir(os.environ))
