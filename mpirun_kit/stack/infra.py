@@ -67,9 +67,10 @@ def key_channel_warnings(job: S.JobSpec) -> tuple[str, ...]:
     channel = next((c for c in job.data if c.name == KEY_CHANNEL), None)
     if channel is None:
         return (f"data: {job.resources.hosts}-host SageMaker job without the '{KEY_CHANNEL}' channel: `keys install "
-                "--sagemaker` fails on every host. Make the keys for the name submit will use (bash "
-                "ops/make-job-keys.sh --job NAME --out s3://BUCKET/PREFIX/keys/NAME/), add data: "
-                f"{{{KEY_CHANNEL}: {{s3: s3://BUCKET/PREFIX/keys/{JOB_NAME_REF}/}}}} and submit with --job-name NAME",)
+                "--sagemaker` fails on every host. Add data: "
+                f"{{{KEY_CHANNEL}: {{s3: s3://BUCKET/PREFIX/keys/{JOB_NAME_REF}/}}}} (with the role stack: "
+                f"${{stack:ROLE.RoleS3Uri}}/keys/{JOB_NAME_REF}/); submit makes the job's secret there and removes "
+                "it after the job",)
     if channel.kind == "s3" and JOB_NAME_REF not in (channel.s3 or ""):
         return (f"data.{KEY_CHANNEL}.s3: {channel.s3} does not name {JOB_NAME_REF}; the keys are derived for the "
                 "exact training-job name, so every job needs its own secret under its own name",)

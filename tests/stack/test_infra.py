@@ -78,7 +78,8 @@ def test_multi_host_without_key_channel():
     text = SPEC.replace("  mpirun-keys:\n    s3: s3://mrk-artifacts/mpirun-kit/keys/${job_name}/\n", "")
     (w,) = check(text)
     assert w.startswith("data: 2-host SageMaker job without the 'mpirun-keys' channel: `keys install --sagemaker` "
-                        "fails on every host. Make the keys for the name submit will use")
+                        "fails on every host. Add data: {mpirun-keys: {s3: s3://BUCKET/PREFIX/keys/${job_name}/}}")
+    assert w.endswith("submit makes the job's secret there and removes it after the job")  # issue 26
     one_host = text.replace("hosts: 2", "hosts: 1")
     assert check(one_host) == ()
 
