@@ -319,3 +319,49 @@ def test_retries_requeue_the_job_and_slurm_restart_count_counts_them(cluster, tm
     assert (run_dir / "attempt-1" / "exit_code").read_text().strip() == "0"
     assert "requeueing (SLURM_RESTART_COUNT counts it)" in err.decode()
     assert out.decode().count("attempt again") == 4
+
+
+RESUMER = """\
+import os, sys, time
+from pathlib import Path
+ckpt = Path(os.environ["MARKER"]) / "checkpoint"
+start = int(ckpt.read_text()) if ckpt.exists() else 0
+rank = os.environ["PMIX_RANK"]
+print("resumed from step", start, flush=True) if start else print("fresh start", flush=True)
+for step in range(start, 8):
+    if rank == "0":
+        ckpt.write_text(str(step))
+    time.sleep(1.5)
+print("done at step 8", flush=True)
+"""
+
+
+def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(cluster, tmp_path):
+    sim, slurm, _ = cluster
+    dry = prepare(spec(cluster, "nodefail", program(tmp_path, RESUMER), ppn=1, env={"MARKER": str(tmp_path)},
+                       slurm={"requeue": True}).replace('"pinning"', '"retries": 1, "pinning"'), "c3")
+    runner = S.runner_for(dry.request["where"])
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+    from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
+
+    slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+    ckpt = tmp_path / "checkpoint"
+    end = Deadline(SYSTEM_CLOCK, 60)
+    while not (ckpt.exists() and int(ckpt.read_text()) >= 2):
+        assert not end.expired(), "the job never reached step 2"
+        SYSTEM_CLOCK.sleep(0.2)
+    # The second node fails: its slurmd and everything of the job there die at once (the host itself stays, so
+    # its slurmd can come back for the tests after this one).  The master hears no more from that node's
+    # worker; the job fails, and the batch script requeues it (retries: 1).  Slurm marks the node DOWN.
+    victim = "algo-2"
+    for pattern in ("slurmd", "slurmstepd", "mpirun_kit.cli.main", "mpirun_kit.rank", str(tmp_path / "prog.py")):
+        sim.run(victim, ["pkill", "-KILL", "-f", pattern])
+    try:
+        job = S.follow(dry, runner, slurm_id, out=io.BytesIO(), err=io.BytesIO())
+        outcome = S.outcome_for(dry, runner, slurm_id, job, started=0.0)
+    finally:
+        slurm._start(victim, "slurmd", ["slurmd", "-D", "-f", str(slurm.layout.conf)])  # back for later tests
+    out = (Path(dry.request["run_dir"]) / "slurm.out").read_text()
+    assert outcome.exit_code == 0, out + (Path(dry.request["run_dir"]) / "slurm.err").read_text()[-3000:]
+    assert outcome.attempts == 2
+    assert "resumed from step" in out and "done at step 8" in out
