@@ -176,9 +176,10 @@ def _sagemaker_context(args) -> tuple[str, tuple[str, ...], str | None] | None:
         if len(cluster.hosts) == 1:
             print("keys install: single-host job and no job secret: no ssh keys needed", file=sys.stderr)
             return None
-        raise SpecError(f"keys install: {len(cluster.hosts)}-host job but no job secret at {secret}; create one "
-                        "with ops/make-job-keys.sh --job NAME --out s3://BUCKET/PREFIX/ and pass that prefix "
-                        "as input channel 'mpirun-keys'")
+        raise SpecError(f"keys install: {len(cluster.hosts)}-host job but no job secret at {secret}; give the job "
+                        "the input channel 'mpirun-keys' (s3://BUCKET/PREFIX/keys/${job_name}/: `mpirun_kit submit` "
+                        "makes the secret there), or create one with ops/make-job-keys.sh --job NAME --out "
+                        "s3://BUCKET/PREFIX/keys/NAME/ and pass that prefix")
     address = _interface_address(cluster.network_interface) if cluster.network_interface else None
     return secret, cluster.host_names, address
 

@@ -256,8 +256,9 @@ def test_keys_install_sagemaker_without_a_secret(tmp_path):
     proc = _keys("install", "--sagemaker", "--opt-ml", str(two), "--secret-file", str(tmp_path / "none"),
                  env_extra={"TRAINING_JOB_NAME": "j"})
     assert proc.returncode == 64
-    assert (f"keys install: 2-host job but no job secret at {tmp_path}/none; create one with "
-            "ops/make-job-keys.sh") in proc.stderr
+    assert (f"keys install: 2-host job but no job secret at {tmp_path}/none; give the job the input channel "
+            "'mpirun-keys' (s3://BUCKET/PREFIX/keys/${job_name}/: `mpirun_kit submit` makes the secret there)") \
+        in proc.stderr
     off = _keys("install", "--sagemaker", "--opt-ml", str(tmp_path / "nowhere"))
     assert off.returncode == 0
     assert "not a SageMaker host, no ssh keys installed" in off.stderr
