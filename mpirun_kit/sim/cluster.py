@@ -64,11 +64,19 @@ def _owner_file(name: str) -> Path:
     return OWNERS_DIR / f"{name}.json"
 
 
+def _pid_namespace() -> str | None:
+    """This process's PID namespace (``pid:[INODE]``): a pid means the same process only inside it."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def record_owner(name: str, n_hosts: int, root: Path, owner: int) -> None:
-    """Record ``owner`` (a live pid) as the process that tears cluster ``name`` down."""
+    """Record ``owner`` (a live pid of this PID namespace) as the process that tears cluster ``name`` down."""
     OWNERS_DIR.mkdir(parents=True, exist_ok=True)
     write_atomic(_owner_file(name), json.dumps({"name": name, "hosts": n_hosts, "root": str(root), "pid": owner,
-                                                "start": _process_start(owner)}))
+                                                "start": _process_start(owner), "pidns": _pid_namespace()}))
 
 
 def sweep_orphans(report=None, clock: Clock = SYSTEM_CLOCK) -> list[str]:
@@ -89,6 +97,8 @@ def sweep_orphans(report=None, clock: Clock = SYSTEM_CLOCK) -> list[str]:
         except (OSError, ValueError, KeyError, TypeError):
             f.unlink(missing_ok=True)   # unreadable: written by no owner of ours that still runs
             continue
+        if rec.get("pidns") != _pid_namespace():
+            continue   # recorded from another PID namespace: its pid cannot be judged from here
         if rec.get("start") is not None and _process_start(pid) == rec["start"]:
             continue   # its owner runs: its cluster is in use
         try:
