@@ -142,6 +142,7 @@ def test_stack_references_resolved_from_cloudformation_in_moto(moto, monkeypatch
     cf.delete_stack(StackName="mrk-role")
     cf.create_stack(StackName="mrk-role", TemplateBody=template({
         **outputs["mrk-role"], "RoleS3Uri": "s3://bucket-moto/mrk",
+        "SubmitRoleArn": "arn:aws:iam::123456789012:role/submit-from-moto",
         "RoleImageRepository": "111122223333.dkr.ecr.us-west-2.amazonaws.com/mrk"}))
     assert main(["submit", str(REPO / "jobs" / "maskrcnn.yaml"), "--dry-run", "--json", "--job-name", "m"]) == 0
     req = json.loads(capsys.readouterr().out)["request"]["CreateTrainingJob"]
