@@ -17,7 +17,8 @@ from mpirun_kit.spec.load import load_job, load_job_text
 REPO = Path(__file__).resolve().parents[2]
 TOPO = REPO / "tests" / "plan" / "topologies"
 OUTPUTS = {"mrk-role": {"RoleArn": "arn:aws:iam::123456789012:role/mrk", "RoleS3Uri": "s3://mrk-123456789012-us-west-2",
-                        "RoleImageRepository": "123456789012.dkr.ecr.us-west-2.amazonaws.com/mrk"},
+                        "RoleImageRepository": "123456789012.dkr.ecr.us-west-2.amazonaws.com/mrk",
+                        "SubmitRoleArn": "arn:aws:iam::123456789012:role/mrk-submit"},
            "mrk-fsx": {"FileSystemId": "fs-0123456789abcdef0", "LustreMountName": "abcdefgh"},
            "mrk-vpc": {"PrivateSubnet1Id": "subnet-1", "SecurityGroupId": "sg-1"}}
 COMMON = ["--bind-to", "none", "--map-by", "slot", "--tag-output", "--mca", "orte_abort_on_non_zero_status", "1",
