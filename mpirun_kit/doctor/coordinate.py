@@ -5,7 +5,7 @@ Place in the data flow::
     DoctorRequest (pure value; --dry-run prints its commands)
       -> commands(): the argv run on each host (locally, or over an ssh session of
          exec/remote.py, paramiko with host keys verified, the same one the ssh
-         target uses: shlex.join at that one boundary)
+         target uses: it joins the argv, the one boundary)
       -> run_doctor(): facts from every host in parallel + timing windows
          -> checks.check_host / check_cluster / check_allreduce
       -> DoctorReport (rows + facts) -> report.py
@@ -175,7 +175,7 @@ def _start(req: DoctorRequest, host: str, argv: list[str]):
                                 text=True)
     from ..exec.remote import start_remote
 
-    return start_remote(req.ssh_settings(), host, shlex.join(argv))
+    return start_remote(req.ssh_settings(), host, argv)
 
 
 def _finish(proc: subprocess.Popen, deadline: Deadline) -> tuple[int | None, str, str]:

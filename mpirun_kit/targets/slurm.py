@@ -464,7 +464,7 @@ class SimRunner(Runner):
 
 
 class SshRunner(Runner):
-    """A login node over ssh (exec/remote.py: host key verified); the command is ``shlex.join(argv)``."""
+    """A login node over ssh (exec/remote.py: host key verified); start_remote joins the argv."""
 
     def __init__(self, where: dict):
         self.where = where
@@ -472,7 +472,7 @@ class SshRunner(Runner):
     def run(self, argv, *, input=None, timeout=60.0):
         from ..exec.remote import start_remote
 
-        proc = start_remote(self.where, self.where["host"], shlex.join(argv))
+        proc = start_remote(self.where, self.where["host"], argv)
         if input is not None:
             proc.channel.sendall(input.encode())
             proc.channel.shutdown_write()
