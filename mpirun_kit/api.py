@@ -52,7 +52,7 @@ def submit(spec: str | os.PathLike, *, target: str | None = None, detach: bool =
     Raises:
         SpecError: the spec is invalid (every problem listed); ClusterError: a host or AWS is unreachable.
     """
-    from .cli.submit import begin, compile_for_submit, start_detached, store_of, supervise
+    from .cli.submit import begin, compile_for_submit, start_detached, supervise
     from .targets import get_target
 
     args = _args(spec, state_dir=state_dir, target=target, region=region, stack_output=list(stack_outputs),
@@ -81,7 +81,7 @@ def status(job_id: str, *, state_dir: str | os.PathLike | None = None) -> JobSta
 def jobs(*, states: Sequence[JobState | str] = (), spec: str | None = None, target: str | None = None,
          limit: int | None = 50, state_dir: str | os.PathLike | None = None) -> list[JobStatus]:
     """The recorded jobs, newest first, each as its target describes it now (``states``, ``spec``: filters)."""
-    from .cli.submit import store_of
+    from .cli.common_flags import store_of
     from .targets import get_target
 
     records = store_of(_args(state_dir=state_dir)).list(spec=spec, target=target)
@@ -109,7 +109,7 @@ def logs(job_id: str, *, rank: int | None = None, follow: bool = False,
 
 
 def _record(job_id: str, state_dir):
-    from .cli.submit import store_of
+    from .cli.common_flags import store_of
 
     store = store_of(_args(state_dir=state_dir))
     return store, store.get(job_id)
