@@ -91,8 +91,14 @@ class SlurmLayout:
         return self.host_dirs[self.hosts.index(host)]
 
     def client_env(self) -> dict[str, str]:
-        """What a Slurm client (sbatch, squeue, ...) on a host of this cluster needs: its slurm.conf."""
-        return {"PATH": host_path(), "HOME": "/root", "LANG": "C.UTF-8", "SLURM_CONF": str(self.conf)}
+        """What a Slurm client (sbatch, squeue, ...) on a host of this cluster needs: its slurm.conf.
+
+        TMPDIR is each host's private /dev/shm: sbatch passes it to the job, and Open MPI keys a direct-launched
+        rank's session directory by host name and pid (``/tmp/ompi.algo-1.0/pid.16``); in a shared /tmp, the
+        same name and pid in another sim host's PID namespace (this cluster's next job, another cluster)
+        would share that directory, and the ranks crash (SIGSEGV) at their first message."""
+        return {"PATH": host_path(), "HOME": "/root", "LANG": "C.UTF-8", "SLURM_CONF": str(self.conf),
+                "TMPDIR": "/dev/shm"}
 
 
 def plan_slurm(layout: SimLayout, accounting: bool = False) -> SlurmLayout:
