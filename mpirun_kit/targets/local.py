@@ -15,6 +15,7 @@ import shutil
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -72,8 +73,21 @@ def program_start_problem(program: Sequence[str], cwd: str | None, path: str | N
     return None
 
 
+@dataclass(frozen=True)
+class LocalRequest:
+    """What ``run`` does for a local job (the target's typed request, base.Target's ``R``)."""
+
+    argv: list[str]          # the launcher: `mpirun_kit launch --hosts localhost:N --spec ... --opt-ml RUN_DIR`
+    cwd: str | None          # the ranks' working directory (program.working_dir: the spec's directory by default)
+    retries: int
+    ranks: int
+    deadline_s: float        # bounds the launcher itself, should it hang (it enforces timeouts.job_s on the ranks)
+    grace_s: float
+    failure_file: str        # where the launcher writes its failure report (root cause first); read for the Outcome
+
+
 def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: int, verbose: bool = True,
-           quiet: bool = False) -> DryRun:
+           quiet: bool = False) -> DryRun[LocalRequest]:
     """The local launch as a value.
 
     Args:
@@ -92,13 +106,10 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
     spec = dataclasses.replace(compiled.launch, result_port=result_port)
     return DryRun(
         target="local", job=compiled.job.name,
-        request={"argv": argv, "cwd": compiled.launch.working_dir, "retries": compiled.job.retries,
-                 "ranks": slots,
-                 # The launcher enforces timeouts.job_s itself; this bounds the launcher, should it hang.
-                 "deadline_s": (compiled.launch.timeouts.job_s or DEFAULT_JOB_S) + OVERHEAD_S,
-                 "grace_s": compiled.launch.timeouts.grace_s,
-                 # where the launcher writes its failure report (root cause first); read for the Outcome.
-                 "failure_file": str(Path(run_dir) / "output" / "failure")},
+        request=LocalRequest(argv=argv, cwd=compiled.launch.working_dir, retries=compiled.job.retries, ranks=slots,
+                             deadline_s=(compiled.launch.timeouts.job_s or DEFAULT_JOB_S) + OVERHEAD_S,
+                             grace_s=compiled.launch.timeouts.grace_s,
+                             failure_file=str(Path(run_dir) / "output" / "failure")),
         files=((str(spec_path), spec.to_json() + "\n"),),
         notes=("the failure report (root cause first) is written to " + str(Path(run_dir) / "output" / "failure"),))
 
@@ -139,12 +150,12 @@ def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | Non
 def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
     """Run the local job; return how it ended (exit code: the first failing rank's, or 128+N for signal N)."""
     spec = json.loads(dry.files[0][1])
-    refuse_unstartable(dry.job, spec["program"], dry.request["cwd"])
+    refuse_unstartable(dry.job, spec["program"], dry.request.cwd)
     write_files(dry)
     progress = StatusLine(clock=clock)
-    progress.note(f"local: {dry.request['ranks']} rank(s) on this machine")
+    progress.note(f"local: {dry.request.ranks} rank(s) on this machine")
     req = dry.request
-    failure = Path(req["failure_file"])
+    failure = Path(req.failure_file)
     attempts = []
     started = time.time()
 
@@ -156,14 +167,14 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
             stops.append(signal_stop(latch.received))
             return stops[-1].exit_code
         attempts.append(n)
-        return run_argv(req["argv"], req["cwd"], deadline_s=req["deadline_s"], grace_s=req["grace_s"], clock=clock,
+        return run_argv(req.argv, req.cwd, deadline_s=req.deadline_s, grace_s=req.grace_s, clock=clock,
                         stops=stops, latch=latch)
 
     stops: list[Stop] = []
     # Installed before the first attempt: a SIGHUP, SIGTERM or Ctrl-C at any time stops the launcher (never
     # orphaned: it runs in its own session and gets SIGTERM should we die) and is never retried.
     with SignalLatch() as latch:
-        code = retrying(attempt, req["retries"], progress, permanent=STOPPED | {ExitCode.for_signal(1)})
+        code = retrying(attempt, req.retries, progress, permanent=STOPPED | {ExitCode.for_signal(1)})
     received = [s.signal for s in stops if s.signal]
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
     return outcome_of("local", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
@@ -176,8 +187,9 @@ def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:
     return run_outcome(dry, clock=clock).exit_code
 
 
-class LocalTarget(Target):
+class LocalTarget(Target[LocalRequest]):
     name = "local"
+    request_type = LocalRequest
 
     def python(self, job) -> str:
         return sys.executable   # the ranks run on this machine, in this interpreter's venv
