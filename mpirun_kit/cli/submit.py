@@ -345,7 +345,8 @@ def register(subparsers) -> None:
     p.add_argument("--keep-keys", action="store_true", help="sagemaker: leave the job's key secret (which submit makes "
                    "under the job's own key prefix) in S3 after the job; by default --wait removes it when the job ends")
     p.add_argument("--resume-from", metavar="JOB", help="sagemaker: copy training job JOB's checkpoints into this job's "
-                   "own checkpoint prefix first, so --resume auto continues JOB's run (by default a job sees only its own)")
+                   "own checkpoint prefix first, so a trainer resuming from its newest checkpoint continues JOB's "
+                   "run (by default a job sees only its own)")
     p.add_argument("--detach", action="store_true",
                    help="return once the job started, printing its id; it runs on under a supervisor of its own "
                         "(closing the terminal does not stop it): follow it with status, logs, cancel")
