@@ -23,7 +23,7 @@ from .cli_helpers import REPO
      "see `mpirun_kit submit --help`"),
     (("validate", "jobs/", "--target", "lcal"),
      "mpirun_kit: error: validate: --target: unknown value 'lcal' (did you mean `local`?); expected one of "
-     "local, sim, ssh, sagemaker; see `mpirun_kit validate --help`"),
+     "local, sim, ssh, sagemaker, slurm; see `mpirun_kit validate --help`"),
     (("frobnicate",), "mpirun_kit: error: unknown command 'frobnicate'; see `mpirun_kit --help`"),
 ])
 def test_a_mistyped_command_choice_or_flag_gets_a_suggestion(argv, line, cli):
@@ -93,7 +93,7 @@ def _complete(line: str, tmp_path) -> list[str]:
 def test_completion_completes_commands_and_flags(tmp_path):
     assert set(_complete("mpirun_kit su", tmp_path)) == {"submit"}
     assert {"--json", "--dry-run"} <= set(_complete("mpirun_kit submit jobs/x.yaml --", tmp_path))
-    assert set(_complete("mpirun_kit validate --target s", tmp_path)) == {"sim", "ssh", "sagemaker"}
+    assert set(_complete("mpirun_kit validate --target s", tmp_path)) == {"sim", "ssh", "sagemaker", "slurm"}
 
 
 def test_completion_command_prints_the_argcomplete_hook(cli):
