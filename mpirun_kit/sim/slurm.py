@@ -24,7 +24,6 @@ noticed, and requeues run again, within seconds.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -375,6 +374,3 @@ def state(layout: SimLayout) -> dict | None:
     return {"login": s.controller, "env": s.client_env(), "conf": str(s.conf), "partition": PARTITION,
             "nodes": list(s.hosts)}
 
-
-def describe(slurm: SlurmCluster) -> str:
-    return json.dumps(state(slurm.sim.layout))

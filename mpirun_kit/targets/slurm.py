@@ -34,18 +34,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from ..core import verbosity
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
-from ..errors import ClusterError, ExitCode, LaunchError, SpecError
+from ..errors import ClusterError, ExitCode, SpecError
 from ..records import JobRecord, JobState
 from ..spec.compile import CompiledJob
 from .base import DryRun, JobStatus, StatusLine, SubmitOptions, Target
@@ -243,8 +242,8 @@ def parse_sinfo_text(text: str) -> list[Partition]:
 
 # --- the request: a value ------------------------------------------------------------------------------
 
-def render_script(*, job: str, run_dir: str, nodes: int, tasks_per_node: int, entrypoint: list[str],
-                  sbatch: list[str], retries: int = 0, requeue: bool = False) -> str:
+def render_script(*, job: str, run_dir: str, entrypoint: list[str], sbatch: list[str], retries: int = 0,
+                  requeue: bool = False) -> str:
     """The batch script, whole.  ``entrypoint``: the argv every node's entrypoint starts with (its per-node
     flags are added here); ``sbatch``: the ``#SBATCH`` options, one argv item each."""
     q = shlex.quote
@@ -379,7 +378,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
              "--job", compiled.job.name]
     nodes = len(compiled.hosts)
     ppn = compiled.hosts[0].slots if compiled.hosts else 1
-    script = render_script(job=compiled.job.name, run_dir=run_dir, nodes=nodes, tasks_per_node=ppn, entrypoint=entry,
+    script = render_script(job=compiled.job.name, run_dir=run_dir, entrypoint=entry,
                            sbatch=sbatch_options(compiled, run_dir, run_id), retries=compiled.job.retries,
                            requeue=s.requeue)
     t = compiled.launch.timeouts
@@ -729,7 +728,8 @@ def outcome_for(dry: DryRun, runner: Runner, job_id: str, job: SlurmJob | None, 
                       ended=time.time())
 
 
-def job_id_of(record: JobRecord, runner: Runner | None = None) -> str:
+def job_id_of(record: JobRecord) -> str:
+    """The Slurm job id of a recorded job: the record's native name, else what ``run`` wrote in its run directory."""
     if record.native:
         return record.native
     if record.run_dir:

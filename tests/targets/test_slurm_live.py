@@ -9,8 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import signal
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
