@@ -363,3 +363,15 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
     assert outcome.exit_code == 0, out + (Path(dry.request["run_dir"]) / "slurm.err").read_text()[-3000:]
     assert outcome.attempts == 2
     assert "resumed from step" in out and "done at step 8" in out
+
+
+def test_mpirun_as_the_second_launch_flavour(cluster, tmp_path):
+    # launch: mpirun: the master runs mpirun inside the allocation (over ssh between the nodes, which the sim
+    # hosts have), for images whose MPI lacks PMIx; the result is the same.
+    outcome, out, err, dry = run(spec(cluster, "mpirun", program(tmp_path, MPI_PROGRAM), slurm={"launch": "mpirun"}),
+                                 "c4")
+    assert outcome.exit_code == 0, err.decode(errors="replace")[-2000:]
+    launch = json.loads(dict(dry.files)[f"{dry.request['run_dir']}/launch-spec.json"])
+    assert launch["mpi_flavour"] == "auto" and launch["mpi_options"] == []   # mpirun, detected on the node
+    lines = set(out.decode().splitlines())
+    assert all(f"[{r} algo-{r // 2 + 1}] rank {r} of 4 on algo-{r // 2 + 1} sum 10" in lines for r in range(4)), out
