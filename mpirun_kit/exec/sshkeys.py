@@ -194,6 +194,12 @@ def check_hosts(hosts: Sequence[str]) -> tuple[str, ...]:
     return hosts
 
 
+def _unmapped(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """``::ffff:A.B.C.D`` as ``A.B.C.D``: sshd matches a v4 client of a dual-stack socket as IPv4, so the mapped
+    form (an /etc/hosts may name a host for it, as sim/layout.py does) would be a from= entry that never matches."""
+    return getattr(addr, "ipv4_mapped", None) or addr
+
+
 def resolve_addresses(hosts: Sequence[str], *, timeout_s: float = 120.0, clock: Clock = SYSTEM_CLOCK,
                       resolve: Callable[..., list] = socket.getaddrinfo) -> tuple[str, ...]:
     """Every address the job's host names resolve to (plus loopback), for authorized_keys' ``from=``.
@@ -217,7 +223,7 @@ def resolve_addresses(hosts: Sequence[str], *, timeout_s: float = 120.0, clock: 
             except (OSError, UnicodeError) as exc:
                 errors[h] = str(exc) or type(exc).__name__
                 continue
-            found[h] = [str(ipaddress.ip_address(info[4][0].split("%")[0])) for info in infos]
+            found[h] = [str(_unmapped(ipaddress.ip_address(info[4][0].split("%")[0]))) for info in infos]
             errors.pop(h, None)
         missing = [h for h in hosts if h not in found]
         if not missing:

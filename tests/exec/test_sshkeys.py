@@ -306,6 +306,18 @@ def test_from_addresses_are_resolved_or_the_install_stops():
         sshkeys.plan_install(m, ["algo-1"], from_addresses=["algo-1"])
 
 
+def test_from_addresses_name_an_ipv4_mapped_address_as_ipv4():
+    """An /etc/hosts that also names a host for ::ffff:A.B.C.D (sim/layout.py does, for dual-stack servers' reverse
+    lookups) gives that host once, as A.B.C.D: sshd matches a v4 client on a dual-stack socket as IPv4, so the mapped
+    form in from= would never match anything."""
+    def resolve(host, *_):
+        v4 = {"algo-1": "10.0.1.5", "algo-2": "10.0.1.6"}[host]
+        return [(0, 0, 0, "", (v4, 0)), (0, 0, 0, "", (f"::ffff:{v4}", 0, 0, 0))]
+
+    assert sshkeys.resolve_addresses(["algo-1", "algo-2"], clock=FakeClock(), resolve=resolve) == (
+        "10.0.1.5", "10.0.1.6", "127.0.0.1", "::1")
+
+
 def _make_job_keys(*args: str) -> subprocess.CompletedProcess:
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": "/nonexistent"}
     return subprocess.run(["bash", str(REPO / "ops" / "make-job-keys.sh"), *args], capture_output=True, text=True,
