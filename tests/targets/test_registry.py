@@ -14,7 +14,7 @@ def test_every_target_is_registered_under_its_name():
         assert isinstance(t, Target) and t.name == name
         for method in ("dryrun", "run"):
             assert getattr(type(t), method) is not getattr(Target, method), f"{name} does not implement {method}"
-    with pytest.raises(SpecError, match=r"target 'k8s' is unknown; expected one of \['local', 'sagemaker', 'sim', 'ssh'\]"):
+    with pytest.raises(SpecError, match=r"target 'k8s' is unknown; expected one of \['local', 'sagemaker', 'sim', 'slurm', 'ssh'\]"):
         get_target("k8s")
 
 
