@@ -49,3 +49,23 @@ def test_cpu_bad_batch_index_names_the_rule(gen):
         ops.roi_align(x, rois, 2)
     with pytest.raises(RuntimeError, match=r"rois\[:, 0\] must be batch indices in \[0, 1\]"):
         torch.ops.mpirun_kit._roi_align_backward(torch.ones(2, 3, 2, 2), rois, 1.0, 2, 2, 2, 3, 8, 8, 2, True)
+
+
+@pytest.mark.parametrize(("h", "w", "k"), [(6, 7, 40), (40, 48, 3)])
+@pytest.mark.parametrize("c", [3, 19])
+@pytest.mark.parametrize("sampling_ratio", [0, 2])
+def test_cpu_backward_both_algorithms_match_the_reference(gen, h, w, k, c, sampling_ratio):
+    """Issue #32: the NCHW backward picks by work -- many samples for the map (40 RoIs on 6x7) take
+    the channels-last algorithm on transposed copies, few (3 RoIs on 40x48) the NCHW channel blocks
+    (19 channels: two full blocks of 8 and a partial one).  Both against the pure-PyTorch reference."""
+    from mpirun_kit.maskrcnn.ops import reference
+    from ops_inputs import rand_rois
+
+    x = torch.randn(2, c, h, w, generator=gen, dtype=torch.float64, requires_grad=True)
+    rois = rand_rois(gen, k, 2, float(max(h, w)), torch.float64)
+    out = reference.roi_align(x, rois, (2, 2), 0.8, sampling_ratio, True)
+    upstream = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    (want,) = torch.autograd.grad(out, x, upstream)
+    got = torch.ops.mpirun_kit._roi_align_backward(upstream, rois, 0.8, 2, 2, 2, c, h, w, sampling_ratio, True)
+    assert got.is_contiguous()  # NCHW in, NCHW out, whichever algorithm ran
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)

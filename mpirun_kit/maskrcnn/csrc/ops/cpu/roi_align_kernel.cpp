@@ -9,6 +9,8 @@
 //   channels-last: the channel loop is innermost and contiguous, so it vectorises.
 // Forward runs RoIs in parallel (each writes its own output rows); backward
 // runs channel ranges in parallel, so no two threads add into one gradient cell.
+// The backward computes every RoI's samples once, shared by the threads, and
+// picks its algorithm by the amount of work (see roi_align_backward_kernel).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -195,6 +197,68 @@ at::Tensor roi_align_forward_kernel(
   return out;
 }
 
+// The backward's samples of every RoI, computed once (in parallel over RoIs) and shared by all
+// threads: offsets as int32 (a plane holds < 2^31 cells, checked) and the weights already divided
+// by the RoI's sample count, 32 bytes per sample for float.
+template <typename T>
+struct BackSample {
+  int32_t p1, p2, p3, p4;
+  T w1, w2, w3, w4;
+};
+
+template <typename T>
+struct BackRois {
+  std::vector<BackSample<T>> samples;  // RoI r's bins at samples[start[r] .. start[r + 1]), bin-major
+  std::vector<int64_t> start, batch, per_bin;
+};
+
+template <typename T>
+BackRois<T> precalc_all(
+    const T* rois, int64_t k, T scale, int64_t height, int64_t width, int64_t pooled_h, int64_t pooled_w,
+    int64_t sampling_ratio, bool aligned) {
+  BackRois<T> out;
+  out.start.assign(k + 1, 0);
+  out.batch.resize(k);
+  out.per_bin.resize(k);
+  const int64_t bins = pooled_h * pooled_w;
+  for (int64_t r = 0; r < k; ++r) {  // grid sizes: a cheap serial pass for the offsets
+    const T* roi = rois + 5 * r;
+    int64_t gh = sampling_ratio, gw = sampling_ratio;
+    if (sampling_ratio <= 0) {
+      // the same arithmetic as precalc, so the adaptive grid comes out the same
+      const T off = aligned ? T(0.5) : T(0);
+      T rw = (roi[3] * scale - off) - (roi[1] * scale - off);
+      T rh = (roi[4] * scale - off) - (roi[2] * scale - off);
+      if (!aligned) {
+        rw = std::max(rw, T(1));
+        rh = std::max(rh, T(1));
+      }
+      gh = std::max<int64_t>(static_cast<int64_t>(std::ceil(rh / static_cast<T>(pooled_h))), 0);
+      gw = std::max<int64_t>(static_cast<int64_t>(std::ceil(rw / static_cast<T>(pooled_w))), 0);
+    }
+    out.start[r + 1] = out.start[r] + bins * gh * gw;
+  }
+  out.samples.resize(out.start[k]);
+  at::parallel_for(0, k, 16, [&](int64_t lo, int64_t hi) {
+    std::vector<Sample<T>> tmp;
+    for (int64_t r = lo; r < hi; ++r) {
+      const auto g = precalc(rois + 5 * r, scale, height, width, pooled_h, pooled_w, sampling_ratio, aligned, tmp);
+      const int64_t n = static_cast<int64_t>(tmp.size());
+      TORCH_INTERNAL_ASSERT(n == out.start[r + 1] - out.start[r], "roi_align backward: grid size mismatch");
+      out.batch[r] = g.batch;
+      out.per_bin[r] = g.grid_h * g.grid_w;
+      const T inv = T(1) / g.count;
+      BackSample<T>* dst = out.samples.data() + out.start[r];
+      for (int64_t i = 0; i < n; ++i) {
+        const auto& s = tmp[i];
+        dst[i] = BackSample<T>{static_cast<int32_t>(s.p1), static_cast<int32_t>(s.p2), static_cast<int32_t>(s.p3),
+                               static_cast<int32_t>(s.p4), s.w1 * inv, s.w2 * inv, s.w3 * inv, s.w4 * inv};
+      }
+    }
+  });
+  return out;
+}
+
 at::Tensor roi_align_backward_kernel(
     const at::Tensor& grad_in, const at::Tensor& rois_in, double spatial_scale, int64_t pooled_h,
     int64_t pooled_w, int64_t batch, int64_t channels, int64_t height, int64_t width, int64_t sampling_ratio,
@@ -207,62 +271,101 @@ at::Tensor roi_align_backward_kernel(
       grad_in.dim() == 4 && grad_in.size(0) == k && grad_in.size(1) == channels && grad_in.size(2) == pooled_h &&
           grad_in.size(3) == pooled_w,
       "grad must be [K, C, oh, ow] = [", k, ", ", channels, ", ", pooled_h, ", ", pooled_w, "], got ", shape_str(grad_in));
+  TORCH_CHECK(height * width < (int64_t(1) << 31), "roi_align backward: a feature map of ", height, " x ", width,
+              " has more than 2^31 cells");
   check_batch_indices(rois_in, batch);
-  const bool cl = use_channels_last(grad_in);
-  const auto fmt = cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  const auto grad = grad_in.contiguous(fmt);
+  const bool cl_in = use_channels_last(grad_in);
   const auto rois = rois_in.contiguous();
-  // at::zeros ignores a memory format in its options; empty + zero_ keeps it.
-  auto out = at::empty({batch, channels, height, width}, grad.options().memory_format(fmt)).zero_();
+  const int64_t hw = height * width, bins = pooled_h * pooled_w;
+  // Two algorithms.  Channels-last: per sample, four contiguous channel rows get w * grad,
+  // vectorised over the channels.  NCHW: per channel block, every RoI adds four scalars per sample
+  // into its planes.  An NCHW grad with many samples runs the channels-last one on a transposed
+  // copy and transposes the result back (two passes over the canvas); with few samples (a small
+  // mask batch) the transposes would cost more than the scalar adds they save.  Issue #32: the
+  // NCHW scatter of the box head's 1024 RoIs was the step's largest CPU kernel.
+  const int64_t samples_est = k * bins * (sampling_ratio > 0 ? sampling_ratio * sampling_ratio : 4);
+  const bool cl = cl_in || samples_est > batch * hw;
+  const auto grad = grad_in.contiguous(cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+  auto out = at::empty({batch, channels, height, width},
+                       grad.options().memory_format(cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous));
+  const auto result = [&](at::Tensor t) { return cl && !cl_in ? t.contiguous() : t; };
+  if (out.numel() == 0) {
+    return result(out);
+  }
   if (k == 0 || channels == 0) {
-    return out;
+    out.zero_();
+    return result(out);
   }
   AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "mpirun_kit::roi_align_backward_cpu", [&] {
     const scalar_t* pg = grad.data_ptr<scalar_t>();
-    const scalar_t* pr = rois.data_ptr<scalar_t>();
     scalar_t* po = out.data_ptr<scalar_t>();
-    const scalar_t scale = static_cast<scalar_t>(spatial_scale);
-    const int64_t bins = pooled_h * pooled_w, hw = height * width;
-    // Each task owns a channel range, so its additions never race with another task's.
-    at::parallel_for(0, channels, 8, [&](int64_t c0, int64_t c1) {
-      std::vector<Sample<scalar_t>> samples;
-      for (int64_t r = 0; r < k; ++r) {
-        const auto g = precalc(pr + 5 * r, scale, height, width, pooled_h, pooled_w, sampling_ratio, aligned, samples);
-        const int64_t per_bin = g.grid_h * g.grid_w;
-        if (per_bin == 0) {
-          continue;
-        }
-        if (!cl) {
-          for (int64_t ch = c0; ch < c1; ++ch) {
-            scalar_t* plane = po + (g.batch * channels + ch) * hw;
-            const scalar_t* gr = pg + (r * channels + ch) * bins;
-            for (int64_t b = 0; b < bins; ++b) {
-              const scalar_t gv = gr[b] / g.count;
-              for (int64_t i = b * per_bin; i < (b + 1) * per_bin; ++i) {
-                const auto& s = samples[i];
-                plane[s.p1] += gv * s.w1;
-                plane[s.p2] += gv * s.w2;
-                plane[s.p3] += gv * s.w3;
-                plane[s.p4] += gv * s.w4;
-              }
+    const auto all = precalc_all(rois.data_ptr<scalar_t>(), k, static_cast<scalar_t>(spatial_scale), height, width,
+                                 pooled_h, pooled_w, sampling_ratio, aligned);
+    const BackSample<scalar_t>* smp = all.samples.data();
+    // No separate serial zero-fill of the whole canvas: the zeroing is split like the work (by
+    // pixel ranges for channels-last, by each task's own planes for NCHW).  Tasks own channel
+    // ranges either way: no two threads add into one cell, so the sum is deterministic.
+    if (cl) {
+      at::parallel_for(0, batch * hw, 4096, [&](int64_t lo, int64_t hi) {
+        std::fill(po + lo * channels, po + hi * channels, scalar_t(0));
+      });
+      at::parallel_for(0, channels, 16, [&](int64_t c0, int64_t c1) {
+        const int64_t nc = c1 - c0;
+        for (int64_t r = 0; r < k; ++r) {
+          const int64_t per_bin = all.per_bin[r];
+          if (per_bin == 0) {
+            continue;
+          }
+          const BackSample<scalar_t>* rs = smp + all.start[r];
+          scalar_t* img = po + all.batch[r] * hw * channels + c0;
+          for (int64_t b = 0; b < bins; ++b) {
+            const scalar_t* gr = pg + (r * bins + b) * channels + c0;
+            for (int64_t i = b * per_bin; i < (b + 1) * per_bin; ++i) {
+              const auto& s = rs[i];
+              // four loops, not one: corners coincide at the map's edge (p1 == p2), and each loop
+              // alone vectorises over the contiguous channels
+              scalar_t* v = img + static_cast<int64_t>(s.p1) * channels;
+              for (int64_t ch = 0; ch < nc; ++ch) v[ch] += gr[ch] * s.w1;
+              v = img + static_cast<int64_t>(s.p2) * channels;
+              for (int64_t ch = 0; ch < nc; ++ch) v[ch] += gr[ch] * s.w2;
+              v = img + static_cast<int64_t>(s.p3) * channels;
+              for (int64_t ch = 0; ch < nc; ++ch) v[ch] += gr[ch] * s.w3;
+              v = img + static_cast<int64_t>(s.p4) * channels;
+              for (int64_t ch = 0; ch < nc; ++ch) v[ch] += gr[ch] * s.w4;
             }
           }
-        } else {
-          scalar_t* img = po + g.batch * hw * channels;
-          for (int64_t b = 0; b < bins; ++b) {
-            const scalar_t* gr = pg + (r * bins + b) * channels;
-            for (int64_t i = b * per_bin; i < (b + 1) * per_bin; ++i) {
-              const auto& s = samples[i];
-              scalar_t* v1 = img + s.p1 * channels;
-              scalar_t* v2 = img + s.p2 * channels;
-              scalar_t* v3 = img + s.p3 * channels;
-              scalar_t* v4 = img + s.p4 * channels;
-              for (int64_t ch = c0; ch < c1; ++ch) {
-                const scalar_t gv = gr[ch] / g.count;
-                v1[ch] += gv * s.w1;
-                v2[ch] += gv * s.w2;
-                v3[ch] += gv * s.w3;
-                v4[ch] += gv * s.w4;
+        }
+      });
+      return;
+    }
+    // NCHW: a block of kBlock channels (x batch planes) stays in cache while every RoI adds into
+    // it, and the shared samples are read once per block, not once per channel
+    constexpr int64_t kBlock = 8;
+    const int64_t blocks = (channels + kBlock - 1) / kBlock;
+    at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t c0 = blk * kBlock, c1 = std::min(channels, c0 + kBlock);
+        for (int64_t n = 0; n < batch; ++n) {
+          std::fill_n(po + (n * channels + c0) * hw, (c1 - c0) * hw, scalar_t(0));
+        }
+        for (int64_t r = 0; r < k; ++r) {
+          const int64_t per_bin = all.per_bin[r];
+          if (per_bin == 0) {
+            continue;
+          }
+          const BackSample<scalar_t>* rs = smp + all.start[r];
+          scalar_t* planes = po + all.batch[r] * channels * hw;
+          for (int64_t ch = c0; ch < c1; ++ch) {
+            scalar_t* plane = planes + ch * hw;
+            const scalar_t* gr = pg + (r * channels + ch) * bins;
+            for (int64_t b = 0; b < bins; ++b) {
+              const scalar_t gv = gr[b];
+              const BackSample<scalar_t>* s = rs + b * per_bin;
+              for (int64_t i = 0; i < per_bin; ++i) {
+                plane[s[i].p1] += gv * s[i].w1;
+                plane[s[i].p2] += gv * s[i].w2;
+                plane[s[i].p3] += gv * s[i].w3;
+                plane[s[i].p4] += gv * s[i].w4;
               }
             }
           }
@@ -270,7 +373,7 @@ at::Tensor roi_align_backward_kernel(
       }
     });
   });
-  return out;
+  return result(out);
 }
 
 }  // namespace
