@@ -312,6 +312,8 @@ fi
 if [ "$rc" -ne 0 ]; then
 {requeue_line}  :
 fi
+# Not requeued: the job is over, and its secret with it.
+rm -f "$run/job-secret"
 exit "$rc"
 """
 

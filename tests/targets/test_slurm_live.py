@@ -109,9 +109,10 @@ def test_mpi4py_job_on_3_nodes_every_rank_prints_and_succeeds(cluster, tmp_path)
 def test_every_ranks_output_is_byte_exact(cluster, tmp_path):
     # exact_output's program, with the rank from PMIx (srun sets no OMPI_ variable before MPI_Init).
     prog = exact_output.PROGRAM.replace('os.environ["OMPI_COMM_WORLD_RANK"]', 'os.environ["PMIX_RANK"]')
-    outcome, out, err, _ = run(spec(cluster, "exact", program(tmp_path, prog)), "a2")
+    outcome, out, err, dry = run(spec(cluster, "exact", program(tmp_path, prog)), "a2")
     assert outcome.exit_code == 0, err.decode(errors="replace")[-2000:]
     exact_output.assert_exact(out, err, {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"})
+    assert not (Path(dry.request["run_dir"]) / "job-secret").exists()   # the job's secret ended with it
 
 
 FAILING = """\
