@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -47,8 +48,23 @@ WORKER_STOP_S = 3.0
 TEMP_ROOT_PREFIX = "mrk-sim-"
 
 
+@dataclass(frozen=True)
+class SimRequest:
+    """What ``run`` does for a sim job (the target's typed request, base.Target's ``R``)."""
+
+    name: str                    # the cluster's name (the job's: ``cluster_name``)
+    root: str | None             # its state and per-host logs; None: a temporary directory made at start
+    hosts: int
+    instance_type: str
+    entrypoint: list[str]        # what every host runs (--opt-ml: the host's /opt/ml under its path here)
+    hyperparameters: dict        # hyperparameters.json, carrying the LaunchSpec
+    deadline_s: float
+    grace_s: float
+    retries: int
+
+
 def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_exe: str, verbose: bool = True,
-           quiet: bool = False) -> DryRun:
+           quiet: bool = False) -> DryRun[SimRequest]:
     """The simulated run as a value.
 
     Args:
@@ -65,16 +81,15 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
     """
     t = compiled.launch.timeouts
     deadline = (t.job_s or DEFAULT_JOB_S) + t.ssh_ready_s + OVERHEAD_S
-    request = {
-        "name": name, "root": str(root) if root else None, "hosts": len(compiled.hosts),
-        "instance_type": compiled.job.resources.instance_type or "ml.c5.xlarge",
+    request = SimRequest(
+        name=name, root=str(root) if root else None, hosts=len(compiled.hosts),
+        instance_type=compiled.job.resources.instance_type or "ml.c5.xlarge",
         # --opt-ml: the host's /opt/ml under its path on this machine, so printed paths (the failure
         # report) can be opened here; inside the host it is the same directory as /opt/ml.
-        "entrypoint": [mpirun_kit_exe, "entrypoint", "--no-sshd", *verbosity.entrypoint_flags(verbose, quiet),
-                       "--opt-ml", HOST_OPT_ML],
-        "hyperparameters": {LAUNCH_SPEC_HYPERPARAMETER: compiled.launch.to_json()},
-        "deadline_s": deadline, "grace_s": t.grace_s, "retries": compiled.job.retries,
-    }
+        entrypoint=[mpirun_kit_exe, "entrypoint", "--no-sshd", *verbosity.entrypoint_flags(verbose, quiet),
+                    "--opt-ml", HOST_OPT_ML],
+        hyperparameters={LAUNCH_SPEC_HYPERPARAMETER: compiled.launch.to_json()},
+        deadline_s=deadline, grace_s=t.grace_s, retries=compiled.job.retries)
     where = str(root) if root else f"{tempfile.gettempdir()}/{TEMP_ROOT_PREFIX}XXXXXXXX (made at start)"
     return DryRun("sim", compiled.job.name, request, notes=(
         f"per-host logs: {where}/attempt-<N>/<host>/entrypoint.log (N = 0, then 1.. for retries); what the "
@@ -101,7 +116,7 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     req = dry.request
     progress = progress or StatusLine(clock=clock)
     latch = latch or SignalLatch(signals=())
-    progress.update(f"sim: bringing up {req['hosts']} host(s)")
+    progress.update(f"sim: bringing up {req.hosts} host(s)")
     try:
         return _run_on_cluster(dry, attempt, root, clock, out, err, progress, latch)
     except SimStopped:   # stopped during the bring-up: nothing was started, the cluster is down again
@@ -117,19 +132,19 @@ def _run_on_cluster(dry: DryRun, attempt: int, root: Path, clock: Clock, out: Bi
 
     req = dry.request
     # The cluster records us as its owner: should we die by SIGKILL, the next sim, submit or jobs sweeps it.
-    with SimCluster(req["hosts"], root / f"attempt-{attempt}", req["name"], instance_type=req["instance_type"],
+    with SimCluster(req.hosts, root / f"attempt-{attempt}", req.name, instance_type=req.instance_type,
                     clock=clock, owner=os.getpid(), cancelled=lambda: latch.received is not None) as sim:
         master = sim.hosts[0].name
         opt_ml = sim.host(master).opt_ml
         if latch.received:   # stopped just after the bring-up: nothing more is started
             raise SimStopped("stopped after the bring-up")
-        sim.write_sagemaker_config(hyperparameters=req["hyperparameters"])
+        sim.write_sagemaker_config(hyperparameters=req.hyperparameters)
         sim.write_job_secret(format_secret(os.urandom(SECRET_BYTES)))  # a new one per run, removed with the cluster
-        procs = sim.start_entrypoints(req["entrypoint"], split_output=True)
+        procs = sim.start_entrypoints(req.entrypoint, split_output=True)
         tails = [(FileTail(sim.host(h).dir / name, "" if h == master else f"[{h} entrypoint] "), dst)
                  for h in procs for name, dst in (("entrypoint.out", out), ("entrypoint.log", err))]
-        hosts = SimHosts(procs, master, tails, req["grace_s"], progress, clock)
-        ended = Supervisor(hosts, deadline_s=req["deadline_s"], grace_s=req["grace_s"] + STOP_MARGIN_S,
+        hosts = SimHosts(procs, master, tails, req.grace_s, progress, clock)
+        ended = Supervisor(hosts, deadline_s=req.deadline_s, grace_s=req.grace_s + STOP_MARGIN_S,
                            requested=latch.stop, clock=clock, tick_s=0.2, deadline_what="the sim job").run()
         codes = {h: exit_code_of(p.returncode) if p.returncode is not None else ExitCode.SIGKILL for h, p in procs.items()}
     stopped = ended.stop.exit_code if ended.stop is not None else None
@@ -234,10 +249,10 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | Non
 
     req = dry.request
     # The hosts share this machine's files: a program that cannot start is refused before any bring-up.
-    spec = json.loads(req["hyperparameters"][LAUNCH_SPEC_HYPERPARAMETER])
+    spec = json.loads(req.hyperparameters[LAUNCH_SPEC_HYPERPARAMETER])
     refuse_unstartable(dry.job, spec["program"], spec.get("working_dir"), host_path())
     progress = progress or StatusLine(clock=clock)
-    root = Path(req["root"]) if req["root"] else Path(tempfile.mkdtemp(prefix=TEMP_ROOT_PREFIX))
+    root = Path(req.root) if req.root else Path(tempfile.mkdtemp(prefix=TEMP_ROOT_PREFIX))
     started = time.time()
     last: dict = {}
 
@@ -249,16 +264,16 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | Non
 
     with SignalLatch() as latch:
         # A stop (Ctrl-C 130, SIGTERM 143) is never retried.
-        code = retrying(attempt, req["retries"], progress, permanent=STOPPED)
+        code = retrying(attempt, req.retries, progress, permanent=STOPPED)
     codes, opt_ml, attempts = last["codes"], last["opt_ml"], last["attempts"]
     failure = opt_ml / "output" / "failure"
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
     outcome = outcome_of("sim", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
                          interrupted=latch.received, attempts=attempts, started=started, ended=time.time(),
                          hosts=codes, launch=launch_timeline(failure.parent))
-    if req["root"] is None and code == 0 and outcome.timeline and "launch" in outcome.timeline:
+    if req.root is None and code == 0 and outcome.timeline and "launch" in outcome.timeline:
         outcome.timeline["launch"].pop("file")  # removed with the temporary root below
-    if req["root"] is None:
+    if req.root is None:
         if code == 0:
             shutil.rmtree(root, ignore_errors=True)
         else:
@@ -271,8 +286,9 @@ def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None
     return run_outcome(dry, clock=clock, out=out).exit_code
 
 
-class SimTarget(Target):
+class SimTarget(Target[SimRequest]):
     name = "sim"
+    request_type = SimRequest
 
     def python(self, job) -> str:
         return sys.executable   # the simulated hosts share this machine's files, this interpreter included
@@ -292,7 +308,7 @@ class SimTarget(Target):
 
     def handle(self, dry: DryRun) -> tuple[str | None, dict]:
         # The cluster's name is the job's on the simulated hosts: `sim list` shows the job id beside it.
-        return dry.request["name"], {"grace_s": dry.request["grace_s"], "deadline_s": dry.request["deadline_s"]}
+        return dry.request.name, {"grace_s": dry.request.grace_s, "deadline_s": dry.request.deadline_s}
 
 
 def cluster_name(job_id: str | None) -> str:
