@@ -2,62 +2,19 @@
 
 Place in the data flow: ``LaunchSpec.from_dict`` (launch_spec.py) checks every input against
 ``LAUNCH_SCHEMA`` before building anything: first with ``surely_valid``, and with jsonschema
-(findings.py) when that fast check does not pass.  The job spec's schema (schema.py) shares the
-fragments below.  Kept apart from schema.py because every host's
-entrypoint imports this module on the launch's critical path: schema.py also builds the job
-spec's dataclasses and schema, which an entrypoint never needs.
+(findings.py) when that fast check does not pass.  ``LAUNCH_SCHEMA`` is made from LaunchSpec's own
+field declarations (shape.json_schema, the wire dialect: null for unset, pairs as a mapping or a list),
+so a field, bound or choice added there is checked here the day it exists.  Kept apart from schema.py
+because every host's entrypoint imports this module on the launch's critical path: schema.py also
+builds the job spec's dataclasses and schema, which an entrypoint never needs.
 """
 from __future__ import annotations
 
-from dataclasses import fields
-
 from . import launch_spec as _model
+from .shape import json_schema
 
-
-def _obj(props: dict, required: tuple[str, ...] = (), description: str = "") -> dict:
-    out = {"type": "object", "additionalProperties": False, "properties": props}
-    if required:
-        out["required"] = list(required)
-    if description:
-        out["description"] = description
-    return out
-
-
-_STR = {"type": "string"}
-_NAME = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}
-_STRLIST = {"type": "array", "items": _STR}
-_SECONDS = {"type": "number", "exclusiveMinimum": 0}
-
-
-#: the one schema of a serialized ``model.LaunchSpec`` (hyperparameters.json, ``entrypoint --spec``):
-#: ``LaunchSpec.from_dict`` checks every input against it before building anything.
-_PAIRS = {"anyOf": [{"type": "object", "propertyNames": _NAME, "additionalProperties": _STR},
-                    {"type": "array", "items": {"type": "array", "prefixItems": [_NAME, _STR],
-                                                "minItems": 2, "maxItems": 2}}],
-          "description": "a mapping of NAME: string, or a list of [NAME, string] pairs"}
-_MCA = {"anyOf": [{"type": "object", "additionalProperties": _STR},
-                  {"type": "array", "items": {"type": "array", "prefixItems": [_STR, _STR],
-                                              "minItems": 2, "maxItems": 2}}],
-        "description": "a mapping of name: string, or a list of [name, string] pairs"}
-_NONNEG = {"type": "number", "minimum": 0}
-LAUNCH_SCHEMA: dict = _obj({
-    "program": {"type": "array", "minItems": 1, "items": _STR},
-    "processes_per_host": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]},
-    "env": _PAIRS,
-    "env_forward": {"type": "array", "items": _NAME},
-    "mpi_flavour": {"enum": ["auto", "openmpi4", "openmpi5", "mpich", "srun"]},
-    "mpi_options": _STRLIST,
-    "mca": _MCA,
-    "pinning": {"enum": ["auto", "none"]},
-    "working_dir": {"type": ["string", "null"]},
-    # From model.Timeouts itself, so a new timeout is accepted here the day it exists: None-default
-    # fields may be null; per-host increments and the grace period may be 0; every other wait is > 0.
-    "timeouts": _obj({f.name: ({"anyOf": [_SECONDS, {"type": "null"}]} if f.default is None else
-                               _NONNEG if "per_host" in f.name or f.name == "grace_s" else _SECONDS)
-                      for f in fields(_model.Timeouts)}),
-    "result_port": {"type": "integer", "minimum": 1, "maximum": 65535},
-    "ssh_port": {"type": "integer", "minimum": 1, "maximum": 65535},
-}, ("program",))
+#: the one schema of a serialized ``model.LaunchSpec`` (hyperparameters.json, ``entrypoint --spec``).
+LAUNCH_SCHEMA: dict = json_schema(_model.LaunchSpec, wire=True)
 
 
 # --- the entrypoint's fast path --------------------------------------------------------------

@@ -6,15 +6,18 @@ entrypoint that runs it.  It carries no host list: the cluster comes from
 discovery, and plan/ combines the two into a ``LaunchPlan``.
 
 It travels between machines as JSON (a SageMaker hyperparameter is a string), so
-``to_json``/``from_json`` round-trip exactly and reject unknown keys.
+``to_json``/``from_json`` round-trip exactly and reject unknown keys.  Its fields are declared once
+(shape.key): launch_schema.py makes the schema a serialized LaunchSpec is checked against from them,
+and ``from_dict`` builds the value with shape.decode.
 """
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: the fields' types are then real types, which shape.py reads
+# without evaluating strings (about 1 ms of CPU per entrypoint, on the launch's critical path).
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from ..errors import SpecError
+from .shape import NAME, decode, key
 
 
 def parse_json_object(text: str, source: str, expected: str) -> dict:
@@ -36,53 +39,53 @@ class Timeouts:
     """Every wait of the launcher, in seconds.  ``None`` means no limit."""
 
     #: master: all workers' sshd answering.  Scaled: base + per_host * N.
-    ssh_ready_s: float = 120.0
-    ssh_ready_per_host_s: float = 1.0
+    ssh_ready_s: float = key(120.0, exclusive_minimum=0)
+    ssh_ready_per_host_s: float = key(1.0, minimum=0)
     #: worker: the MPI daemon appearing after the worker is up.
-    daemon_wait_s: float = 300.0
-    daemon_wait_per_host_s: float = 1.0
+    daemon_wait_s: float = key(300.0, exclusive_minimum=0)
+    daemon_wait_per_host_s: float = key(1.0, minimum=0)
     #: worker: hearing from the master at all, and between its heartbeats.
-    master_connect_s: float = 300.0
-    master_silence_s: float = 15.0
+    master_connect_s: float = key(300.0, exclusive_minimum=0)
+    master_silence_s: float = key(15.0, exclusive_minimum=0)
     #: master: hearing from each worker (its heartbeats); a worker silent this long is lost.
-    worker_silence_s: float = 15.0
+    worker_silence_s: float = key(15.0, exclusive_minimum=0)
     #: the job itself (mpirun start to exit).
-    job_s: float | None = None
+    job_s: float | None = key(None, exclusive_minimum=0)
     #: SIGTERM to ranks, then SIGKILL after this long.
-    grace_s: float = 10.0
+    grace_s: float = key(10.0, minimum=0)
     #: master: no rank advanced its progress.step for this long (or one rank fell this far behind), or, for a
     #: program that reports nothing, no rank changed as seen from outside (no I/O, the same stacks): write a
     #: hang report with every affected rank's stacks (observe/hang.py).  On by default; a report only.
-    stall_s: float = 600.0
+    stall_s: float = key(600.0, exclusive_minimum=0)
     #: master: a stall still there this long after its report stops the job (exit code 76, hung); None = never.
-    hang_abort_s: float | None = None
+    hang_abort_s: float | None = key(None, exclusive_minimum=0)
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
     """What every rank runs and how mpirun runs it; no hosts, no cluster facts."""
 
-    program: tuple[str, ...]
+    program: tuple[str, ...] = key(min_items=1)
     #: ranks per host; None = the GPU count found with NVML, else 1.
-    processes_per_host: int | None = None
+    processes_per_host: int | None = key(None, minimum=1)
     #: environment set for every rank, name -> value (after presets and user overrides).
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = key((), names=NAME)
     #: names copied from the launching host's environment, when set there.
-    env_forward: tuple[str, ...] = ()
-    #: "auto" | "openmpi4" | "openmpi5" | "mpich" | "srun" (inside a Slurm job: plan/srun.py)
-    mpi_flavour: str = "auto"
+    env_forward: tuple[str, ...] = key((), items=NAME)
+    #: "srun": inside a Slurm job (plan/srun.py)
+    mpi_flavour: str = key("auto", enum=("auto", "openmpi4", "openmpi5", "mpich", "srun"))
     #: extra mpirun arguments, appended verbatim after the built ones.
     mpi_options: tuple[str, ...] = ()
     #: MCA parameters (Open MPI), name -> value; user values override built-in ones.
     mca: tuple[tuple[str, str], ...] = ()
     #: "auto" pins each rank to its GPU and that GPU's NUMA-local CPUs; "none" leaves it.
-    pinning: str = "auto"
+    pinning: str = key("auto", enum=("auto", "none"))
     working_dir: str | None = None
-    timeouts: Timeouts = field(default_factory=Timeouts)
+    timeouts: Timeouts = key(factory=Timeouts)
     #: TCP port of the master's result channel on the cluster network.
-    result_port: int = 29411
+    result_port: int = key(29411, minimum=1, maximum=65535)
     #: ssh port the workers' sshd listens on.
-    ssh_port: int = 22
+    ssh_port: int = key(22, minimum=1, maximum=65535)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -130,7 +133,7 @@ class LaunchSpec:
         if not isinstance(raw, dict):
             raise SpecError(f"{source}: expected a JSON object (a serialized LaunchSpec), got {type(raw).__name__}")
         problems: list[str] = []
-        if not surely_valid(raw, LAUNCH_SCHEMA):  # the fast path every entrypoint takes (schema.py says why)
+        if not surely_valid(raw, LAUNCH_SCHEMA):  # the fast path every entrypoint takes (launch_schema.py says why)
             from .findings import launch_spec_findings  # jsonschema, the authority, names every problem
 
             problems = launch_spec_findings(raw, source)
@@ -138,13 +141,4 @@ class LaunchSpec:
             head = f"{source}: invalid launch spec ({len(problems)} problem(s)):\n  " if len(problems) > 1 else ""
             raise SpecError(head + "\n  ".join(problems[:20]) + "\nwrite it with LaunchSpec.to_json() "
                             "(or fix the keys named above)")
-        vals = dict(raw)
-        vals["timeouts"] = Timeouts(**(raw.get("timeouts") or {}))
-        for key in ("program", "env_forward", "mpi_options"):
-            if key in vals:
-                vals[key] = tuple(vals[key])
-        for key in ("env", "mca"):
-            if key in vals:
-                v = vals[key]
-                vals[key] = tuple((k, x) for k, x in (v.items() if isinstance(v, dict) else v))
-        return cls(**vals)
+        return decode(cls, raw)

@@ -3,8 +3,8 @@
 Place in the data flow: first step of ``plan``/``submit``/``validate``.  Text is
 parsed with PyYAML's safe loader, keeping each key's line (findings.py), the value
 is checked against ``schema.JOB_SCHEMA`` (jsonschema, findings.py), then built
-into frozen dataclasses here, then checked for contradictions that a schema
-cannot express (checks.py).
+into the frozen dataclasses that schema was made from (shape.decode: no line here per
+section or field), then checked for contradictions that a schema cannot express (checks.py).
 
 Every problem becomes a ``SpecError`` (subclass ``JobSpecError``) whose message
 lists every finding as ``FILE:LINE: key.path: expected X, got Y`` with a
@@ -12,88 +12,22 @@ lists every finding as ``FILE:LINE: key.path: expected X, got Y`` with a
 """
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from . import schema as S
 from .checks import check_spec, local_channel_findings
 from .findings import (MAX_SPEC_BYTES, Finding, JobSpecError, check_keys, kind_of, line_of, parse_yaml,
                        schema_findings)
-
-
-def _pairs(mapping: dict | None) -> tuple[tuple[str, str], ...]:
-    return tuple((str(k), _scalar(v)) for k, v in (mapping or {}).items())
-
-
-def _scalar(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
-
-
-def _section(cls: type, raw: dict | None):
-    """A section's dataclass from its mapping, field by field.
-
-    The schema checked the mapping first, and each of its keys is the field of the same name (a test holds
-    the schema's keys and the dataclass's fields equal: tests/spec/test_schema.py), so a new field needs no
-    line here.  The value is made the field's kind: a list a tuple, a mapping of scalars ``Pairs``, a number
-    or boolean where the field holds text (``time: 30``, ``efa: true``) that text."""
-    kinds = {f.name: str(f.type) for f in fields(cls)}
-    out: dict[str, Any] = {}
-    for key, value in (raw or {}).items():
-        kind = kinds[key]
-        if kind == "Pairs":
-            value = _pairs(value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        elif kind.startswith("str") and isinstance(value, (bool, int, float)):
-            value = _scalar(value)
-        out[key] = value
-    return cls(**out)
+from .shape import decode
 
 
 def _build(raw: dict, source: str, target_override: str | None) -> S.JobSpec:
-    t = raw.get("target") or {}
-    res = raw.get("resources") or {}
-    prog = raw["program"]
-    ppn = res.get("processes_per_host")
-    channels = []
-    for name, ch in (raw.get("data") or {}).items():
-        efs, fsx = ch.get("efs") or {}, ch.get("fsx") or {}
-        channels.append(S.Channel(
-            name=name, s3=ch.get("s3"), efs_id=efs.get("file_system_id"), fsx_id=fsx.get("file_system_id"),
-            fsx_mount_name=fsx.get("mount_name"), path=str(efs.get("path") or fsx.get("path") or "/"),
-            local=ch.get("local"), mode=ch.get("mode", "ro"), mount=ch.get("mount")))
-    return S.JobSpec(
-        name=raw["name"],
-        api_version=raw["apiVersion"],
-        description=raw.get("description", ""),
-        target=S.Target(
-            type=target_override or t.get("type", "local"),
-            **{kind: _section(cls, t.get(kind)) for kind, cls in S.TARGET_SETTINGS.items()},
-        ),
-        resources=S.Resources(instance_type=res.get("instance_type"), hosts=res.get("hosts"),
-                              processes_per_host=None if ppn in (None, "auto") else ppn),
-        image=raw.get("image"),
-        program=S.Program(module=prog.get("module"), command=tuple(prog.get("command") or ()),
-                          args=tuple(_scalar(a) for a in prog.get("args") or ()),
-                          working_dir=prog.get("working_dir")),
-        hyperparameters=_pairs(raw.get("hyperparameters")),
-        env=_pairs(raw.get("env")),
-        env_forward=tuple(raw.get("env_forward") or ()),
-        mpi=_section(S.Mpi, raw.get("mpi")),
-        tuning=_section(S.Tuning, raw.get("tuning")),
-        pinning=raw.get("pinning", "auto"),
-        data=tuple(channels),
-        checkpoint=_section(S.Location, raw.get("checkpoint")),
-        output=_section(S.Location, raw.get("output")),
-        vpc=_section(S.Vpc, raw.get("vpc")),
-        timeouts=_section(S.JobTimeouts, raw.get("timeouts")),
-        retries=raw.get("retries", 0),
-        spot=_section(S.Spot, raw.get("spot")),
-        source=source,
-    )
+    """The JobSpec from a mapping JOB_SCHEMA accepted: every section from its declaration (shape.decode)."""
+    job = decode(S.JobSpec, raw, source=source)
+    if target_override:
+        job = replace(job, target=replace(job.target, type=target_override))
+    return job
 
 
 def load_job_text(text: str, source: str = "<spec>", *, target: str | None = None,

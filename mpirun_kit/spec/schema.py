@@ -1,13 +1,15 @@
-"""The job spec: frozen dataclasses (``JobSpec``) and the JSON Schema they are checked against.
+"""The job spec, declared once: frozen dataclasses (``JobSpec``) whose fields carry their schema.
 
 Place in the data flow: ``load.py`` parses YAML, checks it against ``JOB_SCHEMA``
-(with file/line/key-path messages) and builds a ``JobSpec``; ``compile.py`` turns
-a JobSpec plus a target into a ``model.LaunchSpec`` and target settings.
+(with file/line/key-path messages) and builds a ``JobSpec`` with ``shape.decode``;
+``compile.py`` turns a JobSpec plus a target into a ``model.LaunchSpec`` and target settings.
 
-Defaults live here only: in the dataclasses, and mirrored in the schema's
-``default`` annotations for editors.  ``JOB_SCHEMA`` is published as
-``job.schema.json`` next to this file (``python -m mpirun_kit.cli.schema``
-rewrites it; a test keeps the two identical) so editors can validate specs::
+Each field says here, once, what the YAML key takes (``shape.key``: bounds, patterns, choices, the
+key's name where it differs); ``JOB_SCHEMA`` is generated from these declarations (shape.json_schema)
+and so is the value built from a checked mapping (shape.decode).  Defaults live here only: in the
+dataclasses, copied into the schema's ``default`` annotations for editors.  ``JOB_SCHEMA`` is published
+as ``job.schema.json`` next to this file (``python -m mpirun_kit.cli.schema`` rewrites it; a test keeps
+the two identical) so editors can validate specs::
 
     # yaml-language-server: $schema=../mpirun_kit/spec/job.schema.json
 
@@ -19,12 +21,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, fields
+import typing
+from dataclasses import dataclass, fields, make_dataclass
 from pathlib import Path
 
-# The LaunchSpec's schema and the fast check live apart so that an entrypoint checks its spec without
-# building the job spec's dataclasses and schema (~7 ms of CPU per host on the launch path).
-from .launch_schema import _NAME, _SECONDS, _STR, _STRLIST, _obj
+from .launch_spec import Timeouts
+from .shape import NAME, SCALAR, STR, Pairs, json_schema, key
 
 API_VERSION = "mpirun_kit/v1"
 
@@ -36,24 +38,28 @@ KIND = "Job"
 TARGETS = ("local", "sim", "ssh", "sagemaker", "slurm")
 SCHEMA_PATH = Path(__file__).with_name("job.schema.json")
 
-Pairs = tuple[tuple[str, str], ...]
+S3_URI = r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|\$\{stack:.+\}.*)$"
+ABS = "^/"
+# A leading '-' would reach ssh/mpirun as an option (-oProxyCommand=...), so names start with anything else.
+_HOST_SLOTS = {"type": "string", "pattern": r"^[^\s:\-][^\s:]*(:[1-9][0-9]*)?$",
+               "description": "'name' or 'name:slots' (no whitespace; not starting with '-')"}
 
 
 @dataclass(frozen=True)
 class SshTarget:
     """Hosts reached with paramiko; ``hosts`` entries are ``name`` or ``name:slots``."""
 
-    hosts: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = key((), min_items=1, items=_HOST_SLOTS)
     user: str = "root"
-    port: int = 22
+    port: int = key(22, minimum=1, maximum=65535)
     identity_file: str | None = None
     #: host keys are verified against this file (RejectPolicy: unknown hosts fail).
     known_hosts: str = "~/.ssh/known_hosts"
     #: python on the remote hosts (with mpirun_kit installed).
     python: str = "python3"
     #: directory on every host where the launch spec is shipped.
-    workdir: str = "/tmp/mpirun-kit-job"
-    connect_timeout_s: float = 10.0
+    workdir: str = key("/tmp/mpirun-kit-job", pattern=ABS)
+    connect_timeout_s: float = key(10.0, exclusive_minimum=0)
 
 
 @dataclass(frozen=True)
@@ -72,8 +78,9 @@ class SlurmTarget:
     account: str | None = None
     qos: str | None = None
     #: Slurm's time limit (sbatch --time: "30", "1:00:00", "2-00:00:00"); None = the partition's.
-    time: str | None = None
-    gpus_per_node: int | None = None
+    time: str | None = key(None, accepts={"type": ["string", "integer"]},
+                           doc="sbatch --time: minutes, H:MM:SS or D-HH:MM:SS")
+    gpus_per_node: int | None = key(None, minimum=0)
     exclusive: bool = False
     #: pyxis/enroot: every rank runs in this image (srun --container-image), with these mounts.
     container_image: str | None = None
@@ -81,22 +88,24 @@ class SlurmTarget:
     #: more sbatch options, each one argv item ("--constraint=a100", "--mail-type=END").
     sbatch_options: tuple[str, ...] = ()
     #: "user@host" (or "user@host:port") of a login node to run sbatch on over ssh; None = this machine.
-    login: str | None = None
+    login: str | None = key(None, pattern=r"^[^\s@\-][^\s@]*@[^\s@:\-][^\s@:]*(:[1-9][0-9]*)?$",
+                            doc="user@host[:port] of a login node (sbatch over ssh)")
     identity_file: str | None = None
     known_hosts: str = "~/.ssh/known_hosts"
     #: a simulated cluster brought up with `mpirun_kit sim up --slurm --name NAME` (its algo-1 is the login node).
-    sim: str | None = None
-    sim_root: str | None = None
+    sim: str | None = key(None, pattern="^[a-z0-9]{1,12}$")
+    sim_root: str | None = key(None, pattern=ABS)
     #: a directory every node sees (shared file system): each job's scripts, logs and result go under it.
-    workdir: str = "/tmp/mpirun-kit-slurm"
+    workdir: str = key("/tmp/mpirun-kit-slurm", pattern=ABS)
     #: the interpreter with mpirun_kit installed on the nodes.
     python: str = "python3"
     #: how ranks start: srun --mpi=pmix (direct launch) or mpirun inside the allocation (Open MPI plm:slurm).
-    launch: str = "srun"
+    launch: str = key("srun", enum=("srun", "mpirun"))
     #: requeue the job when a node fails or it is preempted (sbatch --requeue); retries count the requeues.
     requeue: bool = False
     #: "USR1@90": the batch step gets SIGUSR1 90 s before the time limit (sbatch --signal=B:USR1@90).
-    signal: str | None = None
+    signal: str | None = key(None, pattern="^[A-Z0-9]+@[0-9]+$",
+                             doc="SIGNAL@SECONDS before the time limit, e.g. USR1@90")
 
 
 @dataclass(frozen=True)
@@ -104,9 +113,9 @@ class SageMakerTarget:
     role: str = ""
     region: str | None = None
     #: S3 URI for model artifacts / output (OutputDataConfig.S3OutputPath).
-    output_s3: str = ""
-    max_run_s: int = 86400
-    volume_size_gb: int = 100
+    output_s3: str = key("", pattern=S3_URI)
+    max_run_s: int = key(86400, minimum=1)
+    volume_size_gb: int = key(100, minimum=1)
     tags: Pairs = ()
     #: stream CloudWatch logs while waiting (`submit --wait`).
     logs: bool = True
@@ -115,35 +124,44 @@ class SageMakerTarget:
     allow_plaintext_secrets: tuple[str, ...] = ()
     #: S3 URI for TensorBoard event files (TensorBoardOutputConfig): what the program writes under
     #: /opt/ml/output/tensorboard is uploaded there while the job runs; "" = no TensorBoard output.
-    tensorboard_s3: str = ""
+    tensorboard_s3: str = key("", pattern=S3_URI)
     #: role ``submit`` assumes, with the session tag ``mpirun-kit-job=<job name>``, to create the job
     #: (role stack output SubmitRoleArn): SageMaker chains that tag into the execution role's session
     #: (SessionChainingConfig), which scopes the job's S3 and KMS access to its own prefixes.  "" = no tag.
     submit_role: str = ""
 
 
-#: target type -> its settings' dataclass: the YAML section ``target.<type>`` has exactly its fields
-#: (load.py builds it field by field; tests/spec/test_schema.py holds the schema's keys to the fields).
-TARGET_SETTINGS: dict[str, type] = {"ssh": SshTarget, "sim": SimTarget, "slurm": SlurmTarget,
-                                    "sagemaker": SageMakerTarget}
+@dataclass(frozen=True)
+class LocalTarget:
+    """This machine: no settings (the section exists so that every target type has one)."""
 
 
 @dataclass(frozen=True)
 class Target:
-    type: str = "local"
-    ssh: SshTarget = field(default_factory=SshTarget)
-    sim: SimTarget = field(default_factory=SimTarget)
-    slurm: SlurmTarget = field(default_factory=SlurmTarget)
-    sagemaker: SageMakerTarget = field(default_factory=SageMakerTarget)
+    type: str = key("local", enum=TARGETS)
+    local: LocalTarget = key(factory=LocalTarget)
+    sim: SimTarget = key(factory=SimTarget)
+    slurm: SlurmTarget = key(factory=SlurmTarget)
+    ssh: SshTarget = key(factory=SshTarget)
+    sagemaker: SageMakerTarget = key(factory=SageMakerTarget)
+
+
+#: target type -> its settings' dataclass: the YAML section ``target.<type>`` (Target's field of that name).
+TARGET_SETTINGS: dict[str, type] = {n: tp for n, tp in typing.get_type_hints(Target).items() if n != "type"}
+
+
+def _auto_is_none(value):
+    return None if value == "auto" else value
 
 
 @dataclass(frozen=True)
 class Resources:
     instance_type: str | None = None
     #: host count (ssh: the length of target.ssh.hosts when omitted).
-    hosts: int | None = None
-    #: ranks per host; None = the instance's GPU count (1 without GPUs).
-    processes_per_host: int | None = None
+    hosts: int | None = key(None, minimum=1)
+    #: ranks per host; None ("auto" in YAML) = the instance's GPU count (1 without GPUs).
+    processes_per_host: int | None = key(None, accepts={"anyOf": [{"type": "integer", "minimum": 1},
+                                                                   {"const": "auto"}]}, read=_auto_is_none)
 
 
 @dataclass(frozen=True)
@@ -151,14 +169,14 @@ class Program:
     """What every rank runs: ``python -m module args...`` or ``command args...``."""
 
     module: str | None = None
-    command: tuple[str, ...] = ()
-    args: tuple[str, ...] = ()
+    command: tuple[str, ...] = key((), min_items=1)
+    args: tuple[str, ...] = key((), items=SCALAR)
     working_dir: str | None = None
 
 
 @dataclass(frozen=True)
 class Mpi:
-    flavour: str = "auto"
+    flavour: str = key("auto", enum=("auto", "openmpi4", "openmpi5", "mpich"))
     mca: Pairs = ()
     options: tuple[str, ...] = ()
 
@@ -166,47 +184,79 @@ class Mpi:
 @dataclass(frozen=True)
 class Tuning:
     #: "auto" (by instance family), "none", or a preset name (presets.PRESETS).
-    profile: str = "auto"
+    profile: str = key("auto", doc="auto | none | p3dn | p4d | p5 | g5 | p3 | cpu")
     #: aws-ofi-nccl version in the image; only versions < 1.7 get legacy knobs.
     aws_ofi_nccl: str | None = None
-    #: "auto" (the family table), "true" or "false".
-    efa: str = "auto"
+    #: "auto" (the family table), "true" or "false" (YAML's booleans are taken as that text).
+    efa: str = key("auto", enum=("auto", True, False))
+
+
+@dataclass(frozen=True)
+class EfsStorage:
+    """A data channel on EFS: the file system and the path inside it."""
+
+    file_system_id: str
+    path: str = "/"
+
+
+@dataclass(frozen=True)
+class FsxStorage:
+    """A data channel on FSx for Lustre: the file system, its mount name (FSx's MountName) and the path inside it."""
+
+    file_system_id: str
+    mount_name: str
+    path: str = "/"
 
 
 @dataclass(frozen=True)
 class Channel:
-    """One data channel; exactly one of s3 / efs / fsx / local is set."""
+    """One data channel, written in YAML under its name (``data: {train: {...}}``); exactly one of
+    s3 / efs / fsx / local is set."""
 
-    name: str
-    s3: str | None = None
-    #: EFS: file system id and path inside it.
-    efs_id: str | None = None
-    #: FSx for Lustre: file system id, mount name (FSx's MountName) and path inside it.
-    fsx_id: str | None = None
-    fsx_mount_name: str | None = None
-    path: str = "/"
+    name: str = key(name=None)
+    s3: str | None = key(None, pattern=S3_URI)
+    efs: EfsStorage | None = None
+    fsx: FsxStorage | None = None
     #: a directory on the hosts (local/sim/ssh targets).
     local: str | None = None
-    mode: str = "ro"
+    mode: str = key("ro", enum=("ro", "rw"))
     #: where ranks see it; None = /opt/ml/input/data/<name> (SageMaker's place).
-    mount: str | None = None
+    mount: str | None = key(None, pattern=ABS)
 
     @property
     def kind(self) -> str:
         if self.s3 is not None:
             return "s3"
-        if self.efs_id is not None:
+        if self.efs is not None:
             return "efs"
-        if self.fsx_id is not None:
+        if self.fsx is not None:
             return "fsx"
         return "local"
+
+    @property
+    def efs_id(self) -> str | None:
+        return self.efs.file_system_id if self.efs else None
+
+    @property
+    def fsx_id(self) -> str | None:
+        return self.fsx.file_system_id if self.fsx else None
+
+    @property
+    def fsx_mount_name(self) -> str | None:
+        return self.fsx.mount_name if self.fsx else None
+
+    @property
+    def path(self) -> str:
+        """The path inside the EFS or FSx file system ("/" for the others)."""
+        storage = self.efs or self.fsx
+        return (storage.path if storage else None) or "/"
 
 
 @dataclass(frozen=True)
 class Location:
     """Checkpoint or output location: an S3 URI (SageMaker) and/or a path on the hosts."""
 
-    s3: str | None = None
+    s3: str | None = key(None, pattern=S3_URI)
     local_path: str | None = None
 
 
@@ -219,153 +269,53 @@ class Vpc:
 @dataclass(frozen=True)
 class Spot:
     enabled: bool = False
-    max_wait_s: int | None = None
+    max_wait_s: int | None = key(None, minimum=1)
 
 
-@dataclass(frozen=True)
-class JobTimeouts:
-    """Mirrors model.Timeouts; None fields keep the launcher's defaults."""
-
-    ssh_ready_s: float | None = None
-    ssh_ready_per_host_s: float | None = None
-    daemon_wait_s: float | None = None
-    daemon_wait_per_host_s: float | None = None
-    master_connect_s: float | None = None
-    master_silence_s: float | None = None
-    worker_silence_s: float | None = None
-    job_s: float | None = None
-    grace_s: float | None = None
-    stall_s: float | None = None
-    hang_abort_s: float | None = None
+#: timeouts: the launcher's waits (launch_spec.Timeouts), each None (the launcher's default) unless the spec
+#: sets it, and then a number of seconds > 0.  Made from Timeouts' fields, so a new wait is a key here too.
+JobTimeouts = make_dataclass(
+    "JobTimeouts", [(f.name, float | None, key(None, exclusive_minimum=0)) for f in fields(Timeouts)],
+    frozen=True, namespace={"__module__": __name__,
+                            "__doc__": "Mirrors launch_spec.Timeouts; None fields keep the launcher's defaults."})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobSpec:
-    """A whole job spec file, validated; ``source`` is the file it came from."""
+    """A whole job spec file, validated; ``source`` is the file it came from.  Fields in the YAML's order."""
 
-    name: str
-    program: Program
-    api_version: str = API_VERSION
+    api_version: str = key(API_VERSION, name="apiVersion", const=API_VERSION, required=True,
+                           doc="spec version; currently " + API_VERSION)
+    kind: str = key(KIND, const=KIND, required=True)
+    name: str = key(pattern="^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$",
+                    doc="a job name of letters, digits and '-', at most 63 characters (SageMaker's rule)")
     description: str = ""
-    target: Target = field(default_factory=Target)
-    resources: Resources = field(default_factory=Resources)
+    target: Target = key(factory=Target, doc="where the job runs, and that target's settings")
+    resources: Resources = key(factory=Resources)
     image: str | None = None
-    hyperparameters: Pairs = ()
-    env: Pairs = ()
-    env_forward: tuple[str, ...] = ()
-    mpi: Mpi = field(default_factory=Mpi)
-    tuning: Tuning = field(default_factory=Tuning)
-    pinning: str = "auto"
-    data: tuple[Channel, ...] = ()
-    checkpoint: Location = field(default_factory=Location)
-    output: Location = field(default_factory=Location)
-    vpc: Vpc = field(default_factory=Vpc)
-    timeouts: JobTimeouts = field(default_factory=JobTimeouts)
-    retries: int = 0
-    spot: Spot = field(default_factory=Spot)
-    source: str = "<spec>"
+    program: Program = key(doc="what every rank runs: `module` (python -m) or `command`, plus args")
+    hyperparameters: Pairs = key((), doc="appended to the program's args as `--key value`")
+    env: Pairs = key((), names=NAME)
+    env_forward: tuple[str, ...] = key((), items=NAME)
+    mpi: Mpi = key(factory=Mpi)
+    tuning: Tuning = key(factory=Tuning)
+    pinning: str = key("auto", enum=("auto", "none"))
+    data: tuple[Channel, ...] = key((), keyed_by="name", names={"pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"})
+    checkpoint: Location = key(factory=Location)
+    output: Location = key(factory=Location)
+    vpc: Vpc = key(factory=Vpc)
+    timeouts: JobTimeouts = key(factory=JobTimeouts)
+    retries: int = key(0, minimum=0, maximum=30)
+    spot: Spot = key(factory=Spot)
+    #: the file it came from: not a key.
+    source: str = key("<spec>", name=None)
 
-
-# --- JSON Schema ------------------------------------------------------------------------
-
-_SCALAR = {"type": ["string", "number", "boolean"]}
-_S3 = {"type": "string", "pattern": r"^(s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/.*)?|\$\{stack:.+\}.*)$"}
-_ABS = {"type": "string", "pattern": "^/"}
-# A leading '-' would reach ssh/mpirun as an option (-oProxyCommand=...), so names start with anything else.
-_HOST_SLOTS = {"type": "string", "pattern": r"^[^\s:\-][^\s:]*(:[1-9][0-9]*)?$",
-               "description": "'name' or 'name:slots' (no whitespace; not starting with '-')"}
 
 JOB_SCHEMA: dict = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://github.com/mpirun-kit/mpirun_kit/blob/main/mpirun_kit/spec/job.schema.json",
     "title": "mpirun_kit job spec",
-    **_obj({
-        "apiVersion": {"const": API_VERSION, "description": "spec version; currently " + API_VERSION},
-        "kind": {"const": KIND},
-        "name": {"type": "string", "pattern": "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$",
-                 "description": "a job name of letters, digits and '-', at most 63 characters (SageMaker's rule)"},
-        "description": _STR,
-        "target": _obj({
-            "type": {"enum": list(TARGETS), "default": "local"},
-            "local": _obj({}),
-            "sim": _obj({"root": _STR}),
-            "slurm": _obj({
-                "partition": _STR, "account": _STR, "qos": _STR,
-                "time": {"type": ["string", "integer"], "description": "sbatch --time: minutes, H:MM:SS or D-HH:MM:SS"},
-                "gpus_per_node": {"type": "integer", "minimum": 0},
-                "exclusive": {"type": "boolean"},
-                "container_image": _STR, "container_mounts": _STRLIST,
-                "sbatch_options": _STRLIST,
-                "login": {"type": "string", "pattern": r"^[^\s@\-][^\s@]*@[^\s@:\-][^\s@:]*(:[1-9][0-9]*)?$",
-                          "description": "user@host[:port] of a login node (sbatch over ssh)"},
-                "identity_file": _STR, "known_hosts": _STR,
-                "sim": {"type": "string", "pattern": "^[a-z0-9]{1,12}$"}, "sim_root": _ABS,
-                "workdir": _ABS, "python": _STR,
-                "launch": {"enum": ["srun", "mpirun"]},
-                "requeue": {"type": "boolean"},
-                "signal": {"type": "string", "pattern": "^[A-Z0-9]+@[0-9]+$",
-                           "description": "SIGNAL@SECONDS before the time limit, e.g. USR1@90"},
-            }),
-            "ssh": _obj({
-                "hosts": {"type": "array", "minItems": 1, "items": _HOST_SLOTS},
-                "user": _STR, "port": {"type": "integer", "minimum": 1, "maximum": 65535},
-                "identity_file": _STR, "known_hosts": _STR, "python": _STR, "workdir": _ABS,
-                "connect_timeout_s": _SECONDS,
-            }),
-            "sagemaker": _obj({
-                "role": _STR, "region": _STR, "output_s3": _S3,
-                "max_run_s": {"type": "integer", "minimum": 1},
-                "volume_size_gb": {"type": "integer", "minimum": 1},
-                "tags": {"type": "object", "additionalProperties": _SCALAR},
-                "logs": {"type": "boolean"},
-                "allow_plaintext_secrets": {"type": "array", "items": _STR},
-                "tensorboard_s3": _S3, "submit_role": _STR,
-            }),
-        }, description="where the job runs, and that target's settings"),
-        "resources": _obj({
-            "instance_type": _STR,
-            "hosts": {"type": "integer", "minimum": 1},
-            "processes_per_host": {"anyOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]},
-        }),
-        "image": _STR,
-        "program": _obj({
-            "module": _STR,
-            "command": {"type": "array", "minItems": 1, "items": _STR},
-            "args": {"type": "array", "items": _SCALAR},
-            "working_dir": _STR,
-        }, description="what every rank runs: `module` (python -m) or `command`, plus args"),
-        "hyperparameters": {"type": "object", "additionalProperties": _SCALAR,
-                            "description": "appended to the program's args as `--key value`"},
-        "env": {"type": "object", "propertyNames": _NAME, "additionalProperties": _SCALAR},
-        "env_forward": {"type": "array", "items": _NAME},
-        "mpi": _obj({
-            "flavour": {"enum": ["auto", "openmpi4", "openmpi5", "mpich"]},
-            "mca": {"type": "object", "additionalProperties": _SCALAR},
-            "options": _STRLIST,
-        }),
-        "tuning": _obj({
-            "profile": {"type": "string", "description": "auto | none | p3dn | p4d | p5 | g5 | p3 | cpu"},
-            "aws_ofi_nccl": {"type": "string"},
-            "efa": {"enum": ["auto", True, False]},
-        }),
-        "pinning": {"enum": ["auto", "none"]},
-        "data": {"type": "object", "propertyNames": {"pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"},
-                 "additionalProperties": _obj({
-                     "s3": _S3,
-                     "efs": _obj({"file_system_id": _STR, "path": _STR}, ("file_system_id",)),
-                     "fsx": _obj({"file_system_id": _STR, "mount_name": _STR, "path": _STR},
-                                 ("file_system_id", "mount_name")),
-                     "local": _STR,
-                     "mode": {"enum": ["ro", "rw"]},
-                     "mount": _ABS,
-                 })},
-        "checkpoint": _obj({"s3": _S3, "local_path": _STR}),
-        "output": _obj({"s3": _S3, "local_path": _STR}),
-        "vpc": _obj({"subnets": _STRLIST, "security_groups": _STRLIST}),
-        "timeouts": _obj({f.name: _SECONDS for f in fields(JobTimeouts)}),   # the keys are JobTimeouts' fields
-        "retries": {"type": "integer", "minimum": 0, "maximum": 30},
-        "spot": _obj({"enabled": {"type": "boolean"}, "max_wait_s": {"type": "integer", "minimum": 1}}),
-    }, ("apiVersion", "kind", "name", "program")),
+    **json_schema(JobSpec),
 }
 
 

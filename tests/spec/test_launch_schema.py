@@ -47,7 +47,7 @@ def mutated(draw):
         where = draw(st.sampled_from(["top", "timeouts", "drop", "extra"]))
         if where == "top":
             raw[draw(st.sampled_from(sorted(raw)))] = draw(ODD)
-        elif where == "timeouts" and isinstance(raw.get("timeouts"), dict):
+        elif where == "timeouts" and isinstance(raw.get("timeouts"), dict) and raw["timeouts"]:
             raw["timeouts"][draw(st.sampled_from(sorted(raw["timeouts"])))] = draw(ODD)
         elif where == "drop" and raw:
             raw.pop(draw(st.sampled_from(sorted(raw))))
@@ -84,3 +84,36 @@ def test_a_bad_spec_still_gets_jsonschemas_message():
     raw["timeouts"]["grace_s"] = "x"
     with pytest.raises(SpecError, match=r"grace_s"):
         LaunchSpec.from_dict(raw, "hyperparameters.json")
+
+
+# Bad values for every declared key of a LaunchSpec (its fields and its timeouts'), generated from the declaration:
+# the fast check and jsonschema give the same answer on each, and from_dict names the key it refuses.
+BAD = [None, True, -1, 0, 0.5, 70000, "", "x y", "-", "1A", [], [["1A", "x"]], [[1, "x"]], {}, {"1A": "x"},
+       float("nan"), float("inf")]
+
+
+def declared_keys():
+    from dataclasses import fields
+
+    for f in fields(LaunchSpec):
+        yield (f.name,)
+    for f in fields(Timeouts):
+        yield ("timeouts", f.name)
+
+
+@pytest.mark.parametrize("path", list(declared_keys()), ids=".".join)
+def test_the_fast_check_and_jsonschema_agree_on_bad_values_of_every_declared_key(path):
+    refused = 0
+    for bad in BAD:
+        raw = json.loads(LaunchSpec(program=("python", "train.py")).to_json())
+        node = raw
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = bad
+        valid = VALIDATOR.is_valid(raw) and finite(raw)
+        assert surely_valid(raw, LAUNCH_SCHEMA) == valid, (path, bad)
+        if not valid:
+            refused += 1
+            with pytest.raises(SpecError, match=path[-1]):
+                LaunchSpec.from_dict(raw, "hyperparameters.json")
+    assert refused, f"{'.'.join(path)}: no bad value refused"

@@ -1,62 +1,110 @@
-"""spec/schema.py: the job spec's dataclasses and JOB_SCHEMA describe one shape.  For every section the schema's
-keys are the dataclass's fields (load.py builds most sections field by field from them), so a field added to one
-and not the other fails here; the few places where the YAML and the value differ are listed, each with its
-reason (issue 31 item 4)."""
+"""spec/schema.py: the job spec is declared once, in its dataclasses' fields.  JOB_SCHEMA is made from those
+declarations (every field under its key, with the bounds, patterns and choices it declares, nothing else), the
+value is built from them (shape.decode), and the few places where the YAML and the value differ are declared on
+the fields themselves and listed here (issue 31 item 4)."""
 from __future__ import annotations
 
-from dataclasses import fields
+import typing
+from dataclasses import fields, is_dataclass
 
 import pytest
 
 from mpirun_kit.spec import schema as S
 from mpirun_kit.spec.launch_schema import LAUNCH_SCHEMA
-from mpirun_kit.spec.launch_spec import LaunchSpec
+from mpirun_kit.spec.launch_spec import LaunchSpec, Timeouts
+from mpirun_kit.spec.shape import _optional, decode, key_of
+
+KEYWORD_NAMES = {"enum", "const", "minimum", "maximum", "exclusiveMinimum", "pattern", "minItems"}
 
 
-def props(*path: str) -> set[str]:
-    node = S.JOB_SCHEMA
-    for key in path:
-        node = node["properties"][key] if key != "*" else node["additionalProperties"]
-    return set(node["properties"])
+def declared(cls, node, path=()):
+    """(path, field, schema node) for every key of ``cls`` and of the dataclasses it holds."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        k = key_of(f)
+        if k is None:
+            continue
+        yield path + (k,), f, node["properties"][k]
+        inner, _ = _optional(hints[f.name])
+        if is_dataclass(inner):
+            sub = node["properties"][k]
+            yield from declared(inner, sub["anyOf"][0] if "anyOf" in sub else sub, path + (k,))
+        if "keyed_by" in f.metadata:
+            item = typing.get_args(inner)[0]
+            yield from declared(item, node["properties"][k]["additionalProperties"], path + (k, "*"))
 
 
-def names(cls) -> set[str]:
-    return {f.name for f in fields(cls)}
+JOB_FIELDS = list(declared(S.JobSpec, S.JOB_SCHEMA))
+LAUNCH_FIELDS = list(declared(LaunchSpec, LAUNCH_SCHEMA))
 
 
-SECTIONS = [(("target", kind), cls) for kind, cls in S.TARGET_SETTINGS.items()] + [
-    (("resources",), S.Resources), (("program",), S.Program), (("mpi",), S.Mpi), (("tuning",), S.Tuning),
-    (("checkpoint",), S.Location), (("output",), S.Location), (("vpc",), S.Vpc), (("timeouts",), S.JobTimeouts),
-    (("spot",), S.Spot),
-]
+@pytest.mark.parametrize("path,f,node", JOB_FIELDS + LAUNCH_FIELDS,
+                         ids=[".".join(p) for p, _, _ in JOB_FIELDS] + ["launch." + ".".join(p) for p, _, _ in LAUNCH_FIELDS])
+def test_every_declared_field_is_in_its_schema_with_what_it_declares(path, f, node):
+    want = f.metadata.get("schema", {})
+    got = node["anyOf"][0] if "anyOf" in node and "anyOf" not in f.metadata.get("accepts", {}) \
+        and node["anyOf"][-1] == {"type": "null"} else node
+    for keyword, value in want.items():
+        assert got.get(keyword) == value, f"{'.'.join(path)}: {keyword}"
+    if "doc" in f.metadata:
+        assert node["description"] == f.metadata["doc"]
+    if "items" in f.metadata:
+        assert got["items"] == f.metadata["items"]
+    if "names" in f.metadata:
+        assert (got.get("propertyNames") or got["anyOf"][0]["propertyNames"]) == f.metadata["names"]
 
 
-@pytest.mark.parametrize("path,cls", SECTIONS, ids=[".".join(p) for p, _ in SECTIONS])
-def test_each_section_has_exactly_its_dataclass_fields(path, cls):
-    assert props(*path) == names(cls), f"{'.'.join(path)}: schema and {cls.__name__} differ"
+def objects(node):
+    """Every object schema with properties inside ``node``."""
+    if isinstance(node, dict):
+        if "properties" in node:
+            yield node
+        for v in node.values():
+            yield from objects(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from objects(v)
 
 
-def test_the_places_where_the_yaml_and_the_value_differ_are_these():
-    # apiVersion/kind: the file's header (kind is fixed); source: where the spec came from, not a key.
-    assert props() - names(S.JobSpec) == {"apiVersion", "kind"}
-    assert names(S.JobSpec) - props() == {"api_version", "source"}
-    # target.local has no settings; the other kinds are TARGET_SETTINGS.
-    assert props("target") - names(S.Target) == {"local"} and props("target", "local") == set()
-    assert names(S.Target) - {"type"} == set(S.TARGET_SETTINGS) and set(S.TARGETS) == set(S.TARGET_SETTINGS) | {"local"}
-    # a data channel is keyed by its name, with its storage nested (efs:/fsx:); the value is flat.
-    assert props("data", "*") == {"s3", "efs", "fsx", "local", "mode", "mount"}
-    assert names(S.Channel) == {"name", "s3", "efs_id", "fsx_id", "fsx_mount_name", "path", "local", "mode", "mount"}
+def test_the_schemas_hold_no_key_that_no_field_declares():
+    # Every object in the schemas is a declared dataclass with exactly its fields' keys, closed to others.
+    n_job = sum(len(o["properties"]) for o in objects(S.JOB_SCHEMA))
+    n_launch = sum(len(o["properties"]) for o in objects(LAUNCH_SCHEMA))
+    assert (n_job, n_launch) == (len(JOB_FIELDS), len(LAUNCH_FIELDS))
+    assert all(o["additionalProperties"] is False for o in objects(S.JOB_SCHEMA))
 
 
-def test_the_launch_spec_schema_has_the_launch_specs_fields():
-    assert set(LAUNCH_SCHEMA["properties"]) == names(LaunchSpec)
+def test_the_places_where_the_yaml_and_the_value_differ_are_declared_on_the_fields():
+    keys = {f.name: key_of(f) for f in fields(S.JobSpec)}
+    # apiVersion is the file's header under its YAML name; kind is fixed; source is where the spec came from.
+    assert {n: k for n, k in keys.items() if n != k} == {"api_version": "apiVersion", "source": None}
+    assert S.JOB_SCHEMA["required"] == ["apiVersion", "kind", "name", "program"]
+    # every target type has its section, target.local an empty one.
+    assert [f.name for f in fields(S.Target)][1:] == list(S.TARGET_SETTINGS) and set(S.TARGETS) == set(S.TARGET_SETTINGS)
+    assert S.JOB_SCHEMA["properties"]["target"]["properties"]["local"]["properties"] == {}
+    # a data channel is written under its name: the name is the mapping's key, not a key inside.
+    assert key_of(next(f for f in fields(S.Channel) if f.name == "name")) is None
+    assert set(S.JOB_SCHEMA["properties"]["data"]["additionalProperties"]["properties"]) == \
+        {"s3", "efs", "fsx", "local", "mode", "mount"}
+    # timeouts are launch_spec.Timeouts' waits, each optional in a spec.
+    assert [f.name for f in fields(S.JobTimeouts)] == [f.name for f in fields(Timeouts)]
+
+
+def test_a_channel_is_built_under_its_name_with_its_storage_nested():
+    job = decode(S.JobSpec, {"name": "t", "program": {"module": "m"},
+                             "data": {"train": {"fsx": {"file_system_id": "fs-1", "mount_name": "abc", "path": "/d"}},
+                                      "val": {"efs": {"file_system_id": "fs-2"}}, "raw": {"local": "/x"}}})
+    train, val, raw = job.data
+    assert (train.name, train.kind, train.fsx_id, train.fsx_mount_name, train.path) == ("train", "fsx", "fs-1", "abc", "/d")
+    assert (val.name, val.kind, val.efs_id, val.path) == ("val", "efs", "fs-2", "/")
+    assert (raw.kind, raw.local, raw.path, raw.efs_id) == ("local", "/x", "/", None)
 
 
 def test_a_section_is_built_field_by_field_in_each_fields_kind():
-    from mpirun_kit.spec.load import _section
-
-    slurm = _section(S.SlurmTarget, {"time": 30, "exclusive": True, "sbatch_options": ["--constraint=a100"]})
+    slurm = decode(S.SlurmTarget, {"time": 30, "exclusive": True, "sbatch_options": ["--constraint=a100"]})
     assert (slurm.time, slurm.exclusive, slurm.sbatch_options) == ("30", True, ("--constraint=a100",))
-    assert _section(S.Tuning, {"efa": True}).efa == "true"
-    assert _section(S.SageMakerTarget, {"tags": {"team": "vision", "n": 3}}).tags == (("team", "vision"), ("n", "3"))
-    assert _section(S.Spot, None) == S.Spot()
+    assert decode(S.Tuning, {"efa": True}).efa == "true"
+    assert decode(S.SageMakerTarget, {"tags": {"team": "vision", "n": 3}}).tags == (("team", "vision"), ("n", "3"))
+    assert decode(S.Spot, None) == S.Spot()
+    assert decode(S.Resources, {"processes_per_host": "auto"}).processes_per_host is None
+    assert decode(S.Program, {"args": [1, 0.5, False]}).args == ("1", "0.5", "false")
