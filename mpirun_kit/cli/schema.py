@@ -7,6 +7,7 @@ the published file identical to the value.  It lives in cli/ because writing a f
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -15,9 +16,13 @@ from ..spec.schema import SCHEMA_PATH, schema_text
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m mpirun_kit.cli.schema",
+                                     description="Write the job spec's JSON Schema (for editors) to PATH.")
+    parser.add_argument("path", metavar="PATH", nargs="?", type=Path, default=SCHEMA_PATH,
+                        help=f"where to write it (default: {SCHEMA_PATH})")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     # Published atomically: a half-written schema would break every editor that reads it.
-    write_atomic(Path(args[0]) if args else SCHEMA_PATH, schema_text())
+    write_atomic(args.path, schema_text())
     return 0
 
 
