@@ -41,6 +41,7 @@ def test_the_failure_file_never_shows_a_ranks_secret_value(tmp_path, capfd):
     job = _job(tmp_path, program, "{DB_PASSWORD: hunter2-pw, OMP_NUM_THREADS: 1}")
     assert main(["submit", str(job)]) == 3
     capfd.readouterr()
-    failure = (tmp_path / "out" / "launch" / "output" / "failure").read_text()
+    (run_dir,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]  # records/: one run directory per run
+    failure = (run_dir / "output" / "failure").read_text()
     assert "could not log in with ***" in failure, failure
     assert "hunter2-pw" not in failure
