@@ -201,6 +201,25 @@ def parse_scontrol_config(text: str) -> dict[str, str]:
     return out
 
 
+def parse_mpi_list(text: str) -> tuple[str, ...]:
+    """``srun --mpi=list``: the MPI plugin types this cluster's srun offers (``pmix``, ``pmix_v4``, ``pmi2``, ...).
+
+    22.05 and later print ``MPI plugin types are...``, one type a line, then ``specific pmix plugin versions
+    available: pmix_v4``; older ones put ``srun: `` before each line.
+    """
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("srun:"):
+            line = line[len("srun:"):].strip()
+        _, sep, rest = line.partition("available:")
+        if sep:
+            out += [v.strip() for v in rest.replace(",", " ").split() if v.strip()]
+        elif line and " " not in line and not line.endswith("..."):
+            out.append(line)
+    return tuple(dict.fromkeys(out))
+
+
 @dataclass(frozen=True)
 class Partition:
     name: str
@@ -386,7 +405,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
     t = compiled.launch.timeouts
     request = {
         "where": where_of(compiled), "run_dir": run_dir, "run_id": run_id, "job": compiled.job.name,
-        "nodes": nodes, "tasks_per_node": ppn, "partition": s.partition, "account": s.account,
+        "nodes": nodes, "tasks_per_node": ppn, "partition": s.partition, "account": s.account, "launch": s.launch,
         "sbatch": ["sbatch", "--parsable", f"{run_dir}/batch.sh"], "scrub": SCRUB,
         "grace_s": t.grace_s, "deadline_s": (t.job_s or 7 * 24 * 3600.0) + 600.0,
     }
@@ -502,6 +521,8 @@ class ClusterFacts:
     mpi_default: str
     partitions: tuple[Partition, ...]
     accounting: bool
+    #: what ``srun --mpi=list`` offers; None: srun could not say (nothing is refused on it then)
+    mpi_plugins: tuple[str, ...] | None = None
 
     def partition(self, name: str | None) -> Partition | None:
         for p in self.partitions:
@@ -535,16 +556,26 @@ def discover(runner: Runner) -> ClusterFacts:
     if not parts:
         parts = by_text
     parts = [dataclasses.replace(p, default=p.name == default) for p in parts]
+    code, out, err = runner.run(["srun", "--mpi=list"])
+    plugins = parse_mpi_list(out + "\n" + err) if code == 0 else None
     return ClusterFacts(version, cfg.get("MpiDefault", ""), tuple(parts),
-                        cfg.get("AccountingStorageType", "accounting_storage/none") != "accounting_storage/none")
+                        cfg.get("AccountingStorageType", "accounting_storage/none") != "accounting_storage/none",
+                        plugins or None)
 
 
 def check_request(req: dict, facts: ClusterFacts) -> None:
     """What the cluster cannot run, in one line each, before sbatch.
 
     Raises:
-        SpecError: the partition does not exist (or none is the default), or the job needs more nodes than it has.
+        SpecError: the partition does not exist (or none is the default), the job needs more nodes than it has,
+            or the ranks' direct launch (``srun --mpi=pmix``) needs a PMIx plugin the cluster's srun lacks.
     """
+    plugins = facts.mpi_plugins
+    if req.get("launch", "srun") == "srun" and plugins is not None and not any(p.startswith("pmix") for p in plugins):
+        raise SpecError(f"target.slurm.launch is 'srun' (the ranks start with srun --mpi=pmix), but this cluster's "
+                        f"srun offers no pmix (srun --mpi=list: {', '.join(plugins)}; MpiDefault="
+                        f"{facts.mpi_default or 'unset'}); set target.slurm.launch: mpirun (Open MPI starts the "
+                        "ranks inside the allocation), or ask the cluster's admins for Slurm's PMIx plugin")
     names = [p.name for p in facts.partitions]
     part = facts.partition(req["partition"])
     if part is None and req["partition"]:

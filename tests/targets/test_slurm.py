@@ -191,3 +191,53 @@ def test_sbatch_refusals_become_one_line_naming_the_field():
     e = S.sbatch_error("sbatch: error: Batch job submission failed: Requested node configuration is not available",
                        req)
     assert str(e).startswith("the job is larger than the cluster can run: 9 node(s) x 2 task(s)")
+
+
+#: ``srun --mpi=list`` of Debian's Slurm 22.05.8 (recorded on this machine, stdout); the second is the same cluster
+#: with Slurm's PMIx plugin removed (written by hand: every Debian build here has it), the third the older
+#: ``srun: ``-prefixed form.
+MPI_LIST_22_05 = ("MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
+                  "specific pmix plugin versions available: pmix_v4\n")
+MPI_LIST_NO_PMIX = "MPI plugin types are...\n\tnone\n\tcray_shasta\n\tpmi2\n"
+MPI_LIST_OLD = "srun: MPI types are...\nsrun: none\nsrun: openmpi\nsrun: pmi2\nsrun: pmix\nsrun: pmix_v3\n"
+
+
+def test_srun_mpi_list_is_read_in_both_forms():
+    assert S.parse_mpi_list(MPI_LIST_22_05) == ("pmix", "none", "cray_shasta", "pmi2", "pmix_v4")
+    assert S.parse_mpi_list(MPI_LIST_NO_PMIX) == ("none", "cray_shasta", "pmi2")
+    assert S.parse_mpi_list(MPI_LIST_OLD) == ("none", "openmpi", "pmi2", "pmix", "pmix_v3")
+
+
+def test_a_cluster_without_pmix_is_refused_in_one_line_naming_its_plugins_and_the_remedy():
+    req = {"partition": "debug", "nodes": 2, "tasks_per_node": 1, "account": None, "launch": "srun"}
+    no_pmix = S.ClusterFacts("22.05.8", "pmi2", FACTS.partitions, True, S.parse_mpi_list(MPI_LIST_NO_PMIX))
+    with pytest.raises(SpecError) as e:
+        S.check_request(req, no_pmix)
+    assert str(e.value) == (
+        "target.slurm.launch is 'srun' (the ranks start with srun --mpi=pmix), but this cluster's srun offers no "
+        "pmix (srun --mpi=list: none, cray_shasta, pmi2; MpiDefault=pmi2); set target.slurm.launch: mpirun (Open "
+        "MPI starts the ranks inside the allocation), or ask the cluster's admins for Slurm's PMIx plugin")
+    S.check_request({**req, "launch": "mpirun"}, no_pmix)      # mpirun needs no Slurm PMIx
+    with_pmix = S.ClusterFacts("22.05.8", "none", FACTS.partitions, True, S.parse_mpi_list(MPI_LIST_22_05))
+    S.check_request(req, with_pmix)
+    S.check_request(req, FACTS)                                 # srun could not say: nothing refused on it
+
+
+class _Recorded(S.Runner):
+    """Slurm's clients answering from recorded text (no cluster: the discovery's parsing is what is tested)."""
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        return self.answers.get(" ".join(argv), (1, "", "not recorded"))
+
+
+def test_discovery_reads_the_clusters_mpi_plugins():
+    answers = {"scontrol show config": (0, "SLURM_VERSION = 22.05.8\nMpiDefault = pmix\n", ""),
+               "sinfo -h -N -o %P %N": (0, "debug* algo-1\ndebug* algo-2\n", ""),
+               "srun --mpi=list": (0, MPI_LIST_NO_PMIX, "")}
+    facts = S.discover(_Recorded(answers))
+    assert facts.mpi_plugins == ("none", "cray_shasta", "pmi2") and facts.mpi_default == "pmix"
+    assert S.discover(_Recorded({**answers, "srun --mpi=list": (1, "", "srun: error")})).mpi_plugins is None
+    assert dry_of().request["launch"] == "srun"
