@@ -67,7 +67,23 @@ def _plan(args) -> int:
     cost = cost_line(compiled)
     if cost and not args.json:
         print(f"  cost       {cost}")
+    if compiled.job.target.type == "slurm" and not args.json:
+        print(slurm_script(compiled), end="")
     return 0
+
+
+def slurm_script(compiled) -> str:
+    """What a Slurm job runs is the batch script the target writes (its ranks start from the batch step, with srun
+    or mpirun inside the allocation): the target's dry run, the script whole, as ``submit --dry-run`` prints it."""
+    import textwrap
+
+    from ..targets import get_target
+
+    dry = get_target("slurm").prepare(compiled)
+    how = ("with srun --mpi=pmix, not the mpirun argv above" if compiled.job.target.slurm.launch == "srun"
+           else "with mpirun inside the allocation")
+    return (f"  slurm      the batch script and request submit writes: the ranks start from its batch step {how} "
+            "(the run directory's name is chosen again at submit)\n" + textwrap.indent(dry.render(), "    "))
 
 
 def register(subparsers) -> None:

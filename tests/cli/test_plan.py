@@ -73,3 +73,29 @@ def test_relative_paths_resolve_against_the_spec_files_directory(cli, tmp_path, 
     assert d["channels"] == {"d": str(tmp_path / "data" / "d")}
     assert d["launch_spec"]["program"][-2:] == [str(tmp_path / "data" / "d"), str(spec_dir / "out")]
     assert d["launch_spec"]["working_dir"] == str(spec_dir / "run")
+
+
+SLURM_SPEC = """\
+apiVersion: mpirun_kit/v1
+kind: Job
+name: j
+program: {command: [python3, train.py]}
+resources: {hosts: 2, processes_per_host: 4}
+target: {type: slurm, slurm: {partition: gpu, gpus_per_node: 4, workdir: /fsx/jobs, python: python3}}
+"""
+
+
+def test_plan_of_a_slurm_job_shows_the_batch_script_whole(cli, tmp_path):
+    """What runs on Slurm is the batch script (issue #30 item 1): plan shows it as submit --dry-run does."""
+    (tmp_path / "j.yaml").write_text(SLURM_SPEC)
+    r = cli("plan", str(tmp_path / "j.yaml"))
+    assert r.rc == 0, r.err
+    lines = [ln.strip() for ln in r.out.splitlines()]
+    for line in ("#!/bin/bash", "#SBATCH --job-name=j", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4",
+                 "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=4"):
+        assert line in lines
+    assert any(ln.startswith('"${ep[@]}" --role master') for ln in lines)      # the master runs in the batch step
+    assert any(ln.startswith("srun --jobid=") for ln in lines)                  # the workers' step
+    assert "with srun --mpi=pmix, not the mpirun argv above" in r.out
+    assert r.out.count("--- file /fsx/jobs/j-") == 2                            # batch.sh and launch-spec.json
+    assert '"mpi_flavour": "srun"' in r.out
