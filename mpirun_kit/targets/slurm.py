@@ -337,6 +337,23 @@ exit "$rc"
 """
 
 
+#: the first Slurm whose sbatch takes --gpus-per-node; an older one takes the generic-resource form --gres=gpu:N.
+GPUS_PER_NODE_SINCE = (19, 5)
+
+
+def gpu_option(count: int, version: str | None = None) -> str:
+    """The option asking ``count`` GPUs on every node, in the form Slurm ``version`` takes (None, or a version it
+    cannot read: the current form, which every Slurm since 19.05 takes)."""
+    parts = []
+    for word in (version or "").split(".")[:2]:
+        if not word.isdigit():
+            break
+        parts.append(int(word))
+    if len(parts) == 2 and tuple(parts) < GPUS_PER_NODE_SINCE:
+        return f"--gres=gpu:{count}"
+    return f"--gpus-per-node={count}"
+
+
 def sbatch_options(compiled: CompiledJob, run_dir: str, run_id: str) -> list[str]:
     """The ``#SBATCH`` lines of the job, from the spec (argv items, quoted once in the script)."""
     s = compiled.job.target.slurm
@@ -350,7 +367,7 @@ def sbatch_options(compiled: CompiledJob, run_dir: str, run_id: str) -> list[str
         if value:
             opts.append(f"{flag}={value}")
     if s.gpus_per_node:
-        opts.append(f"--gpus-per-node={s.gpus_per_node}")
+        opts.append(gpu_option(s.gpus_per_node))   # the cluster's version may change it: for_cluster
     if s.exclusive:
         opts.append("--exclusive")
     opts.append("--requeue" if s.requeue else "--no-requeue")
@@ -406,6 +423,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
     request = {
         "where": where_of(compiled), "run_dir": run_dir, "run_id": run_id, "job": compiled.job.name,
         "nodes": nodes, "tasks_per_node": ppn, "partition": s.partition, "account": s.account, "launch": s.launch,
+        "gpus_per_node": s.gpus_per_node,
         "sbatch": ["sbatch", "--parsable", f"{run_dir}/batch.sh"], "scrub": SCRUB,
         "grace_s": t.grace_s, "deadline_s": (t.job_s or 7 * 24 * 3600.0) + 600.0,
     }
@@ -414,7 +432,21 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
         f"run directory {run_dir} (on a file system every node sees): slurm.out (what the ranks print), "
         "slurm.err (the entrypoints' lines), attempt-<N>/<node>/output/failure (the job's result and root cause)",
         f"job secret: {run_dir}/job-secret, made for this run (0600), authenticates the workers on the result channel",
-        "sbatch runs with the submitting shell's SLURM_*/SBATCH_*/PMIX_* removed (SLURM_CONF kept)"))
+        "sbatch runs with the submitting shell's SLURM_*/SBATCH_*/PMIX_* removed (SLURM_CONF kept)")
+        + ((f"GPUs: {gpu_option(s.gpus_per_node)} assumes Slurm 19.05 or later; submit reads the cluster's version "
+            f"(scontrol show config) before it writes the script, and an older one gets "
+            f"{gpu_option(s.gpus_per_node, '19.04')} instead",) if s.gpus_per_node else ()))
+
+
+def for_cluster(dry: DryRun, facts: ClusterFacts) -> DryRun:
+    """``dry`` as this cluster takes it: the batch script's GPU line in the form its version knows (``dryrun``
+    rendered the current form, and its notes say so); the rest unchanged."""
+    n = dry.request.get("gpus_per_node")
+    assumed, actual = (f"#SBATCH {shlex.quote(gpu_option(n, v))}\n" for v in (None, facts.version))
+    if not n or assumed == actual:
+        return dry
+    files = tuple((p, t.replace(assumed, actual, 1) if p.endswith("/batch.sh") else t) for p, t in dry.files)
+    return dataclasses.replace(dry, files=files)
 
 
 # --- where the clients run -----------------------------------------------------------------------------
@@ -611,7 +643,9 @@ def sbatch_error(stderr: str, req: dict) -> SpecError | ClusterError:
 def submit(dry: DryRun, runner: Runner, secret: str) -> str:
     """Discover, check, write the run directory, sbatch; the Slurm job id."""
     req = dry.request
-    check_request(req, discover(runner))
+    facts = discover(runner)
+    check_request(req, facts)
+    dry = for_cluster(dry, facts)   # the GPU option by the cluster's version, known only now
     for path, text in dry.files:
         runner.write(path, text, 0o755 if path.endswith(".sh") else 0o644)
     runner.write(f"{req['run_dir']}/job-secret", secret, 0o600)

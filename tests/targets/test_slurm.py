@@ -241,3 +241,43 @@ def test_discovery_reads_the_clusters_mpi_plugins():
     assert facts.mpi_plugins == ("none", "cray_shasta", "pmi2") and facts.mpi_default == "pmix"
     assert S.discover(_Recorded({**answers, "srun --mpi=list": (1, "", "srun: error")})).mpi_plugins is None
     assert dry_of().request["launch"] == "srun"
+
+
+def test_the_gpu_option_takes_the_form_of_the_clusters_version():
+    assert S.gpu_option(8) == S.gpu_option(8, "22.05.8") == S.gpu_option(8, "19.05.0") == "--gpus-per-node=8"
+    assert S.gpu_option(8, "18.08.9") == S.gpu_option(8, "17.11.13") == "--gres=gpu:8"
+    assert S.gpu_option(8, "") == S.gpu_option(8, "unknown") == "--gpus-per-node=8"
+    dry = dry_of()
+    # The dry run renders the current form and says what it assumed and why.
+    assert any(n.startswith("GPUs: --gpus-per-node=8 assumes Slurm 19.05 or later") and "--gres=gpu:8" in n
+               for n in dry.notes)
+    script = "/fsx/jobs/train-1/batch.sh"
+    assert S.for_cluster(dry, FACTS) == dry                                 # 22.05: as rendered
+    old = dict(S.for_cluster(dry, S.ClusterFacts("18.08.9", "pmix", FACTS.partitions, True)).files)[script]
+    assert "#SBATCH --gres=gpu:8" in old.splitlines() and "--gpus-per-node" not in old
+    assert old.replace("--gres=gpu:8", "--gpus-per-node=8") == dict(dry.files)[script]   # nothing else changed
+
+
+class _Cluster(_Recorded):
+    """Recorded answers, plus the files submit writes (runner.write) kept by path."""
+
+    def __init__(self, answers):
+        super().__init__(answers)
+        self.files = {}
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        if argv[:2] == ["bash", "-c"] and argv[3] == "write":
+            self.files[argv[4]] = input
+            return 0, "", ""
+        if argv[:2] == ["bash", "-c"] and argv[3] == "scrub":
+            return 0, "77\n", ""
+        return super().run(argv, input=input, timeout=timeout)
+
+
+@pytest.mark.parametrize("version, line", [("22.05.8", "#SBATCH --gpus-per-node=8"), ("18.08.9", "#SBATCH --gres=gpu:8")])
+def test_submit_writes_the_gpu_option_of_the_discovered_version(version, line):
+    cluster = _Cluster({"scontrol show config": (0, f"SLURM_VERSION = {version}\nMpiDefault = pmix\n", ""),
+                        "sinfo -h -N -o %P %N": (0, "gpu* algo-1\ngpu* algo-2\n", ""),
+                        "srun --mpi=list": (0, MPI_LIST_22_05, "")})
+    assert S.submit(dry_of(), cluster, "secret") == "77"
+    assert line in cluster.files["/fsx/jobs/train-1/batch.sh"].splitlines()
