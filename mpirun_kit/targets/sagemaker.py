@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
@@ -154,13 +155,28 @@ def build_request(compiled: CompiledJob, job_name: str) -> dict:
     return req
 
 
+@dataclass(frozen=True)
+class SageMakerRequest:
+    """What ``run`` does for a SageMaker job (the target's typed request, base.Target's ``R``)."""
+
+    region: str | None
+    logs: bool                      # follow the job's CloudWatch logs (with --wait)
+    submit_role: str | None         # target.sagemaker.submit_role: assumed, tagged with the job's name, to submit
+    # The request sent as is (``create_training_job(**CreateTrainingJob)``); the field has the API call's own
+    # name so the printed dry run reads as that call.
+    CreateTrainingJob: dict
+
+
 def redact_request(request: dict) -> dict:
-    """The request as printed: secret-looking Environment and HyperParameters values as ``***``.
+    """The request as printed (``plain(SageMakerRequest)``): secret-looking Environment and HyperParameters
+    values as ``***``, and no ``submit_role`` when there is none.
 
     Only those two maps carry user values; everything else (Tags with their "Key",
     KmsKeyId, ...) prints exactly as it is sent.
     """
     out = dict(request)
+    if out.get("submit_role") is None:
+        out.pop("submit_role", None)
     req = dict(out.get("CreateTrainingJob") or {})
     for field in ("Environment", "HyperParameters"):
         if field in req:
@@ -169,14 +185,14 @@ def redact_request(request: dict) -> dict:
     return out
 
 
-def dryrun(compiled: CompiledJob, *, job_name: str, generated_name: bool = False) -> DryRun:
+def dryrun(compiled: CompiledJob, *, job_name: str, generated_name: bool = False) -> DryRun[SageMakerRequest]:
     """The SageMaker submission as a value: printed through ``redact_request`` (only the request's user
     values), with the warnings a generated ``job_name`` brings (``unnamed_job_warnings``)."""
     sm = compiled.job.target.sagemaker
     warnings = tuple(unnamed_job_warnings(compiled, job_name)) if generated_name else ()
     return DryRun("sagemaker", compiled.job.name,
-                  {"region": sm.region, "logs": sm.logs, **({"submit_role": sm.submit_role} if sm.submit_role else {}),
-                   "CreateTrainingJob": build_request(compiled, job_name)},
+                  SageMakerRequest(region=sm.region, logs=sm.logs, submit_role=sm.submit_role or None,
+                                   CreateTrainingJob=build_request(compiled, job_name)),
                   warnings=warnings, redact=redact_request)
 
 
@@ -390,7 +406,7 @@ def seed_checkpoints(s3: Any, checkpoint_uri: str, job_name: str, other: str) ->
     return src, copied
 
 
-def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tuple[Any, Any]] = make_clients,
+def run(dry: DryRun[SageMakerRequest], *, wait: bool = False, clients: Callable[[str | None], tuple[Any, Any]] = make_clients,
         clock: Clock = SYSTEM_CLOCK, out=None, poll_s: float = 10.0, final: dict | None = None,
         keep_keys: bool = False, resume_from: str | None = None,
         aws: Callable[..., Any] = make_client) -> int:
@@ -405,11 +421,11 @@ def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tupl
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     out = out or sys.stdout
-    req = dry.request["CreateTrainingJob"]
-    name, region = req["TrainingJobName"], dry.request["region"]
+    req = dry.request.CreateTrainingJob
+    name, region = req["TrainingJobName"], dry.request.region
     creds = None
-    if dry.request.get("submit_role"):
-        creds = submit_session(aws("sts", region), dry.request["submit_role"], name)
+    if dry.request.submit_role:
+        creds = submit_session(aws("sts", region), dry.request.submit_role, name)
         sm, logs = aws("sagemaker", region, creds), aws("logs", region, creds)
     else:
         sm, logs = clients(region)
@@ -450,7 +466,7 @@ def run(dry: DryRun, *, wait: bool = False, clients: Callable[[str | None], tupl
     stop = req["StoppingCondition"]
     limit = stop.get("MaxWaitTimeInSeconds", stop["MaxRuntimeInSeconds"]) + 3600
     try:
-        code = follow(sm, name, logs_client=logs if dry.request["logs"] else None,
+        code = follow(sm, name, logs_client=logs if dry.request.logs else None,
                       clock=clock, out=out, poll_s=poll_s, timeout_s=limit, final=final)
     except KeyboardInterrupt:
         out.write(f"stopped following; the job keeps running (mpirun_kit stop {name})\n")
@@ -478,23 +494,24 @@ def unnamed_job_warnings(compiled: CompiledJob, generated: str) -> list[str]:
             for ch in compiled.job.data if ch.s3 and JOB_NAME_REF in ch.s3 and ch.name != KEY_CHANNEL]
 
 
-class SageMakerTarget(Target):
+class SageMakerTarget(Target[SageMakerRequest]):
     name = "sagemaker"
+    request_type = SageMakerRequest
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         return {"job_name": opts.job_name or job_name_for(compiled.job.name, time.time()),
                 "generated_name": opts.job_name is None}
 
-    def dryrun(self, compiled, **choices) -> DryRun:
+    def dryrun(self, compiled, **choices) -> DryRun[SageMakerRequest]:
         return dryrun(compiled, **choices)
 
-    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
+    def run(self, dry: DryRun[SageMakerRequest], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
             clients: Callable[[str | None], tuple[Any, Any]] = make_clients, poll_s: float = 10.0) -> Outcome:
         started = time.time() if started is None else started
         final: dict = {}
         code = run(dry, wait=opts.wait, clients=clients, poll_s=poll_s, final=final, keep_keys=opts.keep_keys,
                    resume_from=opts.resume_from)
-        name = dry.request["CreateTrainingJob"]["TrainingJobName"]
+        name = dry.request.CreateTrainingJob["TrainingJobName"]
         if not opts.wait:
             return Outcome(self.name, dry.job, code, "platform", f"training job {name} created; it runs on SageMaker "
                            f"(mpirun_kit status {name})")
@@ -509,8 +526,8 @@ class SageMakerTarget(Target):
     # The lifecycle (base.Target; issue #28): the job lives on SageMaker, found by its training job name.
     platform = True
 
-    def handle(self, dry: DryRun) -> tuple[str | None, dict]:
-        return dry.request["CreateTrainingJob"]["TrainingJobName"], {"region": dry.request["region"]}
+    def handle(self, dry: DryRun[SageMakerRequest]) -> tuple[str | None, dict]:
+        return dry.request.CreateTrainingJob["TrainingJobName"], {"region": dry.request.region}
 
     def describe(self, record, *, clock: Clock = SYSTEM_CLOCK):
         from ..records import JobState

@@ -75,7 +75,36 @@ PID_WAIT_S = 30.0
 ENTRYPOINT_STOP_S = 5.0
 
 
-def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: bool = False) -> DryRun:
+@dataclass(frozen=True)
+class SshRequest:
+    """What ``run`` does for an ssh job (the target's typed request, base.Target's ``R``): every command it sends,
+    in the order it sends them, so --dry-run shows all that is sent."""
+
+    hosts: list[dict]                       # [{"name", "slots"}], in the job's order
+    user: str | None
+    port: int
+    identity_file: str | None
+    known_hosts: str
+    connect_timeout_s: float
+    python: str                             # the hosts' interpreter (target.ssh.python)
+    ready_timeout_s: float                  # connecting to every host, retries included
+    deadline_s: float
+    grace_s: float
+    workdir: str                            # target.ssh.workdir/<run id>
+    commands: dict[str, list[str]]          # host -> the entrypoint's start (remote_host start ... -- entrypoint)
+    preflight: list[str]                    # sent first, to every host
+    ship: dict[str, dict[str, list[str]]]   # host -> file -> its atomic write (the file's text goes to stdin)
+    cancel: dict[str, list[str]]            # host -> its cancel, on a stop or the deadline
+    failure_file: str                       # the master's failure report, read back after a failure ...
+    fetch_failure: dict[str, list[str]]     # ... over the master's session, with this command
+
+    def connection(self) -> dict:
+        """How a host is reached, as exec/remote.paramiko_client takes it (``connect(settings, host)``)."""
+        return {"user": self.user, "port": self.port, "identity_file": self.identity_file,
+                "known_hosts": self.known_hosts, "connect_timeout_s": self.connect_timeout_s}
+
+
+def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: bool = False) -> DryRun[SshRequest]:
     """The ssh run as a value.
 
     Args:
@@ -98,27 +127,26 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
         # never one matched by name.  Per-host names: the workdir may be on a file system the hosts share.
         commands[h.name] = remote_host.argv(s.python, "start", "--pid-file", f"{workdir}/{h.name}.pid",
                                             "--dir", f"{workdir}/{h.name}", "--", *argv)
-    request = {
-        "hosts": [{"name": h.name, "slots": h.slots} for h in compiled.hosts],
-        "user": s.user, "port": s.port, "identity_file": s.identity_file, "known_hosts": s.known_hosts,
-        "connect_timeout_s": s.connect_timeout_s, "python": s.python,
-        "ready_timeout_s": t.ssh_ready_s + t.ssh_ready_per_host_s * len(compiled.hosts),
-        "deadline_s": (t.job_s or DEFAULT_JOB_S) + OVERHEAD_S, "grace_s": t.grace_s,
-        "workdir": workdir, "commands": commands,
-    }
     files = ((f"{workdir}/launch-spec.json", compiled.launch.to_json() + "\n"), (f"{workdir}/hostfile", hostfile))
-    # Every command run remotely, in the order ``run`` sends them, so --dry-run shows all that is sent:
-    # preflight, then ship (each file's text goes to the command's stdin), start (``commands``), and on a
-    # stop or deadline the cancel.
-    request["preflight"] = preflight_command(s.python)
-    request["ship"] = {h.name: {name: write_argv(s.python, name) for name, _ in files} for h in compiled.hosts}
-    request["cancel"] = {h.name: cancel_argv(s.python, f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
-                         for h in compiled.hosts}
     # After a failure, the master's failure report is read back over its open session, so --json's source and
     # root cause come from the report, not guessed from the exit code (the same parser as local and sim).
     master = elect_master([h.name for h in compiled.hosts])
-    request["failure_file"] = f"{workdir}/{master}/output/failure"
-    request["fetch_failure"] = {master: fetch_argv(s.python, request["failure_file"])}
+    failure_file = f"{workdir}/{master}/output/failure"
+    # Every command run remotely, in the order ``run`` sends them, so --dry-run shows all that is sent:
+    # preflight, then ship (each file's text goes to the command's stdin), start (``commands``), and on a
+    # stop or deadline the cancel.
+    request = SshRequest(
+        hosts=[{"name": h.name, "slots": h.slots} for h in compiled.hosts],
+        user=s.user, port=s.port, identity_file=s.identity_file, known_hosts=s.known_hosts,
+        connect_timeout_s=s.connect_timeout_s, python=s.python,
+        ready_timeout_s=t.ssh_ready_s + t.ssh_ready_per_host_s * len(compiled.hosts),
+        deadline_s=(t.job_s or DEFAULT_JOB_S) + OVERHEAD_S, grace_s=t.grace_s,
+        workdir=workdir, commands=commands,
+        preflight=preflight_command(s.python),
+        ship={h.name: {name: write_argv(s.python, name) for name, _ in files} for h in compiled.hosts},
+        cancel={h.name: cancel_argv(s.python, f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
+                for h in compiled.hosts},
+        failure_file=failure_file, fetch_failure={master: fetch_argv(s.python, failure_file)})
     return DryRun("ssh", job.name, request, files=files)
 
 
@@ -148,7 +176,7 @@ def preflight_command(python: str) -> list[str]:
     return [python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
 
 
-def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
+def connect_all(req: SshRequest, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
                 progress: StatusLine | None = None) -> dict[str, Any]:
     """Connect to every host at once (exec/remote.connect_hosts), retrying each until the readiness deadline.
 
@@ -156,23 +184,23 @@ def connect_all(req: dict, *, connect: Callable[[dict, str], Any] = paramiko_cli
         HostKeyError: a host key is unknown or changed (not retried: it will not fix itself).
         SSHUnreachableError: hosts that never accepted a session, all named.
     """
-    hosts = [h["name"] for h in req["hosts"]]
+    hosts = [h["name"] for h in req.hosts]
     clients, errors, bad_keys = connect_hosts(
-        hosts, lambda host: connect(req, host), req["ready_timeout_s"], clock=clock,
-        status=progress.update if progress else None, name=lambda host: f"{req['user']}@{host}:{req['port']}")
+        hosts, lambda host: connect(req.connection(), host), req.ready_timeout_s, clock=clock,
+        status=progress.update if progress else None, name=lambda host: f"{req.user}@{host}:{req.port}")
     if bad_keys or errors:
         for c in clients.values():
             c.close()
     if bad_keys:
         hosts_txt = ", ".join(sorted(bad_keys))
         raise HostKeyError(f"host key check failed for {hosts_txt} ({'; '.join(bad_keys.values())}); verify the key "
-                           f"out of band, then add it to {req['known_hosts']} (e.g. `ssh-keyscan -p {req['port']} "
-                           f"HOST >> {req['known_hosts']}` after checking its fingerprint)")
+                           f"out of band, then add it to {req.known_hosts} (e.g. `ssh-keyscan -p {req.port} "
+                           f"HOST >> {req.known_hosts}` after checking its fingerprint)")
     if errors:
         detail = "; ".join(f"{h}: {e}" for h, e in sorted(errors.items()))
         raise SSHUnreachableError(
             f"{len(errors)} of {len(hosts)} host(s) never accepted an ssh session within "
-            f"{req['ready_timeout_s']:g}s ({detail}); check that sshd runs there, the user {req['user']!r} and "
+            f"{req.ready_timeout_s:g}s ({detail}); check that sshd runs there, the user {req.user!r} and "
             "the key are accepted, and raise timeouts.ssh_ready_s for slow boots", tuple(sorted(errors)))
     return clients
 
@@ -218,14 +246,15 @@ def cancel_argv(python: str, pid_file: str, grace_s: float, wait_s: float) -> li
 
 
 def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req: dict | None = None,
-           connect: Callable[[dict, str], Any] | None = None, clock: Clock = SYSTEM_CLOCK,
+           commands: dict[str, list[str]] | None = None, connect: Callable[[dict, str], Any] | None = None, clock: Clock = SYSTEM_CLOCK,
            pid_wait_s: float = PID_WAIT_S, python: str = sys.executable) -> dict[str, str]:
     """Stop every host's entrypoint (SIGTERM by its recorded pid; it stops mpirun and the ranks with grace).
 
     Every host is visited, in parallel; a host whose session fails (OSError, paramiko's
     SSHException, EOF) is retried over a new connection (``connect``, when given) until the
-    remote entrypoint is confirmed gone or ``pid_wait_s + grace_s + CANCEL_MARGIN_S`` pass.
-    The command sent is the dry run's ``cancel`` for the host when ``req`` has it.
+    remote entrypoint is confirmed gone or ``pid_wait_s + grace_s + CANCEL_MARGIN_S`` pass
+    (``connect(req, host)``: ``req`` is the connection settings, SshRequest.connection).
+    The command sent is ``commands[host]`` (the dry run's ``cancel``) when given.
 
     Returns:
         host -> why it could not be confirmed stopped (empty when every entrypoint is gone).
@@ -236,7 +265,7 @@ def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req:
 
     def one(host: str, client) -> str | None:
         deadline = Deadline(clock, limit)
-        argv = (req or {}).get("cancel", {}).get(host) or cancel_argv(python, f"{workdir}/{host}.pid", grace_s,
+        argv = (commands or {}).get(host) or cancel_argv(python, f"{workdir}/{host}.pid", grace_s,
                                                                      pid_wait_s)
         why = "not tried"
         while True:
@@ -288,35 +317,35 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
     SIGTERM or SIGHUP to us: every host's entrypoint is cancelled, exit 128+N).
     """
     out = out or sys.stdout.buffer
-    req = dry.request
+    req: SshRequest = dry.request
     progress = StatusLine(clock=clock)
     clients = connect_all(req, connect=connect, clock=clock, progress=progress)
     try:
-        preflight(clients, req["python"], req["connect_timeout_s"] + 20)
-        progress.note(f"ssh: all {len(clients)} host(s) ready; shipping the launch spec to {req['workdir']}")
-        ship(clients, dry.files, req["connect_timeout_s"] + 20, req["ship"])
+        preflight(clients, req.python, req.connect_timeout_s + 20)
+        progress.note(f"ssh: all {len(clients)} host(s) ready; shipping the launch spec to {req.workdir}")
+        ship(clients, dry.files, req.connect_timeout_s + 20, req.ship)
         lock = threading.Lock()
         sessions: list[_Session] = []
         threads = []
         # The elected master's lines already carry "[rank host]" (mpirun's ranks); others get their host.
-        first = elect_master([h["name"] for h in req["hosts"]])
+        first = elect_master([h["name"] for h in req.hosts])
         if latch is not None and latch.received:   # stopped while connecting or shipping: nothing started yet
             stop = latch.stop()
             progress.done(f"ssh: {stop.why} before the job started; nothing to stop")
             if report is not None:
                 report["stop"] = stop
             return stop.exit_code
-        for h in req["hosts"]:
-            s = _Session(h["name"], start_session(clients[h["name"]], req["commands"][h["name"]]))
+        for h in req.hosts:
+            s = _Session(h["name"], start_session(clients[h["name"]], req.commands[h["name"]]))
             sessions.append(s)
             th = threading.Thread(target=_pump, args=(s, "" if h["name"] == first else f"[{h['name']} entrypoint] ",
                                                       out, lock), daemon=True)
             th.start()
             threads.append(th)
         child = SshSessions(sessions, threads, clients, req, connect, clock, progress)
-        ended = Supervisor(child, deadline_s=req["deadline_s"], grace_s=child.cancel_bound_s(),
+        ended = Supervisor(child, deadline_s=req.deadline_s, grace_s=child.cancel_bound_s(),
                            requested=latch.stop if latch is not None else None, clock=clock, tick_s=0.2,
-                           drain_s=req["grace_s"] + 10, deadline_what="the ssh job").run()
+                           drain_s=req.grace_s + 10, deadline_what="the ssh job").run()
         if ended.stop is not None:
             if report is not None:
                 report["stop"] = ended.stop
@@ -327,10 +356,10 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
         if report is not None:
             report["hosts"] = {h: c if c is not None and c >= 0 else ExitCode.LAUNCH_FAILED for h, c in codes.items()}
             if master_code != 0:
-                (host, command), = req["fetch_failure"].items()
-                text = fetch_failure(clients[host], command, req["connect_timeout_s"] + 20)
+                (host, command), = req.fetch_failure.items()
+                text = fetch_failure(clients[host], command, req.connect_timeout_s + 20)
                 if text is not None:
-                    report["failure_text"], report["failure_file"] = text, f"{host}:{req['failure_file']}"
+                    report["failure_text"], report["failure_file"] = text, f"{host}:{req.failure_file}"
         return master_code
     finally:
         for c in clients.values():
@@ -342,15 +371,15 @@ class SshSessions:
     session's output ended; a stop is the remote cancel on every host at once (in a thread: it waits for each
     entrypoint's own stop); the kill closes the sessions (sshd hangs up on what is left)."""
 
-    def __init__(self, sessions: list[_Session], threads: list[threading.Thread], clients: dict[str, Any], req: dict,
-                 connect, clock: Clock, progress: StatusLine):
+    def __init__(self, sessions: list[_Session], threads: list[threading.Thread], clients: dict[str, Any],
+                 req: SshRequest, connect, clock: Clock, progress: StatusLine):
         self.sessions, self.threads, self.clients, self.req = sessions, threads, clients, req
         self.connect, self.clock, self.progress = connect, clock, progress
         self.canceller: threading.Thread | None = None
 
     def cancel_bound_s(self) -> float:
         """How long a cancel may take on a host (``cancel``'s own limit) before the sessions are closed."""
-        return PID_WAIT_S + self.req["grace_s"] + CANCEL_MARGIN_S
+        return PID_WAIT_S + self.req.grace_s + CANCEL_MARGIN_S
 
     def poll(self) -> int | None:
         if any(th.is_alive() for th in self.threads):
@@ -382,8 +411,9 @@ class SshSessions:
         self.clock.sleep(seconds)
 
 
-def _stop(clients: dict[str, Any], req: dict, connect, clock: Clock, progress: StatusLine) -> None:
-    failures = cancel(clients, req["workdir"], grace_s=req["grace_s"], req=req, connect=connect, clock=clock)
+def _stop(clients: dict[str, Any], req: SshRequest, connect, clock: Clock, progress: StatusLine) -> None:
+    failures = cancel(clients, req.workdir, grace_s=req.grace_s, req=req.connection(), commands=req.cancel,
+                      connect=connect, clock=clock)
     for host, why in sorted(failures.items()):
         progress.done(f"ssh: could not confirm that {host}'s entrypoint stopped ({why}); check that host")
 
@@ -395,8 +425,9 @@ def _master_code(codes: dict[str, int | None]) -> int:
     return non_zero[0] if non_zero else 0
 
 
-class SshTarget(Target):
+class SshTarget(Target[SshRequest]):
     name = "ssh"
+    request_type = SshRequest
 
     def python(self, job) -> str:
         return job.target.ssh.python   # the remote hosts' own (target.ssh.python)
@@ -405,10 +436,10 @@ class SshTarget(Target):
         return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
                 "quiet": verbosity.LEVEL <= verbosity.QUIET}
 
-    def dryrun(self, compiled, **choices) -> DryRun:
+    def dryrun(self, compiled, **choices) -> DryRun[SshRequest]:
         return dryrun(compiled, **choices)
 
-    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
+    def run(self, dry: DryRun[SshRequest], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         started = time.time() if started is None else started
         report: dict = {}
         with SignalLatch() as latch:

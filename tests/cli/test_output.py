@@ -165,7 +165,7 @@ def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
 
 def test_ssh_wait_names_the_host_and_the_last_error(monkeypatch):
     """While a host refuses connections the status line says which and why (it said nothing for minutes)."""
-    from mpirun_kit.targets.ssh import connect_all
+    from mpirun_kit.targets.ssh import SshRequest, connect_all
 
     monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
     tries = {"algo-1": 0, "algo-2": 0}
@@ -176,7 +176,10 @@ def test_ssh_wait_names_the_host_and_the_last_error(monkeypatch):
             raise ConnectionRefusedError(111, "Connection refused")
         return object()
     tty, clock = Tty(), FakeClock()
-    req = {"hosts": [{"name": "algo-1"}, {"name": "algo-2"}], "ready_timeout_s": 60, "user": "ubuntu", "port": 2222}
+    req = SshRequest(hosts=[{"name": "algo-1"}, {"name": "algo-2"}], user="ubuntu", port=2222, identity_file=None,
+                     known_hosts="~/.ssh/known_hosts", connect_timeout_s=10, python="python", ready_timeout_s=60,
+                     deadline_s=600, grace_s=10, workdir="/tmp/w", commands={}, preflight=[], ship={}, cancel={},
+                     failure_file="/tmp/w/algo-1/output/failure", fetch_failure={})
     clients = connect_all(req, connect=connect, clock=clock, progress=base.StatusLine(stream=tty, clock=clock))
     assert set(clients) == {"algo-1", "algo-2"}
     assert ("/2 host(s) ready; waiting for ubuntu@algo-2:2222 (attempt 3): [Errno 111] Connection refused"

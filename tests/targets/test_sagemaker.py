@@ -154,7 +154,7 @@ def test_create_against_moto_and_follow_logs(moto):
     assert out.getvalue().startswith("created arn:aws:sagemaker:us-west-2:")
     sm, logs = moto_clients(moto)(None)
     desc = sm.describe_training_job(TrainingJobName="mrcnn-moto-1")
-    req = dry.request["CreateTrainingJob"]
+    req = dry.request.CreateTrainingJob
     for key in ("RoleArn", "HyperParameters", "InputDataConfig", "OutputDataConfig", "ResourceConfig",
                 "StoppingCondition", "VpcConfig", "CheckpointConfig", "EnableManagedSpotTraining"):
         assert desc[key] == req[key], key
@@ -264,7 +264,7 @@ def test_create_refused_message():
 def test_dry_run_output_redacts_secrets_but_the_request_keeps_them():
     c = compiled(SECRET_SPEC)
     dry = T.dryrun(c, job_name="n")
-    assert dry.request["CreateTrainingJob"]["Environment"]["WANDB_API_KEY"] == "hunter2"
+    assert dry.request.CreateTrainingJob["Environment"]["WANDB_API_KEY"] == "hunter2"
     for text in (dry.render(), dry.to_json()):
         assert "hunter2" not in text
         assert "WANDB_API_KEY" in text and "***" in text
@@ -323,7 +323,7 @@ def test_a_job_name_channel_without_job_name_is_warned_about(capsys):
 
     c = compiled(SPEC.replace("s3: s3://bucket/extra", "s3: s3://bucket/keys/${job_name}/"))
     dry = T.TARGET.prepare(c, SubmitOptions())
-    name = dry.request["CreateTrainingJob"]["TrainingJobName"]
+    name = dry.request.CreateTrainingJob["TrainingJobName"]
     assert dry.warnings == (
         f"mrcnn.yaml: data channel 'extra' reads s3://bucket/keys/${{job_name}}/, and no "
         f"--job-name was given: this job would be named {name}, for which nothing was staged there, so the channel "
@@ -435,7 +435,7 @@ def test_two_jobs_from_one_spec_have_two_homes_and_resume_auto_sees_only_its_own
     aws = moto_aws(moto)
     s3 = aws("s3", "us-west-2")
     s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    a, b = (T.dryrun(compiled(PER_JOB), job_name=n).request["CreateTrainingJob"] for n in ("mrcnn-a", "mrcnn-b"))
+    a, b = (T.dryrun(compiled(PER_JOB), job_name=n).request.CreateTrainingJob for n in ("mrcnn-a", "mrcnn-b"))
     for field in (("CheckpointConfig", "S3Uri"), ("OutputDataConfig", "S3OutputPath")):
         assert a[field[0]][field[1]] != b[field[0]][field[1]]
     assert T.key_channel_uri(a) != T.key_channel_uri(b)
@@ -451,7 +451,7 @@ def test_two_jobs_from_one_spec_have_two_homes_and_resume_auto_sees_only_its_own
     assert T.run(dry_c, clients=moto_clients(moto), aws=aws, out=out, resume_from="mrcnn-a") == 0
     assert ("resuming from mrcnn-a: 1 checkpoint object(s) copied from s3://bucket/mpirun-kit/jobs/mrcnn-a/checkpoints"
             in out.getvalue())
-    assert sees(dry_c.request["CreateTrainingJob"]) == ["mpirun-kit/jobs/mrcnn-c/checkpoints/model_0001000.pth"]
+    assert sees(dry_c.request.CreateTrainingJob) == ["mpirun-kit/jobs/mrcnn-c/checkpoints/model_0001000.pth"]
     with pytest.raises(SpecError, match="--resume-from mrcnn-z: no checkpoints under s3://bucket/mpirun-kit/jobs/"
                                         "mrcnn-z/checkpoints"):
         T.run(T.dryrun(compiled(PER_JOB), job_name="mrcnn-d"), clients=moto_clients(moto), aws=aws,
@@ -480,8 +480,8 @@ def test_submit_role_session_is_tagged_with_the_job_name(moto):
             client.assume_role = assume_role
         return client
     dry = T.dryrun(compiled(text), job_name="mrcnn-t")
-    assert dry.request["CreateTrainingJob"]["SessionChainingConfig"] == {"EnableSessionTagChaining": True}
+    assert dry.request.CreateTrainingJob["SessionChainingConfig"] == {"EnableSessionTagChaining": True}
     assert T.run(dry, aws=spy, out=io.StringIO(), keep_keys=True) == 0
     assert seen[:2] == [("sts", False), [{"Key": "mpirun-kit-job", "Value": "mrcnn-t"}]]
     assert ("sagemaker", True) in seen and ("s3", True) in seen
-    assert "SessionChainingConfig" not in T.dryrun(compiled(PER_JOB), job_name="x").request["CreateTrainingJob"]
+    assert "SessionChainingConfig" not in T.dryrun(compiled(PER_JOB), job_name="x").request.CreateTrainingJob

@@ -53,7 +53,7 @@ def test_dry_run_redacts_only_environment_and_hyperparameter_values():
     assert shown["Tags"] == [{"Key": "team", "Value": "vision"}]
     assert shown["Environment"]["WANDB_API_KEY"] == "***"
     assert "hunter2" not in json.dumps(shown)
-    sent = dry.request["CreateTrainingJob"]
+    sent = dry.request.CreateTrainingJob
     assert {k: v for k, v in shown.items() if k not in ("Environment", "HyperParameters")} == \
         {k: v for k, v in sent.items() if k not in ("Environment", "HyperParameters")}
     assert '"Key": "team"' in dry.render()

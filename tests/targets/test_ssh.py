@@ -98,7 +98,7 @@ def test_unknown_host_key_is_rejected(tmp_path):
 def test_dry_run_passes_the_output_level_to_every_host(tmp_path):
     """submit -q on ssh hosts leaves only errors and the result, as on sim and local: -q reaches each entrypoint."""
     c = compile_job(load_job_text(spec(tmp_path, ["a:2", "b"], "true").read_text(), "job.yaml"))
-    flags = {level: (lambda argv: argv[argv.index("--opt-ml") + 2:])(T.dryrun(c, run_id="r1", **kw).request["commands"]["b"])
+    flags = {level: (lambda argv: argv[argv.index("--opt-ml") + 2:])(T.dryrun(c, run_id="r1", **kw).request.commands["b"])
              for level, kw in {"quiet": {"verbose": False, "quiet": True}, "default": {"verbose": False},
                                "verbose": {"verbose": True}}.items()}
     assert flags == {"quiet": ["-q"], "default": ["--no-progress"], "verbose": []}
@@ -108,31 +108,31 @@ def test_dry_run_value(tmp_path):
     c = compile_job(load_job_text(spec(tmp_path, ["a:2", "b"], "true").read_text(), "job.yaml"))
     d = T.dryrun(c, run_id="r1")
     wd = f"{tmp_path / 'remote'}/r1"
-    assert d.request["hosts"] == [{"name": "a", "slots": 2}, {"name": "b", "slots": 1}]
+    assert d.request.hosts == [{"name": "a", "slots": 2}, {"name": "b", "slots": 1}]
     assert d.files[1] == (f"{wd}/hostfile", "a slots=2\nb slots=1\n")
     # Every command is an argv: what used to be shell (the pid file, the cancel loop, the atomic write) runs on the
     # host as mpirun_kit.exec.remote_host (issue 31 item 8).
     py = sys.executable
-    assert d.request["commands"]["b"] == [
+    assert d.request.commands["b"] == [
         py, "-m", "mpirun_kit.exec.remote_host", "start", "--pid-file", f"{wd}/b.pid", "--dir", f"{wd}/b", "--",
         py, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile", f"{wd}/hostfile", "--current-host",
         "b", "--spec", f"{wd}/launch-spec.json", "--opt-ml", f"{wd}/b"]
-    assert d.request["ready_timeout_s"] == 9.0
+    assert d.request.ready_timeout_s == 9.0
     # Everything sent is in the value: preflight, ship (per host, per file), cancel, the failure report's read.
-    assert d.request["preflight"] == [py, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
-    assert d.request["ship"]["b"][f"{wd}/hostfile"] == [py, "-m", "mpirun_kit.exec.remote_host", "write",
+    assert d.request.preflight == [py, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
+    assert d.request.ship["b"][f"{wd}/hostfile"] == [py, "-m", "mpirun_kit.exec.remote_host", "write",
                                                          f"{wd}/hostfile"]
-    assert sorted(d.request["ship"]["a"]) == [f"{wd}/hostfile", f"{wd}/launch-spec.json"]
+    assert sorted(d.request.ship["a"]) == [f"{wd}/hostfile", f"{wd}/launch-spec.json"]
     grace = c.launch.timeouts.grace_s
-    assert d.request["cancel"]["a"] == [py, "-m", "mpirun_kit.exec.remote_host", "cancel", "--pid-file",
+    assert d.request.cancel["a"] == [py, "-m", "mpirun_kit.exec.remote_host", "cancel", "--pid-file",
                                         f"{wd}/a.pid", "--grace", f"{grace + T.ENTRYPOINT_STOP_S:g}", "--wait",
                                         f"{T.PID_WAIT_S:g}"]
-    assert d.request["fetch_failure"] == {"a": [py, "-m", "mpirun_kit.exec.remote_host", "read",
+    assert d.request.fetch_failure == {"a": [py, "-m", "mpirun_kit.exec.remote_host", "read",
                                                 f"{wd}/a/output/failure", "--limit", str(T.FAILURE_READ_LIMIT)]}
-    assert not any(isinstance(v, str) for v in (d.request["preflight"], *d.request["commands"].values(),
-                                                *d.request["cancel"].values()))
+    assert not any(isinstance(v, str) for v in (d.request.preflight, *d.request.commands.values(),
+                                                *d.request.cancel.values()))
     text = d.render()
-    for argv in (d.request["preflight"], d.request["cancel"]["b"], d.request["commands"]["a"]):
+    for argv in (d.request.preflight, d.request.cancel["b"], d.request.commands["a"]):
         assert all(word.replace('"', '\\"') in text for word in argv)
 
 
