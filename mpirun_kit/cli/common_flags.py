@@ -34,11 +34,19 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def say(line: str) -> None:
+def output_level(args) -> int:
+    """The command's output level (core/verbosity.py), set on ``args`` by cli/main.py; a namespace built
+    without main (a library caller's, a test's) gets VERBOSE, the library's level."""
+    from ..core import verbosity
+
+    return getattr(args, "verbosity", verbosity.VERBOSE)
+
+
+def say(args, line: str) -> None:
     """One line of ours on stderr (the region the spec's stacks are read in), unless -q."""
     from ..core import verbosity
 
-    if verbosity.LEVEL >= verbosity.DEFAULT:
+    if output_level(args) >= verbosity.DEFAULT:
         print(f"mpirun_kit: {line}", file=sys.stderr, flush=True)
 
 

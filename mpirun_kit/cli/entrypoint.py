@@ -102,6 +102,7 @@ def default_launch_opt_ml() -> Path:
 
 def options_from_args(args):
     from ..entrypoint import EntrypointOptions
+    from .common_flags import output_level
 
     program = tuple(args.program[1:] if args.program[:1] == ["--"] else args.program)
     overrides = {}
@@ -116,7 +117,8 @@ def options_from_args(args):
         opt_ml=opt_ml, opt_ml_private=default_opt_ml, role=args.role, dry_run=args.dry_run, json=args.json, start_sshd=not args.no_sshd,
         sshd_config=args.sshd_config, hosts=args.hosts, hostfile=args.hostfile, current_host=args.current_host,
         spec_file=args.spec, secret_file=args.secret_file, program=program, overrides=tuple(overrides.items()),
-        job=args.job if args.job is not None else os.environ.get("TRAINING_JOB_NAME", ""), launch=args.launch)
+        job=args.job if args.job is not None else os.environ.get("TRAINING_JOB_NAME", ""), launch=args.launch,
+        verbosity=output_level(args))
     return opts, args.grace
 
 

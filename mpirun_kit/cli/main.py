@@ -220,10 +220,15 @@ class _Format(logging.Formatter):
         return f"mpirun_kit: {msg}"
 
 
-def configure_output(verbose: int, quiet: bool) -> logging.Handler:
-    """Route the library's log records to stderr in the tool's one format; returns the handler (to remove)."""
+def output_level(verbose: int, quiet: bool) -> int:
+    """The tool's own output level (core/verbosity.py) for one command: a value the CLI passes down (issue #31)."""
     from ..core import verbosity
 
+    return verbosity.QUIET if quiet else min(verbose + 1, verbosity.VERBOSE)
+
+
+def configure_output(verbose: int, quiet: bool) -> logging.Handler:
+    """Route the library's log records to stderr in the tool's one format; returns the handler (to remove)."""
     level = logging.ERROR if quiet else {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     from ..redact import RedactingFilter
 
@@ -236,13 +241,10 @@ def configure_output(verbose: int, quiet: bool) -> logging.Handler:
     # Third-party chatter ("Found credentials in environment variables") only at -vv.
     for noisy in ("botocore", "boto3", "urllib3", "paramiko", "s3transfer"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose >= 2 else logging.WARNING)
-    verbosity.LEVEL = verbosity.QUIET if quiet else min(verbose + 1, verbosity.VERBOSE)
     return handler
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..core import verbosity
-
     parser = build_parser()
     if "_ARGCOMPLETE" in os.environ:
         # Shell completion (argcomplete's protocol: the shell sets _ARGCOMPLETE and COMP_LINE); it prints
@@ -259,10 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
-    saved_level, saved_root = verbosity.LEVEL, logging.getLogger().level
+    saved_root = logging.getLogger().level
     by_default = args.command_name in PROGRESS_BY_DEFAULT and not getattr(args, "no_progress", False)
     verbose = args.verbose or (1 if by_default else 0)
     handler = configure_output(verbose, args.quiet)
+    args.verbosity = output_level(verbose, args.quiet)   # passed down from here, never kept in a module (issue #31)
     try:
         return int(args.func(args) or 0)
     except MpirunKitError as exc:
@@ -289,7 +292,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         logging.getLogger().removeHandler(handler)
         logging.getLogger().setLevel(saved_root)
-        verbosity.LEVEL = saved_level
 
 
 if __name__ == "__main__":

@@ -41,14 +41,14 @@ def _plan(args) -> int:
     from .resolve import compile_with_stack_values
 
     # A plan runs nothing: stacks it cannot read without AWS stay ${stack:...}, each with what resolves it.
-    compiled, facts, stack_values = compile_with_stack_values(args, offline=True, report=say)
+    compiled, facts, stack_values = compile_with_stack_values(args, offline=True, report=lambda line: say(args, line))
     short, note = quota_preflight(compiled)
     if short:
         import dataclasses
 
         compiled = dataclasses.replace(compiled, warnings=compiled.warnings + (short,))
     if note:
-        say(f"note: {note}")
+        say(args, f"note: {note}")
     local = compiled.job.target.type in ("local", "sim")
     plan = jobplan.make_job_plan(
         # Remote masters build the plan from their own environment; only local runs forward ours.

@@ -155,7 +155,7 @@ def _region(args: argparse.Namespace) -> str:
     if region is None:
         raise SpecError("no AWS region configured; pass --region REGION, or set AWS_DEFAULT_REGION (or `region` in "
                         "~/.aws/config)")
-    say(f"region {region} (from {source})")
+    say(args, f"region {region} (from {source})")
     args._region = region
     return region
 
@@ -216,7 +216,7 @@ def _deploy(args: argparse.Namespace) -> int:
         if any(p.name == "AvailabilityZone1" for p in template.parameters):
             params, lines = map_zones(params, _client(args, "ec2"), _region(args))
             for line in lines:
-                say(line)
+                say(args, line)
     request = make_deploy_request(args.name, template, params, cs_name,
                                   termination_protection=args.termination_protection, previous=previous)
     if args.dry_run:
@@ -279,7 +279,7 @@ def _preflight(args: argparse.Namespace, template: Any, params: dict) -> None:
         logging.getLogger(__name__).info("note: %s", note)
     cost = stack_monthly(args.template, params, defaults, _region(args))
     if cost:
-        say(cost)
+        say(args, cost)
 
 
 def _request_json(request: Any) -> str:

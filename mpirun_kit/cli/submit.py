@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..errors import ExitCode
 from .resolve import compile_from_args
-from .common_flags import SPEC_CODE_NOTES, add_spec_args, add_state_dir_arg, store_of
+from .common_flags import SPEC_CODE_NOTES, add_spec_args, add_state_dir_arg, output_level, store_of
 
 
 def _submit(args) -> int:
@@ -38,12 +38,13 @@ def _submit(args) -> int:
     try:
         from .common_flags import say
 
-        compiled = compile_for_submit(args, report=say)
+        compiled = compile_for_submit(args, report=lambda line: say(args, line))
         for w in compiled.warnings:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         target = get_target(compiled.job.target.type)
         if args.dry_run:
-            dry = target.prepare(compiled, SubmitOptions(wait=args.wait, job_name=args.job_name))
+            dry = target.prepare(compiled, SubmitOptions(wait=args.wait, job_name=args.job_name,
+                                                            verbosity=output_level(args)))
             for w in dry.warnings:  # a target returns what the user must hear; the CLI says it
                 print(f"mpirun_kit: warning: {w}", file=sys.stderr)
             print(dry.to_json() if args.json else dry.render(), end="\n" if args.json else "")
@@ -53,7 +54,7 @@ def _submit(args) -> int:
             print(f"mpirun_kit: warning: {w}", file=sys.stderr)
         if args.detach:
             return detach(args, store, rec)
-        say_job(rec)
+        say_job(rec, output_level(args))
         outcome = supervise(store, rec, target, dry, opts, started=started)
     except Exception as exc:
         known = exc if isinstance(exc, MpirunKitError) else translate(exc)
@@ -66,12 +67,12 @@ def _submit(args) -> int:
     return outcome.exit_code
 
 
-def say_job(rec) -> None:
+def say_job(rec, level: int) -> None:
     """The job id first (`status`, `logs`, `cancel` take it): on a terminal, and at -v; by default a redirected
     submit prints only the ranks' lines and warnings (issue 16), and --json's result line carries the id."""
     from ..core import verbosity
 
-    if verbosity.LEVEL >= verbosity.VERBOSE or (verbosity.LEVEL >= verbosity.DEFAULT and sys.stderr.isatty()):
+    if level >= verbosity.VERBOSE or (level >= verbosity.DEFAULT and sys.stderr.isatty()):
         print(f"mpirun_kit: job {rec.job_id} (run directory {rec.run_dir})", file=sys.stderr, flush=True)
 
 
@@ -108,7 +109,8 @@ def begin(args, compiled, target):
     rec = store.create(compiled.job.name, target.name, spec=str(spec_path),
                        runs_root=runs_root(compiled, store, spec_path.parent))
     opts = SubmitOptions(wait=args.wait, job_name=args.job_name, keep_keys=args.keep_keys,
-                         resume_from=args.resume_from, job_id=rec.job_id, run_dir=rec.run_dir)
+                         resume_from=args.resume_from, job_id=rec.job_id, run_dir=rec.run_dir,
+                         verbosity=output_level(args))
     try:
         dry = target.prepare(compiled, opts)
         rec = record_request(store, rec, target, compiled, dry, opts)
@@ -240,7 +242,7 @@ DETACH_START_S = 60.0
 
 def detach(args, store, rec) -> int:
     """``submit --detach``: the job started under its own supervisor; its id on stdout, how to follow it on stderr."""
-    now = start_detached(store, rec)
+    now = start_detached(store, rec, level=output_level(args))
     if args.json:
         print(json.dumps({"job_id": rec.job_id, "state": now.state.value, "run_dir": rec.run_dir}), flush=True)
     else:
@@ -252,9 +254,11 @@ def detach(args, store, rec) -> int:
     return 0
 
 
-def start_detached(store, rec, *, clock=None):
+def start_detached(store, rec, *, level: int | None = None, clock=None):
     """Start ``mpirun_kit run-detached ID`` in a session of its own (no terminal, stdin from /dev/null, stdout to
     the run directory's output.log, stderr to submit.log) and return the record once it runs the job.
+    ``level``: the output level (core/verbosity.py) it prints at; None: VERBOSE, the library's.  The status
+    line's level travels in the saved request's SubmitOptions.verbosity too.
 
     Raises:
         LaunchError: it ended, or did not start the job within DETACH_START_S (its last lines quoted).
@@ -266,8 +270,9 @@ def start_detached(store, rec, *, clock=None):
 
     clock = clock or SYSTEM_CLOCK
     run = Path(rec.run_dir)
-    level = ["-q"] if verbosity.LEVEL <= verbosity.QUIET else ["-v"] if verbosity.LEVEL >= verbosity.VERBOSE else []
-    argv = [sys.executable, "-m", "mpirun_kit.cli.main", *level, "run-detached", rec.job_id,
+    level = verbosity.VERBOSE if level is None else level
+    flags = ["-q"] if level <= verbosity.QUIET else ["-v"] if level >= verbosity.VERBOSE else []
+    argv = [sys.executable, "-m", "mpirun_kit.cli.main", *flags, "run-detached", rec.job_id,
             "--state-dir", str(store.dir)]
     store.update(rec.job_id, detached=True)
     with open(os.devnull, "rb") as stdin, open(run / RUN_FILES["output"], "ab") as out, \

@@ -1,10 +1,12 @@
 """How much the tool prints of its own: the one output level, read by every printer of the tool's lines.
 
-Place in the data flow: the CLI sets ``LEVEL`` for one command (cli/main.py ``configure_output``)
-and restores it after; the targets' status line (targets/base.py ``StatusLine``), the entrypoint's
-progress lines (entrypoint/common.py ``say``) and the hosts a target starts (their ``verbose``
-choice) read it.  Library callers keep the default.  Standard library only: every entrypoint
-imports it on the launch's critical path.
+Place in the data flow: no module holds the level (issue #31: no global).  The CLI works it out for one
+command (cli/main.py ``output_level``, kept as ``args.verbosity``) and passes it down as a value: into
+``SubmitOptions.verbosity`` (the targets' status line, targets/base.py ``StatusLine(level=...)``, and the
+hosts' ``verbose``/``quiet`` choice; saved with the job's request so ``run-detached`` prints the same),
+and into ``EntrypointOptions.progress`` (entrypoint/common.py ``say``, exec/process.py ``run_launcher``'s
+``quiet``).  Library callers get ``VERBOSE`` by default.  Standard library only: every entrypoint imports
+it on the launch's critical path.
 
 Levels: 0 (``-q``) nothing; 1 (default) the live status line (on a terminal only) and ``done``
 lines; 2 (``-v``, ``entrypoint`` by default, and library callers) also each status change as a
@@ -13,9 +15,6 @@ line when stderr is not a terminal, and ``note`` and progress lines.
 from __future__ import annotations
 
 QUIET, DEFAULT, VERBOSE = 0, 1, 2
-
-#: the level in force; read it as ``verbosity.LEVEL`` at the time of printing (the CLI changes it).
-LEVEL = VERBOSE
 
 
 def entrypoint_flags(verbose: bool, quiet: bool) -> list[str]:

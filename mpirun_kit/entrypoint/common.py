@@ -4,7 +4,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..core import verbosity
 from ..exec.channel.keys import worker_key_from_secret
 from ..core.files import write_atomic
 from ..exec.result import RESULT_FILE, JobResult, error_result, failure_file_text
@@ -12,16 +11,12 @@ from ..exec.result import RESULT_FILE, JobResult, error_result, failure_file_tex
 log = logging.getLogger(__name__)
 
 
-def progress_shown() -> bool:
-    """Whether the tool's progress lines print: at -v, and by default for `entrypoint` (its stderr is the
-    job's log, and the SageMaker metrics read its progress lines); `launch` and the targets' hosts under a
-    plain `submit` stay quiet."""
-    return verbosity.LEVEL >= verbosity.VERBOSE
-
-
-def say(out, text: str) -> None:
-    """A progress line of the tool's own (``mpirun_kit: text``), printed only when ``progress_shown()``."""
-    if progress_shown():
+def say(out, text: str, *, shown: bool) -> None:
+    """A progress line of the tool's own (``mpirun_kit: text``), printed only when ``shown``: the entrypoint's
+    ``progress`` option (EntrypointOptions.verbosity at VERBOSE: -v, and `entrypoint` by default, its stderr
+    being the job's log that the SageMaker metrics read; `launch` and the targets' hosts under a plain
+    `submit` stay quiet).  Passed down, never read from a module (issue #31)."""
+    if shown:
         print(f"mpirun_kit: {text}", file=out, flush=True)
 
 

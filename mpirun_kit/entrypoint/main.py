@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TextIO
 
+from ..core import verbosity
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..cluster import Cluster, elect_master
 from ..cluster.discover import DEFAULT_OPT_ML, discover_cluster, read_hyperparameters
@@ -67,6 +68,9 @@ class EntrypointOptions:
     launch: bool = False
     #: LaunchSpec fields given on the command line (name -> value); they win.
     overrides: tuple[tuple[str, object], ...] = ()
+    #: the output level (core/verbosity.py), passed down from the CLI (-q, --no-progress, -v): progress lines at
+    #: VERBOSE (`entrypoint`'s default), mpirun's rank-exit banners dropped at QUIET.  Library callers: VERBOSE.
+    verbosity: int = verbosity.VERBOSE
 
 
 def resolve_spec(opts: EntrypointOptions) -> LaunchSpec:
@@ -214,7 +218,8 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
 
             plan = planned()
             result = run_master(plan, environ, opts.opt_ml, latch, clock=clock, worker_key=worker_key, job=opts.job,
-                                workers_run_entrypoints=not opts.launch)
+                                workers_run_entrypoints=not opts.launch,
+                                progress=opts.verbosity >= verbosity.VERBOSE, quiet=opts.verbosity <= verbosity.QUIET)
         else:
             from .worker import run_worker
 
@@ -237,7 +242,7 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
             # sshd connection per host for nothing the master does not learn anyway).
             sshd_up = opts.start_sshd
             result = run_worker(plan, me, opts.opt_ml, latch, clock=clock, sshd=sshd, worker_key=worker_key,
-                                sshd_up=sshd_up, job=opts.job)
+                                sshd_up=sshd_up, job=opts.job, progress=opts.verbosity >= verbosity.VERBOSE)
     if opts.json:
         print(json.dumps({"host": me, "role": role, "exit_code": result.exit_code, "summary": result.summary}),
               file=out)

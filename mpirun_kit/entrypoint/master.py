@@ -42,7 +42,7 @@ from ..plan.env import launcher_env
 from ..plan.launch_plan import RANK_MODULE, LaunchPlan
 from ..plan.mpi import get_flavour
 from ..redact import is_secret, redact_text
-from .common import progress_shown, say, write_result
+from .common import say, write_result
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,8 @@ def with_rejections(result: JobResult, counts: Mapping[str, int]) -> JobResult:
 
 def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch: SignalLatch, *,
                clock: Clock = SYSTEM_CLOCK, bind: str | None = None, log_stream: TextIO | None = None,
-               worker_key: bytes | None = None, job: str = "", workers_run_entrypoints: bool = True) -> JobResult:
+               worker_key: bytes | None = None, job: str = "", workers_run_entrypoints: bool = True,
+               progress: bool = True, quiet: bool = False) -> JobResult:
     """Run the job as master; return the JobResult every host exits with.
 
     Args:
@@ -97,6 +98,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             random per run (no hello can be forged), and the other hosts' ranks get their key directories over
             the ssh mpirun uses (exec/channel/keyhost.py) before mpirun starts; a host whose hand-off fails is
             named, and its ranks run without reports (and are not expected to report).
+        progress: print the tool's progress lines (entrypoint/common.py ``say``); from the entrypoint's options.
+        quiet: -q: mpirun's banners that only restate a rank's exit are left out (exec/process.py).
 
     Raises:
         LaunchError: the result channel cannot be opened (port taken, name unresolvable).
@@ -110,7 +113,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     rank_hosts = {r.rank: r.host for r in plan.ranks}
     monitor = HangMonitor(rank_hosts, t.stall_s, t.hang_abort_s, opt_ml,
                           lambda ranks: server.send_to_ranks(ranks, {"type": "stacks"}), clock=clock, out=out,
-                          progress_to_out=progress_shown(),
+                          progress_to_out=progress,
                           # the ranks' wrappers watch their programs from outside (observe/relay.py)
                           send=lambda ranks, msg: server.send_to_ranks(ranks, msg))
     try:
@@ -141,7 +144,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         # srun starts ranks through each node's slurmd: no worker's sshd is needed (plan/mpi.py's srun row).
         if workers and get_flavour(plan.mpi_flavour).uses_ssh:
             say(out, f"master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
-                     f"(deadline {plan.ssh_deadline_s():g} s)")
+                     f"(deadline {plan.ssh_deadline_s():g} s)", shown=progress)
             try:
                 # Pushed readiness (a worker's hello says its sshd answers) or the TCP + banner probe,
                 # whichever comes first: hosts without our entrypoint are found by the probe.
@@ -150,8 +153,8 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                     pushed=server.wait_sshd_up,
                     progress=lambda pending, t: say(
                         out, f"still waiting for sshd on {len(pending)} host(s) after {t:.0f} s: "
-                             f"{', '.join(pending[:10])}{' ...' if len(pending) > 10 else ''}"))
-                say(out, f"all {len(workers)} worker sshd answered in {max(ready.values()):.2f} s")
+                             f"{', '.join(pending[:10])}{' ...' if len(pending) > 10 else ''}", shown=progress))
+                say(out, f"all {len(workers)} worker sshd answered in {max(ready.values()):.2f} s", shown=progress)
             except SSHUnreachableError as exc:
                 if not latch.received:
                     result = JobResult(exc.exit_code, reason=str(exc), cause="unreachable")
@@ -164,11 +167,11 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                                reason=f"the master entrypoint received {latch.received} before mpirun started",
                                interrupted_by=latch.received)
             finishing = True
-            return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=True)
+            return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=True, progress=progress)
         # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
         env = {**launcher_env(environ, plan.env),
                RUN_NONCE_VAR: _run_nonce_value(server, plan, workers_run_entrypoints, handoff)}
-        say(out, f"launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)")
+        say(out, f"launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)", shown=progress)
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")
         started = True
@@ -180,7 +183,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             grace_s=t.grace_s, job_timeout_s=t.job_s, cwd=plan.working_dir, clock=clock,
             parent_death_signal=signal.SIGTERM,
             # A stop reaches the ranks over the channel first: mpirun would SIGKILL them 1 s after its SIGTERM.
-            rank_stop=RankStop(server, rank_hosts, t.grace_s + HOLD_MARGIN_S))
+            rank_stop=RankStop(server, rank_hosts, t.grace_s + HOLD_MARGIN_S), quiet=quiet)
         log.info("mpirun exited: %s", f"killed by {lex.signal}" if lex.signal else f"code {lex.returncode}")
         rec.mark("mpirun_exited")
         monitor.stop()
@@ -192,27 +195,27 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             result = replace(result, hang=monitor.hang)     # --json and result.json carry the stall (observe/hang.py)
         rec.hang, rec.exit_code = monitor.hang, int(result.exit_code)    # the timeline's stall and stop marks
         finishing = True
-        return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=False)
+        return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=False, progress=progress)
     finally:
         if not finishing:   # an error before the job's result was made
             monitor.stop()
             _finished(server, plan, keys, result or JobResult(
                 ExitCode.LAUNCH_FAILED, reason="the master entrypoint failed before the job ran; see its log",
                 cause="launch_failed"),
-                opt_ml, out, rec, everyone=not started)
+                opt_ml, out, rec, everyone=not started, progress=progress)
         if handoff is not None:
             handoff.close(clock=clock)      # every other host's key directory goes
 
 
 def _finished(server: ResultServer, plan: LaunchPlan, keys: str | None, result: JobResult, opt_ml: Path,
-              out: TextIO, rec: timeline.Recorder, everyone: bool) -> JobResult:
+              out: TextIO, rec: timeline.Recorder, everyone: bool, progress: bool) -> JobResult:
     """The job's end on the master: key files gone, refusals counted into the result, the result out."""
     remove_key_dir(keys)
     counts = server.rejection_counts()
     if counts:
         log.warning("result channel: refused by kind: %s", ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
     result = with_rejections(result, counts)
-    _finish(server, plan, result, opt_ml, out, rec, everyone=everyone)
+    _finish(server, plan, result, opt_ml, out, rec, everyone=everyone, progress=progress)
     return result
 
 
@@ -341,7 +344,7 @@ def _redacted_tail(lex: LauncherExit, plan: LaunchPlan) -> tuple[str, ...]:
 
 
 def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: Path, out: TextIO,
-            rec: timeline.Recorder | None = None, everyone: bool = False) -> None:
+            rec: timeline.Recorder | None = None, everyone: bool = False, progress: bool = True) -> None:
     """Failure file, result to the workers, their acks.  ``everyone``: wait for every worker of the plan, not
     only the connected ones (mpirun never started, so some may still be connecting and must hear the result)."""
     try:
@@ -363,7 +366,7 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
             - set(server.lost_workers())
         late = server.wait_acks(waiting_for, ACK_WAIT_S) if waiting_for else frozenset()
         if rec is not None:
-            _write_timeline(server, plan, rec, opt_ml, out)
+            _write_timeline(server, plan, rec, opt_ml, out, progress)
         if plan.workers:
             log.info("job result (exit code %d) sent to %d of %d worker(s)", result.exit_code, sent,
                      len(plan.workers))
@@ -375,7 +378,7 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
 
 
 def _write_timeline(server: ResultServer, plan: LaunchPlan, rec: timeline.Recorder, opt_ml: Path,
-                    out: TextIO) -> None:
+                    out: TextIO, progress: bool = True) -> None:
     """Merge every host's phases and the ranks' reports into <opt_ml>/output/timeline.json; never raises."""
     rec.mark("acked")
     rec.mark("exited")
@@ -385,4 +388,4 @@ def _write_timeline(server: ResultServer, plan: LaunchPlan, rec: timeline.Record
     except OSError as exc:
         log.warning("could not write the timeline to %s/output: %s", opt_ml, exc)
         return
-    say(out, f"{timeline.summary_line(data)} (mpirun_kit timeline {path})")
+    say(out, f"{timeline.summary_line(data)} (mpirun_kit timeline {path})", shown=progress)

@@ -55,12 +55,14 @@ STOP_MARGIN_S = 3.0
 
 def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, clock: Clock = SYSTEM_CLOCK,
                sshd: subprocess.Popen | None = None, log_stream: TextIO | None = None,
-               worker_key: bytes | None = None, sshd_up: bool = False, job: str = "") -> JobResult:
+               worker_key: bytes | None = None, sshd_up: bool = False, job: str = "",
+               progress: bool = True) -> JobResult:
     """Follow the job as worker ``me``; return the master's result.
 
     ``worker_key``: the workers' channel key (entrypoint/common.py); None = the job has no secret.
     ``job``: the job's name (inside every channel MAC and key, exec/channel/).
     ``sshd_up``: this host's sshd answered locally; the hello tells the master (readiness pushed).
+    ``progress``: print the tool's progress lines (entrypoint/common.py ``say``); from the entrypoint's options.
 
     Raises:
         MasterLostError: the master never connected, died, or went silent.
@@ -89,10 +91,10 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     except MasterLostError as exc:
         write_failure(opt_ml, exc.exit_code, f"worker {me}: {exc}")
         raise
-    say(out, f"worker {me}: connected to master {plan.master}; waiting for {'/'.join(plan.daemons)}")
+    say(out, f"worker {me}: connected to master {plan.master}; waiting for {'/'.join(plan.daemons)}", shown=progress)
     try:
         rec.mark("ready")
-        result = _follow(plan, me, link, latch, clock, out, rec)
+        result = _follow(plan, me, link, latch, clock, out, rec, progress=progress)
     except (MasterLostError, LaunchError) as exc:
         write_failure(opt_ml, exc.exit_code, f"worker {me}: {exc}")
         raise
@@ -107,7 +109,7 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
 
 
 def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clock: Clock, out: TextIO,
-            rec: Recorder | None = None) -> JobResult:
+            rec: Recorder | None = None, progress: bool = True) -> JobResult:
     t = plan.timeouts
     last_heard = clock.monotonic()
     daemon_deadline = Deadline(clock, plan.daemon_deadline_s())
@@ -138,7 +140,7 @@ def _follow(plan: LaunchPlan, me: str, link: MasterLink, latch: SignalLatch, clo
                     ack["timeline"] = rec.as_list()
                 link.send(ack)
                 code = msg["exit_code"]  # validated by MasterLink: an int 0-255
-                say(out, f"worker {me}: job result from master: exit code {code}")
+                say(out, f"worker {me}: job result from master: exit code {code}", shown=progress)
                 return result_from_message(msg)
         if now - last_heard > t.master_silence_s:
             signal_pids(alive(daemons), signal.SIGTERM)

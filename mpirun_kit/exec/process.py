@@ -42,7 +42,6 @@ from typing import BinaryIO, Callable, Collection, Mapping, Protocol, Sequence
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode, LaunchError
-from ..core import verbosity
 from .output import pump_tagged
 from .signals import SignalLatch, signal_name
 from .supervisor import ProcessChild, Stop, Supervisor, signal_pid, signal_stop, start_process
@@ -80,7 +79,7 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
                  stderr: BinaryIO | None = None, tail_lines: int = 12,
                  on_start: Callable[[subprocess.Popen], None] | None = None,
                  parent_death_signal: int | None = None, rank_stop: RankStopper | None = None,
-                 stop_source: Callable[[], str] | None = None) -> LauncherExit:
+                 stop_source: Callable[[], str] | None = None, quiet: bool = False) -> LauncherExit:
     """Run ``argv`` to the end under the supervisor (supervisor.py) and return how it ended.
 
     Args:
@@ -90,6 +89,7 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
         job_timeout_s: the job's own deadline; None = none.
         rank_stop: on a stop, asks the ranks first (module docstring); None = SIGTERM to mpirun at once.
         stop_source: who asked for a stop ``cancelled`` reported (``user`` or ``launcher``); default ``user``.
+        quiet: -q: leave out Open MPI's banners that only restate a rank's exit (the entrypoint's level).
 
     Raises:
         LaunchError: the launcher could not be started (missing, not executable).
@@ -107,8 +107,8 @@ def run_launcher(argv: Sequence[str], env: Mapping[str, str], *, rank_hosts: Map
     tag_re = re.compile(tag_regex)
     tail: collections.deque = collections.deque(maxlen=tail_lines)
     lock = threading.Lock()
-    # -q: Open MPI's banners that only restate a rank's exit are left out (the failure summary names it).
-    quiet = verbosity.LEVEL <= verbosity.QUIET
+    # quiet (-q, passed down by entrypoint/master.py): Open MPI's banners that only restate a rank's exit are
+    # left out (the failure summary names it).
     pumps = [threading.Thread(target=pump_tagged, args=(s, d, tag_re, rank_hosts, tail, lock),
                               kwargs={"drop_rank_exit_banners": quiet}, daemon=True)
              for s, d in ((proc.stdout, stdout), (proc.stderr, stderr))]

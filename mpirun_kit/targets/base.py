@@ -98,6 +98,8 @@ class StatusLine:
 
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     clock: Clock = SYSTEM_CLOCK
+    #: the output level (core/verbosity.py), passed down from the CLI (``SubmitOptions.verbosity``)
+    level: int = verbosity.VERBOSE
     start: float = field(default=0.0)
     last: str = ""
     _live: Any = field(default=None, init=False, repr=False)   # the tqdm bar while a live line shows
@@ -107,7 +109,7 @@ class StatusLine:
 
     def update(self, text: str) -> None:
         line = f"mpirun_kit: [{self.clock.monotonic() - self.start:.0f}s] {text}"
-        if verbosity.LEVEL == verbosity.QUIET:
+        if self.level == verbosity.QUIET:
             pass
         elif self.stream.isatty():
             if self._live is None:
@@ -118,7 +120,7 @@ class StatusLine:
                 width = {"ncols": 80, "nrows": 24} if _columns(self.stream) == 0 else {"dynamic_ncols": True}
                 self._live = tqdm(file=self.stream, bar_format="{desc}", leave=False, mininterval=0, **width)
             self._live.set_description_str(line, refresh=True)
-        elif text != self.last and verbosity.LEVEL >= verbosity.VERBOSE:
+        elif text != self.last and self.level >= verbosity.VERBOSE:
             self.stream.write(line + "\n")
             self.stream.flush()
         self.last = text
@@ -128,7 +130,7 @@ class StatusLine:
             self._live.close()      # leave=False: the live line is erased, the next update draws a new one
             self._live = None
         self.last = ""
-        if verbosity.LEVEL >= level:
+        if self.level >= level:
             self.stream.write(f"mpirun_kit: {text} (at {self.clock.monotonic() - self.start:.1f}s)\n")
         self.stream.flush()
 
@@ -179,6 +181,9 @@ class SubmitOptions:
     resume_from: str | None = None      # sagemaker: seed this job's checkpoints from that job's
     job_id: str | None = None           # the record's job id (records.RecordStore.create); None: a dry run
     run_dir: str | None = None          # the record's run directory, never reused; None: a dry run
+    #: the output level (core/verbosity.py): the status line's and the hosts' (-q/-v); saved with the request,
+    #: so `run-detached` prints what `submit` was asked for.  Library callers: VERBOSE.
+    verbosity: int = verbosity.VERBOSE
 
 
 @dataclass(frozen=True)

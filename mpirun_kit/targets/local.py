@@ -147,12 +147,13 @@ def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | Non
     return code
 
 
-def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> Outcome:
-    """Run the local job; return how it ended (exit code: the first failing rank's, or 128+N for signal N)."""
+def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, level: int = verbosity.VERBOSE) -> Outcome:
+    """Run the local job; return how it ended (exit code: the first failing rank's, or 128+N for signal N).
+    ``level``: the status line's output level (core/verbosity.py; ``SubmitOptions.verbosity``)."""
     spec = json.loads(dry.files[0][1])
     refuse_unstartable(dry.job, spec["program"], dry.request.cwd)
     write_files(dry)
-    progress = StatusLine(clock=clock)
+    progress = StatusLine(clock=clock, level=level)
     progress.note(f"local: {dry.request.ranks} rank(s) on this machine")
     req = dry.request
     failure = Path(req.failure_file)
@@ -200,14 +201,14 @@ class LocalTarget(Target[LocalRequest]):
         # The record's run directory, never reused (records/); a dry run has none yet and shows where it would be.
         run_dir = Path(opts.run_dir) if opts.run_dir else Path(output_path(compiled.job)).resolve() / DRY_RUN_DIR
         return {"run_dir": run_dir, "python": self.python(compiled.job),
-                "result_port": free_port(), "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
-                "quiet": verbosity.LEVEL <= verbosity.QUIET}
+                "result_port": free_port(), "verbose": opts.verbosity >= verbosity.VERBOSE,
+                "quiet": opts.verbosity <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)
 
     def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
-        return run_outcome(dry)
+        return run_outcome(dry, level=opts.verbosity)
 
 
 TARGET = LocalTarget()

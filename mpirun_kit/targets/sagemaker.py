@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core import verbosity
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, ExitCode, SpecError
 from ..exec.result import exit_code_from_failure
@@ -249,7 +250,7 @@ class LogFollower:
 
 def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLOCK, out=None,
            poll_s: float = 5.0, timeout_s: float | None = None, progress: StatusLine | None = None,
-           final: dict | None = None) -> int:
+           final: dict | None = None, level: int = verbosity.VERBOSE) -> int:
     """Follow a training job to its end; return its exit code (see ``exit_code_for``).
 
     Args:
@@ -262,7 +263,7 @@ def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLO
         ClusterError: the job is unknown, or following timed out.
     """
     out = out or sys.stdout
-    progress = progress or StatusLine(clock=clock)
+    progress = progress or StatusLine(clock=clock, level=level)
     deadline = Deadline(clock, timeout_s)
     follower = LogFollower(logs_client, job_name, out) if logs_client is not None else None
     last = None
@@ -409,7 +410,7 @@ def seed_checkpoints(s3: Any, checkpoint_uri: str, job_name: str, other: str) ->
 def run(dry: DryRun[SageMakerRequest], *, wait: bool = False, clients: Callable[[str | None], tuple[Any, Any]] = make_clients,
         clock: Clock = SYSTEM_CLOCK, out=None, poll_s: float = 10.0, final: dict | None = None,
         keep_keys: bool = False, resume_from: str | None = None,
-        aws: Callable[..., Any] = make_client) -> int:
+        aws: Callable[..., Any] = make_client, level: int = verbosity.VERBOSE) -> int:
     """Create the training job; with ``wait``, follow it and return its exit code (``final``: see ``follow``).
 
     Before creating it: with ``target.sagemaker.submit_role``, assume that role tagged with the job's name
@@ -467,7 +468,7 @@ def run(dry: DryRun[SageMakerRequest], *, wait: bool = False, clients: Callable[
     limit = stop.get("MaxWaitTimeInSeconds", stop["MaxRuntimeInSeconds"]) + 3600
     try:
         code = follow(sm, name, logs_client=logs if dry.request.logs else None,
-                      clock=clock, out=out, poll_s=poll_s, timeout_s=limit, final=final)
+                      clock=clock, out=out, poll_s=poll_s, timeout_s=limit, final=final, level=level)
     except KeyboardInterrupt:
         out.write(f"stopped following; the job keeps running (mpirun_kit stop {name})\n")
         if made and not keep_keys:
@@ -510,7 +511,7 @@ class SageMakerTarget(Target[SageMakerRequest]):
         started = time.time() if started is None else started
         final: dict = {}
         code = run(dry, wait=opts.wait, clients=clients, poll_s=poll_s, final=final, keep_keys=opts.keep_keys,
-                   resume_from=opts.resume_from)
+                   resume_from=opts.resume_from, level=opts.verbosity)
         name = dry.request.CreateTrainingJob["TrainingJobName"]
         if not opts.wait:
             return Outcome(self.name, dry.job, code, "platform", f"training job {name} created; it runs on SageMaker "

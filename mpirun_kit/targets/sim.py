@@ -101,7 +101,7 @@ def dryrun(compiled: CompiledJob, *, root: Path | None, name: str, mpirun_kit_ex
 
 def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
              progress: StatusLine | None = None, latch: SignalLatch | None = None,
-             err: BinaryIO | None = None) -> tuple[int, dict[str, int], Path]:
+             err: BinaryIO | None = None, level: int = verbosity.VERBOSE) -> tuple[int, dict[str, int], Path]:
     """One attempt on a fresh cluster under ``root/attempt-N``: (exit code, each host's code, master's /opt/ml).
 
     What the ranks print (the entrypoints' stdout) goes to ``out``, everything else (the entrypoints' own
@@ -114,7 +114,7 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
     req = dry.request
-    progress = progress or StatusLine(clock=clock)
+    progress = progress or StatusLine(clock=clock, level=level)
     latch = latch or SignalLatch(signals=())
     progress.update(f"sim: bringing up {req.hosts} host(s)")
     try:
@@ -242,8 +242,9 @@ def _stop(master, why: str, grace_s: float, progress: StatusLine) -> None:
 
 
 def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
-                progress: StatusLine | None = None) -> Outcome:
-    """Run on a fresh simulated cluster per attempt (up to 1 + retries); return how the job ended."""
+                progress: StatusLine | None = None, level: int = verbosity.VERBOSE) -> Outcome:
+    """Run on a fresh simulated cluster per attempt (up to 1 + retries); return how the job ended.
+    ``level``: the status line's output level (core/verbosity.py; ``SubmitOptions.verbosity``)."""
     from ..sim.cluster import host_path
     from .local import refuse_unstartable
 
@@ -251,7 +252,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | Non
     # The hosts share this machine's files: a program that cannot start is refused before any bring-up.
     spec = json.loads(req.hyperparameters[LAUNCH_SPEC_HYPERPARAMETER])
     refuse_unstartable(dry.job, spec["program"], spec.get("working_dir"), host_path())
-    progress = progress or StatusLine(clock=clock)
+    progress = progress or StatusLine(clock=clock, level=level)
     root = Path(req.root) if req.root else Path(tempfile.mkdtemp(prefix=TEMP_ROOT_PREFIX))
     started = time.time()
     last: dict = {}
@@ -298,13 +299,13 @@ class SimTarget(Target[SimRequest]):
         # No root given: run_outcome makes a temporary one when the job starts (a dry run writes nothing).
         exe = shutil.which("mpirun_kit", path=os.path.dirname(sys.executable)) or "mpirun_kit"
         return {"root": Path(sim.root) if sim.root else None, "name": cluster_name(opts.job_id), "mpirun_kit_exe": exe,
-                "verbose": verbosity.LEVEL >= verbosity.VERBOSE, "quiet": verbosity.LEVEL <= verbosity.QUIET}
+                "verbose": opts.verbosity >= verbosity.VERBOSE, "quiet": opts.verbosity <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)
 
     def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
-        return run_outcome(dry)
+        return run_outcome(dry, level=opts.verbosity)
 
     def handle(self, dry: DryRun) -> tuple[str | None, dict]:
         # The cluster's name is the job's on the simulated hosts: `sim list` shows the job id beside it.

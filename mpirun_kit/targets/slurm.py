@@ -729,13 +729,14 @@ def slurm_ended_it(res: JobResultFiles, job: SlurmJob | None) -> str | None:
 
 
 def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, out=None, err=None,
-           progress: StatusLine | None = None, stopped=lambda: None) -> SlurmJob | None:
+           progress: StatusLine | None = None, stopped=lambda: None,
+           level: int = verbosity.VERBOSE) -> SlurmJob | None:
     """Wait until Slurm no longer runs the job, copying slurm.out/slurm.err as they grow (when they are on this
     machine); its last record.  ``stopped()`` names a signal submit received: following ends (the job runs on)."""
     req = dry.request
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
-    progress = progress or StatusLine(clock=clock)
+    progress = progress or StatusLine(clock=clock, level=level)
     tails = []
     if req["where"]["kind"] in ("local", "sim"):
         from ..exec.output import FileTail
@@ -862,8 +863,8 @@ class SlurmTarget(Target):
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         run_id = f"{compiled.job.name}-{opts.job_id or format(os.getpid(), 'x')}"
-        return {"run_id": run_id, "python": self.python(compiled.job), "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
-                "quiet": verbosity.LEVEL <= verbosity.QUIET}
+        return {"run_id": run_id, "python": self.python(compiled.job), "verbose": opts.verbosity >= verbosity.VERBOSE,
+                "quiet": opts.verbosity <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)
@@ -883,7 +884,7 @@ class SlurmTarget(Target):
             from ..core.files import write_atomic
 
             write_atomic(Path(opts.run_dir) / "slurm.json", json.dumps({"job_id": job_id, **dry.request["where"]}))
-        progress = StatusLine(clock=clock)
+        progress = StatusLine(clock=clock, level=opts.verbosity)
         progress.done(f"slurm: submitted job {job_id} (run directory {dry.request['run_dir']})")
         if not opts.wait:
             return outcome_of("slurm", dry.job, 0, started=started, ended=time.time())

@@ -308,17 +308,18 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
 
 
 def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
-        out=None, report: dict | None = None, latch: SignalLatch | None = None) -> int:
+        out=None, report: dict | None = None, latch: SignalLatch | None = None, level: int = verbosity.VERBOSE) -> int:
     """Run on the ssh hosts; return the job's exit code (the master's).  ``out`` takes bytes.
 
     ``report`` (when given) receives ``hosts`` (each host's code) and, after a failure, ``failure_text`` and
     ``failure_file``: the master's failure report, read over its session before it is closed; after a stop,
     ``stop`` (exec/supervisor.Stop: who asked, why).  ``latch``: the signals that stop the job (a SIGINT,
-    SIGTERM or SIGHUP to us: every host's entrypoint is cancelled, exit 128+N).
+    SIGTERM or SIGHUP to us: every host's entrypoint is cancelled, exit 128+N).  ``level``: the status
+    line's output level (core/verbosity.py; ``SubmitOptions.verbosity``).
     """
     out = out or sys.stdout.buffer
     req: SshRequest = dry.request
-    progress = StatusLine(clock=clock)
+    progress = StatusLine(clock=clock, level=level)
     clients = connect_all(req, connect=connect, clock=clock, progress=progress)
     try:
         preflight(clients, req.python, req.connect_timeout_s + 20)
@@ -433,8 +434,8 @@ class SshTarget(Target[SshRequest]):
         return job.target.ssh.python   # the remote hosts' own (target.ssh.python)
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
-        return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": verbosity.LEVEL >= verbosity.VERBOSE,
-                "quiet": verbosity.LEVEL <= verbosity.QUIET}
+        return {"run_id": f"{compiled.job.name}-{os.getpid():x}", "verbose": opts.verbosity >= verbosity.VERBOSE,
+                "quiet": opts.verbosity <= verbosity.QUIET}
 
     def dryrun(self, compiled, **choices) -> DryRun[SshRequest]:
         return dryrun(compiled, **choices)
@@ -443,7 +444,7 @@ class SshTarget(Target[SshRequest]):
         started = time.time() if started is None else started
         report: dict = {}
         with SignalLatch() as latch:
-            code = run(dry, report=report, latch=latch)
+            code = run(dry, report=report, latch=latch, level=opts.verbosity)
         stop = report.get("stop")
         return outcome_of("ssh", dry.job, code, interrupted=stop.signal if stop is not None else None,
                           failure_text=report.get("failure_text"), failure_file=report.get("failure_file"),

@@ -29,7 +29,7 @@ def chatty(monkeypatch):
         log.debug("detail")
         log.info("progress")
         log.warning("careful")
-        p = base.StatusLine(clock=FakeClock())
+        p = base.StatusLine(clock=FakeClock(), level=args.verbosity)   # the level cli/main.py passes down
         p.update("waiting for sshd on algo-2")
         p.note("sshd up on algo-2")
         p.done("retrying after a failure")
@@ -62,8 +62,34 @@ def test_library_default_is_unchanged_after_a_command(cli, chatty):
     """The CLI's choice lasts one command: library callers (and other tests) keep every line."""
     handlers = list(logging.getLogger().handlers)
     cli("-q", "validate", "x")
-    assert verbosity.LEVEL == verbosity.VERBOSE
+    assert base.StatusLine().level == verbosity.VERBOSE
+    assert base.SubmitOptions().verbosity == verbosity.VERBOSE
     assert logging.getLogger().handlers == handlers
+
+
+def test_the_output_level_is_a_value_passed_down_not_a_global():
+    """Issue #31: no module holds the output level.  core/verbosity.py has only its constants and functions,
+    and nothing in mpirun_kit/ reads or sets ``verbosity.LEVEL`` (it did: cli/main.py set it per command,
+    the targets, the entrypoint and exec/process.py read it)."""
+    import inspect
+    import re
+    import types
+    from pathlib import Path
+
+    import mpirun_kit
+
+    mutable = {name: value for name, value in vars(verbosity).items()
+               if not name.startswith("__") and name not in ("annotations",)
+               and not isinstance(value, (types.FunctionType, types.ModuleType, int, str))}
+    assert mutable == {}, f"core/verbosity.py keeps state: {mutable}"
+    assert not hasattr(verbosity, "LEVEL")
+    assert set(n for n, v in vars(verbosity).items() if isinstance(v, int) and not n.startswith("_")) == \
+        {"QUIET", "DEFAULT", "VERBOSE"}
+    assert inspect.isfunction(verbosity.entrypoint_flags)
+    root = Path(mpirun_kit.__file__).parent
+    readers = [f"{path.relative_to(root)}:{n}" for path in sorted(root.rglob("*.py"))
+               for n, line in enumerate(path.read_text().splitlines(), 1) if re.search(r"\bverbosity\.LEVEL\b", line)]
+    assert readers == []
 
 
 def screen(raw: str, width: int = 10_000) -> list[str]:
@@ -100,10 +126,9 @@ def screen(raw: str, width: int = 10_000) -> list[str]:
     return ["".join(r).rstrip() for r in rows]
 
 
-def test_status_line_is_redrawn_in_place_on_a_terminal(monkeypatch):
-    monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
+def test_status_line_is_redrawn_in_place_on_a_terminal():
     tty, clock = Tty(), FakeClock()
-    p = base.StatusLine(stream=tty, clock=clock)
+    p = base.StatusLine(stream=tty, clock=clock, level=verbosity.DEFAULT)
     p.update("ssh: waiting for root@algo-2:22: Connection refused")
     assert screen(tty.getvalue()) == ["mpirun_kit: [0s] ssh: waiting for root@algo-2:22: Connection refused"]
     clock.sleep(3)
@@ -132,7 +157,7 @@ def drain(fd: int, stream) -> str:
     return raw[:-len(mark)]
 
 
-def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
+def test_status_line_fits_the_terminal_through_tqdm():
     """On a real terminal (a pseudo-terminal 40 columns wide) the live line is tqdm's: cut to the width, so a
     redraw erases all of it.  The hand-written line wrote it whole: it wrapped, and the redraw erased only
     the last row, leaving the first one on screen."""
@@ -141,7 +166,6 @@ def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
     import struct
     import termios
 
-    monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
     ours, theirs = os.openpty()
     fcntl.ioctl(theirs, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
     attrs = termios.tcgetattr(theirs)
@@ -150,7 +174,7 @@ def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
     clock = FakeClock()
     with os.fdopen(theirs, "w") as stream:
         assert stream.isatty()
-        p = base.StatusLine(stream=stream, clock=clock)
+        p = base.StatusLine(stream=stream, clock=clock, level=verbosity.DEFAULT)
         p.update("ssh: waiting for ubuntu@algo-12.cluster.internal:2222 (attempt 3): [Errno 111] Connection refused")
         clock.sleep(2)
         p.update("ssh: 15/16 host(s) up")
@@ -163,11 +187,10 @@ def test_status_line_fits_the_terminal_through_tqdm(monkeypatch):
     assert screen(raw, width=40) == ["mpirun_kit: ssh: all 16 host(s) ready (a", "t 2.0s)", ""]
 
 
-def test_ssh_wait_names_the_host_and_the_last_error(monkeypatch):
+def test_ssh_wait_names_the_host_and_the_last_error():
     """While a host refuses connections the status line says which and why (it said nothing for minutes)."""
     from mpirun_kit.targets.ssh import SshRequest, connect_all
 
-    monkeypatch.setattr(verbosity, "LEVEL", verbosity.DEFAULT)
     tries = {"algo-1": 0, "algo-2": 0}
 
     def connect(req, host):
@@ -180,7 +203,8 @@ def test_ssh_wait_names_the_host_and_the_last_error(monkeypatch):
                      known_hosts="~/.ssh/known_hosts", connect_timeout_s=10, python="python", ready_timeout_s=60,
                      deadline_s=600, grace_s=10, workdir="/tmp/w", commands={}, preflight=[], ship={}, cancel={},
                      failure_file="/tmp/w/algo-1/output/failure", fetch_failure={})
-    clients = connect_all(req, connect=connect, clock=clock, progress=base.StatusLine(stream=tty, clock=clock))
+    clients = connect_all(req, connect=connect, clock=clock, progress=base.StatusLine(stream=tty, clock=clock,
+                                                                                        level=verbosity.DEFAULT))
     assert set(clients) == {"algo-1", "algo-2"}
     assert ("/2 host(s) ready; waiting for ubuntu@algo-2:2222 (attempt 3): [Errno 111] Connection refused"
             in tty.getvalue())
