@@ -21,6 +21,10 @@ import torch
 FP32_OPS = ("nms", "batched_nms", "box_iou", "encode_boxes", "decode_boxes", "grid_anchors", "roi_align",
             "_roi_align_backward", "generate_proposals", "generate_proposals_padded")
 
+#: the library's functions that take and return no tensor (a thread setting, not a kernel): autocast
+#: has nothing to cast and opcheck nothing to check, so they get neither; each has its own test.
+TENSORLESS_OPS = ("set_flush_denormal",)
+
 #: device types that have an autocast mode (and a dispatch key torch registers rules under).
 DEVICE_TYPES = ("cpu", "cuda")
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mpirun_kit.maskrcnn import ops
-from mpirun_kit.maskrcnn.ops import reference
+from mpirun_kit.maskrcnn.ops import _autocast, reference
 
 from ops_inputs import rand_boxes, rand_rois
 
@@ -73,6 +73,7 @@ def test_every_schema_is_tested():
     import torch._C
 
     defined = {name.split("::", 1)[1] for name in torch._C._dispatch_get_all_op_names() if name.startswith("mpirun_kit::")}
+    defined -= set(_autocast.TENSORLESS_OPS)  # no tensor in or out: nothing for opcheck to check
     covered = {name.removesuffix("_channels_last").removesuffix("_levels") for name in CASE_NAMES}
     assert defined, "no mpirun_kit ops registered"
     assert defined == covered, f"ops without an opcheck case: {sorted(defined - covered)}; stale cases: {sorted(covered - defined)}"
