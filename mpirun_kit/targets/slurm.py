@@ -661,22 +661,15 @@ def submit(dry: DryRun, runner: Runner, secret: str) -> str:
 
 def query(runner: Runner, job_id: str) -> SlurmJob | None:
     """The job as Slurm has it now: squeue --json, then sacct --json, then sacct's text; None when none knows it."""
-    code, out, _ = runner.run(["squeue", "--json", "-j", job_id])
-    if code == 0:
-        try:
-            found = [j for j in parse_jobs_json(out) if j.job_id == job_id]
-            if found:
-                return found[0]
-        except ClusterError:
-            pass
-    code, out, _ = runner.run(["sacct", "--json", "-j", job_id])
-    if code == 0:
-        try:
-            found = [j for j in parse_jobs_json(out) if j.job_id == job_id]
-            if found:
-                return found[0]
-        except ClusterError:
-            pass
+    for tool in ("squeue", "sacct"):  # squeue while the job is known there, sacct after it ended
+        code, out, _ = runner.run([tool, "--json", "-j", job_id])
+        if code == 0:
+            try:
+                found = [j for j in parse_jobs_json(out) if j.job_id == job_id]
+                if found:
+                    return found[0]
+            except ClusterError:
+                pass  # a shape we cannot read: the next source may answer
     code, out, _ = runner.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,JobName,State,ExitCode,NodeList"])
     if code == 0:
         found = [j for j in parse_sacct_text(out) if j.job_id == job_id]

@@ -281,3 +281,16 @@ def test_submit_writes_the_gpu_option_of_the_discovered_version(version, line):
                         "srun --mpi=list": (0, MPI_LIST_22_05, "")})
     assert S.submit(dry_of(), cluster, "secret") == "77"
     assert line in cluster.files["/fsx/jobs/train-1/batch.sh"].splitlines()
+
+
+def test_query_asks_squeue_then_sacct_then_sacct_text():
+    # While the job is queued or running squeue knows it; after its end only sacct does; a cluster
+    # without accounting answers sacct --json with an error and may still have sacct's text.
+    squeue = {"squeue --json -j 1": (0, sample("squeue-22.05"), "")}
+    assert S.query(_Recorded(squeue), "1").state == "RUNNING"
+    ended = {"squeue --json -j 1": (0, '{"jobs": []}', ""), "sacct --json -j 1": (0, sample("sacct-22.05"), "")}
+    assert S.query(_Recorded(ended), "1").state == "FAILED"
+    unreadable = {"squeue --json -j 1": (0, "squeue: error: unrecognized option '--json'", ""),
+                  "sacct --json -j 1": (0, sample("sacct-22.05"), "")}
+    assert S.query(_Recorded(unreadable), "1").state == "FAILED"
+    assert S.query(_Recorded({}), "1") is None
