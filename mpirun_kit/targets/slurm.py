@@ -449,6 +449,29 @@ def for_cluster(dry: DryRun, facts: ClusterFacts) -> DryRun:
     return dataclasses.replace(dry, files=files)
 
 
+#: Runner.write's script ($1 path, $2 temporary name beside it, $3 mode): make the run directory
+#: (umask 077), check it, the workdir and every directory above them (see ``Runner.write``), then
+#: write the temporary file and rename it over the path.
+_WRITE_SCRIPT = r"""umask 077
+d=$(dirname -- "$1"); mkdir -p -- "$d" || exit 1
+me=$(id -u); p=$d; n=0
+while :; do
+  read -r o m <<<"$(stat -c '%u %a' -- "$p")" || exit 1
+  if [ "$n" -lt 2 ]; then
+    [ "$o" = "$me" ] || { echo "mpirun_kit: $p belongs to uid $o, not to you" >&2; exit 3; }
+    [ $(( 8#$m & 8#22 )) = 0 ] || { echo "mpirun_kit: $p is writable by other users (mode $m)" >&2; exit 3; }
+  else
+    [ "$o" = "$me" ] || [ "$o" = 0 ] || { echo "mpirun_kit: $p belongs to uid $o, not to you or root" >&2; exit 3; }
+    [ $(( 8#$m & 8#22 )) = 0 ] || [ $(( 8#$m & 8#1000 )) != 0 ] ||
+      { echo "mpirun_kit: $p is writable by other users (mode $m)" >&2; exit 3; }
+  fi
+  [ "$p" = / ] && break
+  p=$(dirname -- "$p"); n=$((n + 1))
+done
+cat > "$2" && chmod "$3" "$2" && mv -f "$2" "$1"
+"""
+
+
 # --- where the clients run -----------------------------------------------------------------------------
 
 class Runner:
@@ -462,10 +485,22 @@ class Runner:
         return self.run(["bash", "-c", SCRUB, "scrub", *argv], **kw)
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
-        """Write ``path`` atomically where the cluster sees it (a temporary name, then mv)."""
+        """Write ``path`` atomically where the cluster sees it (a temporary name, then mv).
+
+        The run directory and the workdir above it must be ours and writable by no one else, and
+        every directory above them ours or root's and not writable by others unless sticky: the
+        default workdir is under /tmp, shared by every user of a login node, and whoever can
+        rename an entry there could swap the batch script or read the secret before sbatch runs.
+
+        Raises:
+            ClusterError: a directory another user controls (exit 3 of the script), or the write failed.
+        """
         tmp = f"{path}.tmp{os.getpid()}"
-        code, _, err = self.run(["bash", "-c", 'umask 077; mkdir -p "$(dirname "$1")" && cat > "$2" && chmod "$3" "$2" '
-                                 '&& mv -f "$2" "$1"', "write", path, tmp, f"{mode:o}"], input=text)
+        code, _, err = self.run(["bash", "-c", _WRITE_SCRIPT, "write", path, tmp, f"{mode:o}"], input=text)
+        if code == 3:
+            raise ClusterError(f"{err.strip().removeprefix('mpirun_kit: ')}: another user could replace the job's "
+                               "files there; set target.slurm.workdir to a directory only you can write (on a "
+                               "file system every node sees)")
         if code != 0:
             raise ClusterError(f"could not write {path} on the Slurm side ({err.strip()[-300:]}); check that "
                                "target.slurm.workdir is writable there")

@@ -294,3 +294,34 @@ def test_query_asks_squeue_then_sacct_then_sacct_text():
                   "sacct --json -j 1": (0, sample("sacct-22.05"), "")}
     assert S.query(_Recorded(unreadable), "1").state == "FAILED"
     assert S.query(_Recorded({}), "1") is None
+
+
+def test_the_run_directory_is_refused_where_another_user_could_swap_its_files(tmp_path):
+    # The default workdir is under /tmp, which every user of a login node shares: a directory another
+    # user made there (or one anybody may write in) would let them replace the batch script or read
+    # the job's secret between our write and sbatch.  Real files, real bash (LocalRunner).
+    import os
+    import pwd
+
+    runner = S.LocalRunner()
+    mine = tmp_path / "mine"
+    runner.write(str(mine / "run-1" / "batch.sh"), "#!/bin/bash\n", 0o755)
+    assert (mine / "run-1" / "batch.sh").read_text() == "#!/bin/bash\n"
+    assert oct((mine / "run-1").stat().st_mode & 0o777) == "0o700"
+
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    with pytest.raises(ClusterError) as e:
+        runner.write(str(open_dir / "run-1" / "batch.sh"), "evil?\n")
+    assert f"{open_dir} is writable by other users (mode 777)" in str(e.value)
+    assert "set target.slurm.workdir to a directory only you can write" in str(e.value)
+
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, pwd.getpwnam("nobody").pw_uid, -1)
+        with pytest.raises(ClusterError) as e:
+            runner.write(str(theirs / "run-1" / "job-secret"), "s", 0o600)
+        assert f"{theirs} belongs to uid {pwd.getpwnam('nobody').pw_uid}, not to you" in str(e.value)
+        assert not (theirs / "run-1" / "job-secret").exists()
