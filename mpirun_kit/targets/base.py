@@ -32,8 +32,8 @@ from ..records import JobRecord, JobState
 from ..redact import redact_value
 from .outcome import Outcome, error_outcome
 
-#: a target's request type: a frozen dataclass of JSON-ready fields (local's ``LocalRequest``, sim's, ssh's,
-#: sagemaker's); slurm's still carries a dict of the same shape (a ``SlurmRequest`` is owed, issue #28).
+#: a target's request type: a frozen dataclass of JSON-ready fields, one per target (local's ``LocalRequest``,
+#: sim's, ssh's, sagemaker's, slurm's ``SlurmRequest``), declared as the target's ``request_type``.
 R = TypeVar("R")
 
 

@@ -400,8 +400,29 @@ def where_of(compiled: CompiledJob) -> dict:
     return {"kind": "local"}
 
 
+@dataclass(frozen=True)
+class SlurmRequest:
+    """What ``run`` does for a Slurm job (the target's typed request, base.Target's ``R``): where Slurm's clients
+    run, the run directory, the sbatch it sends, and what ``check_request`` weighs against the cluster."""
+
+    where: dict                     # where_of: {"kind": "local"|"ssh"|"sim", ...}, as runner_for takes it
+    run_dir: str                    # target.slurm.workdir/<run id>, on a file system every node sees
+    run_id: str
+    job: str
+    nodes: int
+    tasks_per_node: int
+    partition: str | None           # None: the cluster's default partition
+    account: str | None
+    launch: str                     # "srun" (direct launch, PMIx) or "mpirun"
+    gpus_per_node: int | None       # its #SBATCH line's form depends on the cluster's version (for_cluster)
+    sbatch: list[str]               # run with the submitting shell's SLURM_*/SBATCH_*/PMIX_* removed (scrub)
+    scrub: str
+    grace_s: float
+    deadline_s: float               # how long ``--wait`` follows the job
+
+
 def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = False,
-           quiet: bool = False) -> DryRun:
+           quiet: bool = False) -> DryRun[SlurmRequest]:
     """The Slurm submission as a value: the batch script whole, the LaunchSpec, where sbatch runs."""
     s = compiled.job.target.slurm
     if s.launch not in ("srun", "mpirun"):
@@ -420,13 +441,12 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
                            sbatch=sbatch_options(compiled, run_dir, run_id), retries=compiled.job.retries,
                            requeue=s.requeue)
     t = compiled.launch.timeouts
-    request = {
-        "where": where_of(compiled), "run_dir": run_dir, "run_id": run_id, "job": compiled.job.name,
-        "nodes": nodes, "tasks_per_node": ppn, "partition": s.partition, "account": s.account, "launch": s.launch,
-        "gpus_per_node": s.gpus_per_node,
-        "sbatch": ["sbatch", "--parsable", f"{run_dir}/batch.sh"], "scrub": SCRUB,
-        "grace_s": t.grace_s, "deadline_s": (t.job_s or 7 * 24 * 3600.0) + 600.0,
-    }
+    request = SlurmRequest(
+        where=where_of(compiled), run_dir=run_dir, run_id=run_id, job=compiled.job.name,
+        nodes=nodes, tasks_per_node=ppn, partition=s.partition, account=s.account, launch=s.launch,
+        gpus_per_node=s.gpus_per_node,
+        sbatch=["sbatch", "--parsable", f"{run_dir}/batch.sh"], scrub=SCRUB,
+        grace_s=t.grace_s, deadline_s=(t.job_s or 7 * 24 * 3600.0) + 600.0)
     files = ((f"{run_dir}/batch.sh", script), (f"{run_dir}/launch-spec.json", launch.to_json() + "\n"))
     return DryRun("slurm", compiled.job.name, request, files=files, notes=(
         f"run directory {run_dir} (on a file system every node sees): slurm.out (what the ranks print), "
@@ -438,10 +458,10 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
             f"{gpu_option(s.gpus_per_node, '19.04')} instead",) if s.gpus_per_node else ()))
 
 
-def for_cluster(dry: DryRun, facts: ClusterFacts) -> DryRun:
+def for_cluster(dry: DryRun[SlurmRequest], facts: ClusterFacts) -> DryRun[SlurmRequest]:
     """``dry`` as this cluster takes it: the batch script's GPU line in the form its version knows (``dryrun``
     rendered the current form, and its notes say so); the rest unchanged."""
-    n = dry.request.get("gpus_per_node")
+    n = dry.request.gpus_per_node
     assumed, actual = (f"#SBATCH {shlex.quote(gpu_option(n, v))}\n" for v in (None, facts.version))
     if not n or assumed == actual:
         return dry
@@ -630,7 +650,7 @@ def discover(runner: Runner) -> ClusterFacts:
                         plugins or None)
 
 
-def check_request(req: dict, facts: ClusterFacts) -> None:
+def check_request(req: SlurmRequest, facts: ClusterFacts) -> None:
     """What the cluster cannot run, in one line each, before sbatch.
 
     Raises:
@@ -638,35 +658,35 @@ def check_request(req: dict, facts: ClusterFacts) -> None:
             or the ranks' direct launch (``srun --mpi=pmix``) needs a PMIx plugin the cluster's srun lacks.
     """
     plugins = facts.mpi_plugins
-    if req.get("launch", "srun") == "srun" and plugins is not None and not any(p.startswith("pmix") for p in plugins):
+    if req.launch == "srun" and plugins is not None and not any(p.startswith("pmix") for p in plugins):
         raise SpecError(f"target.slurm.launch is 'srun' (the ranks start with srun --mpi=pmix), but this cluster's "
                         f"srun offers no pmix (srun --mpi=list: {', '.join(plugins)}; MpiDefault="
                         f"{facts.mpi_default or 'unset'}); set target.slurm.launch: mpirun (Open MPI starts the "
                         "ranks inside the allocation), or ask the cluster's admins for Slurm's PMIx plugin")
     names = [p.name for p in facts.partitions]
-    part = facts.partition(req["partition"])
-    if part is None and req["partition"]:
-        raise SpecError(f"target.slurm.partition: the cluster has no partition {req['partition']!r}; "
+    part = facts.partition(req.partition)
+    if part is None and req.partition:
+        raise SpecError(f"target.slurm.partition: the cluster has no partition {req.partition!r}; "
                         f"its partitions are {', '.join(names) or '(none)'}")
     if part is None:
         raise SpecError("target.slurm.partition is not set and the cluster has no default partition; set it to one of "
                         f"{', '.join(names) or '(none)'}")
-    if part.nodes and req["nodes"] > len(part.nodes):
-        raise SpecError(f"resources.hosts: the job needs {req['nodes']} nodes, but partition {part.name!r} has "
+    if part.nodes and req.nodes > len(part.nodes):
+        raise SpecError(f"resources.hosts: the job needs {req.nodes} nodes, but partition {part.name!r} has "
                         f"{len(part.nodes)} ({','.join(part.nodes)}); lower resources.hosts or choose a larger partition")
 
 
-def sbatch_error(stderr: str, req: dict) -> SpecError | ClusterError:
+def sbatch_error(stderr: str, req: SlurmRequest) -> SpecError | ClusterError:
     """sbatch's refusal as one line naming the field to fix."""
     text = " ".join(line.strip() for line in stderr.strip().splitlines() if line.strip())[-400:]
     low = text.lower()
     if "account" in low:
-        return SpecError(f"target.slurm.account: Slurm refused account {req['account']!r} ({text}); use an account "
+        return SpecError(f"target.slurm.account: Slurm refused account {req.account!r} ({text}); use an account "
                          "you belong to (sacctmgr show assoc user=$USER)")
     if "partition" in low:
-        return SpecError(f"target.slurm.partition: Slurm refused partition {req['partition']!r} ({text})")
+        return SpecError(f"target.slurm.partition: Slurm refused partition {req.partition!r} ({text})")
     if "node configuration is not available" in low or "node count" in low or "more processors" in low:
-        return SpecError(f"the job is larger than the cluster can run: {req['nodes']} node(s) x {req['tasks_per_node']} "
+        return SpecError(f"the job is larger than the cluster can run: {req.nodes} node(s) x {req.tasks_per_node} "
                          f"task(s) ({text}); lower resources.hosts or resources.processes_per_host")
     if "qos" in low:
         return SpecError(f"target.slurm.qos: Slurm refused it ({text})")
@@ -675,7 +695,7 @@ def sbatch_error(stderr: str, req: dict) -> SpecError | ClusterError:
 
 # --- submit, follow, result ----------------------------------------------------------------------------
 
-def submit(dry: DryRun, runner: Runner, secret: str) -> str:
+def submit(dry: DryRun[SlurmRequest], runner: Runner, secret: str) -> str:
     """Discover, check, write the run directory, sbatch; the Slurm job id."""
     req = dry.request
     facts = discover(runner)
@@ -683,14 +703,14 @@ def submit(dry: DryRun, runner: Runner, secret: str) -> str:
     dry = for_cluster(dry, facts)   # the GPU option by the cluster's version, known only now
     for path, text in dry.files:
         runner.write(path, text, 0o755 if path.endswith(".sh") else 0o644)
-    runner.write(f"{req['run_dir']}/job-secret", secret, 0o600)
-    code, out, err = runner.scrubbed(req["sbatch"])
+    runner.write(f"{req.run_dir}/job-secret", secret, 0o600)
+    code, out, err = runner.scrubbed(req.sbatch)
     if code != 0:
         raise sbatch_error(err or out, req)
     job_id = out.strip().split(";")[0]
     if not job_id.isdigit():
         raise ClusterError(f"sbatch --parsable printed {out.strip()[:200]!r}, not a job id")
-    runner.write(f"{req['run_dir']}/slurm-job-id", job_id + "\n")
+    runner.write(f"{req.run_dir}/slurm-job-id", job_id + "\n")
     return job_id
 
 
@@ -756,7 +776,7 @@ def slurm_ended_it(res: JobResultFiles, job: SlurmJob | None) -> str | None:
     return None
 
 
-def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, out=None, err=None,
+def follow(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, out=None, err=None,
            progress: StatusLine | None = None, stopped=lambda: None,
            level: int = verbosity.VERBOSE) -> SlurmJob | None:
     """Wait until Slurm no longer runs the job, copying slurm.out/slurm.err as they grow (when they are on this
@@ -766,12 +786,12 @@ def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CL
     err = err or sys.stderr.buffer
     progress = progress or StatusLine(clock=clock, level=level)
     tails = []
-    if req["where"]["kind"] in ("local", "sim"):
+    if req.where["kind"] in ("local", "sim"):
         from ..exec.output import FileTail
 
-        tails = [(FileTail(Path(req["run_dir"]) / "slurm.out", ""), out),
-                 (FileTail(Path(req["run_dir"]) / "slurm.err", ""), err)]
-    deadline = Deadline(clock, req["deadline_s"])
+        tails = [(FileTail(Path(req.run_dir) / "slurm.out", ""), out),
+                 (FileTail(Path(req.run_dir) / "slurm.err", ""), err)]
+    deadline = Deadline(clock, req.deadline_s)
     last: SlurmJob | None = None
     gone = None
     while True:
@@ -784,7 +804,7 @@ def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CL
         if state in ENDED or job is None:
             # Ended (or forgotten): its result file may lag on a shared file system; wait for it briefly.
             gone = gone or Deadline(clock, RESULT_GRACE_S)
-            if read_result(runner, req["run_dir"]).exit_code is not None or gone.expired():
+            if read_result(runner, req.run_dir).exit_code is not None or gone.expired():
                 break
         else:
             gone = None
@@ -794,7 +814,7 @@ def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CL
             break
         if deadline.expired():
             progress.done(f"slurm: job {job_id} still {last.state if last else 'unknown'} after "
-                          f"{req['deadline_s']:g} s; stopped following it (it keeps running; cancel it with "
+                          f"{req.deadline_s:g} s; stopped following it (it keeps running; cancel it with "
                           f"mpirun_kit cancel or scancel {job_id})")
             break
         clock.sleep(POLL_S)
@@ -803,10 +823,11 @@ def follow(dry: DryRun, runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CL
     return last
 
 
-def outcome_for(dry: DryRun, runner: Runner, job_id: str, job: SlurmJob | None, *, started: float) -> Outcome:
+def outcome_for(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, job: SlurmJob | None, *,
+                started: float) -> Outcome:
     """The job's result: the master's code and report; Slurm's state only when the batch step left none."""
     req = dry.request
-    res = read_result(runner, req["run_dir"])
+    res = read_result(runner, req.run_dir)
     why = slurm_ended_it(res, job) if res.exit_code not in (None, 0) else None
     if why is not None:
         return outcome_of("slurm", dry.job, int(ExitCode.TIMEOUT), platform_reason=why, failure_file=res.failure_file,
@@ -820,7 +841,7 @@ def outcome_for(dry: DryRun, runner: Runner, job_id: str, job: SlurmJob | None, 
     code = (ExitCode.TIMEOUT if word == "TIMEOUT" else ExitCode.SIGTERM if word == "CANCELLED"
             else ExitCode.HOST_LOST if word == "NODE_FAIL" else ExitCode.LAUNCH_FAILED)
     return outcome_of("slurm", dry.job, int(code), platform_reason=f"Slurm job {job_id} ended {word} before its "
-                      f"batch step reported a result; see {req['run_dir']}/slurm.err", started=started,
+                      f"batch step reported a result; see {req.run_dir}/slurm.err", started=started,
                       ended=time.time())
 
 
@@ -881,8 +902,9 @@ def cancel_job(runner: Runner, job_id: str, *, grace_s: float = 10.0, clock: Clo
         clock.sleep(0.2)
 
 
-class SlurmTarget(Target):
+class SlurmTarget(Target[SlurmRequest]):
     name = "slurm"
+    request_type = SlurmRequest
     platform = True
 
     def python(self, job) -> str:
@@ -894,26 +916,26 @@ class SlurmTarget(Target):
         return {"run_id": run_id, "python": self.python(compiled.job), "verbose": opts.verbosity >= verbosity.VERBOSE,
                 "quiet": opts.verbosity <= verbosity.QUIET}
 
-    def dryrun(self, compiled, **choices) -> DryRun:
+    def dryrun(self, compiled, **choices) -> DryRun[SlurmRequest]:
         return dryrun(compiled, **choices)
 
-    def handle(self, dry: DryRun) -> tuple[str | None, dict]:
+    def handle(self, dry: DryRun[SlurmRequest]) -> tuple[str | None, dict]:
         req = dry.request
-        return None, {"where": req["where"], "run_dir": req["run_dir"], "grace_s": req["grace_s"]}
+        return None, {"where": req.where, "run_dir": req.run_dir, "grace_s": req.grace_s}
 
-    def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
+    def run(self, dry: DryRun[SlurmRequest], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
             clock: Clock = SYSTEM_CLOCK, out=None, err=None) -> Outcome:
         from ..exec.sshkeys import SECRET_BYTES, format_secret
 
         started = time.time() if started is None else started
-        runner = runner_for(dry.request["where"])
+        runner = runner_for(dry.request.where)
         job_id = submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
         if opts.run_dir:
             from ..core.files import write_atomic
 
-            write_atomic(Path(opts.run_dir) / "slurm.json", json.dumps({"job_id": job_id, **dry.request["where"]}))
+            write_atomic(Path(opts.run_dir) / "slurm.json", json.dumps({"job_id": job_id, **dry.request.where}))
         progress = StatusLine(clock=clock, level=opts.verbosity)
-        progress.done(f"slurm: submitted job {job_id} (run directory {dry.request['run_dir']})")
+        progress.done(f"slurm: submitted job {job_id} (run directory {dry.request.run_dir})")
         if not opts.wait:
             return outcome_of("slurm", dry.job, 0, started=started, ended=time.time())
         from ..exec.signals import SignalLatch

@@ -64,12 +64,10 @@ def _compiled_for(name: str, tmp_path):
     return compile_job(load_job_text(text, "job.yaml"), python="python")   # the program is `true`: no python runs
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="targets/slurm.py still carries a dict request (issue #28 item 2: a SlurmRequest is owed)"))
-    if n == "slurm" else n for n in TARGET_MODULES])
+@pytest.mark.parametrize("name", TARGET_MODULES)
 def test_every_target_declares_a_dataclass_request_and_its_dry_run_carries_one(name, tmp_path):
     """Issue #28 item 2: a typed request per target (base.Target's R), not a dict; the detached supervisor rebuilds
-    it from its JSON with ``request_from``.  (ssh and sagemaker carried dicts before: this failed for them.)"""
+    it from its JSON with ``request_from``.  (ssh, sagemaker and slurm carried dicts before: this failed for them.)"""
     import dataclasses
 
     from mpirun_kit.targets.base import plain

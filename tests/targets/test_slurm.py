@@ -9,6 +9,7 @@ runs here.  The live cluster's tests are in test_slurm_live.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -146,13 +147,13 @@ def test_the_script_scrubs_inherited_slurm_variables_but_keeps_this_jobs():
 
 
 def test_where_sbatch_runs():
-    assert dry_of().request["where"] == {"kind": "local"}
+    assert dry_of().request.where == {"kind": "local"}
     ssh = dry_of(SPEC.replace("workdir: /fsx/jobs", "workdir: /fsx/jobs\n    login: alice@login-1:2222"))
-    assert ssh.request["where"]["kind"] == "ssh"
-    assert (ssh.request["where"]["user"], ssh.request["where"]["host"], ssh.request["where"]["port"]) == (
+    assert ssh.request.where["kind"] == "ssh"
+    assert (ssh.request.where["user"], ssh.request.where["host"], ssh.request.where["port"]) == (
         "alice", "login-1", 2222)
     sim = dry_of(SPEC.replace("workdir: /fsx/jobs", "workdir: /fsx/jobs\n    sim: c1"))
-    assert sim.request["where"] == {"kind": "sim", "name": "c1", "root": "/var/tmp/mpirun-kit-sim/c1"}
+    assert sim.request.where == {"kind": "sim", "name": "c1", "root": "/var/tmp/mpirun-kit-sim/c1"}
 
 
 def test_a_bad_signal_spec_is_refused_with_its_field():
@@ -167,23 +168,23 @@ FACTS = S.ClusterFacts("22.05.8", "pmix", (S.Partition("debug", ("algo-1", "algo
 
 
 def test_checks_name_the_field_in_one_line():
-    req = {"partition": "nosuch", "nodes": 2, "tasks_per_node": 1, "account": None}
+    req = dataclasses.replace(dry_of().request, partition="nosuch", nodes=2, tasks_per_node=1, account=None)
     with pytest.raises(SpecError) as e:
         S.check_request(req, FACTS)
     assert str(e.value) == ("target.slurm.partition: the cluster has no partition 'nosuch'; its partitions are "
                             "debug, gpu")
     with pytest.raises(SpecError) as e:
-        S.check_request({**req, "partition": "gpu"}, FACTS)
+        S.check_request(dataclasses.replace(req, partition="gpu"), FACTS)
     assert str(e.value) == ("resources.hosts: the job needs 2 nodes, but partition 'gpu' has 1 (algo-3); lower "
                             "resources.hosts or choose a larger partition")
-    S.check_request({**req, "partition": None}, FACTS)   # the default partition
+    S.check_request(dataclasses.replace(req, partition=None), FACTS)   # the default partition
     no_default = S.ClusterFacts("22.05.8", "pmix", (S.Partition("gpu", ("a",)),), False)
     with pytest.raises(SpecError, match="target.slurm.partition is not set and the cluster has no default"):
-        S.check_request({**req, "partition": None}, no_default)
+        S.check_request(dataclasses.replace(req, partition=None), no_default)
 
 
 def test_sbatch_refusals_become_one_line_naming_the_field():
-    req = {"partition": "debug", "nodes": 9, "tasks_per_node": 2, "account": "nobody"}
+    req = dataclasses.replace(dry_of().request, partition="debug", nodes=9, tasks_per_node=2, account="nobody")
     e = S.sbatch_error("sbatch: error: Batch job submission failed: Invalid account or account/partition "
                        "combination specified\n", req)
     assert isinstance(e, SpecError) and "\n" not in str(e) and str(e).startswith("target.slurm.account: Slurm "
@@ -209,7 +210,8 @@ def test_srun_mpi_list_is_read_in_both_forms():
 
 
 def test_a_cluster_without_pmix_is_refused_in_one_line_naming_its_plugins_and_the_remedy():
-    req = {"partition": "debug", "nodes": 2, "tasks_per_node": 1, "account": None, "launch": "srun"}
+    req = dataclasses.replace(dry_of().request, partition="debug", nodes=2, tasks_per_node=1, account=None,
+                              launch="srun")
     no_pmix = S.ClusterFacts("22.05.8", "pmi2", FACTS.partitions, True, S.parse_mpi_list(MPI_LIST_NO_PMIX))
     with pytest.raises(SpecError) as e:
         S.check_request(req, no_pmix)
@@ -217,7 +219,7 @@ def test_a_cluster_without_pmix_is_refused_in_one_line_naming_its_plugins_and_th
         "target.slurm.launch is 'srun' (the ranks start with srun --mpi=pmix), but this cluster's srun offers no "
         "pmix (srun --mpi=list: none, cray_shasta, pmi2; MpiDefault=pmi2); set target.slurm.launch: mpirun (Open "
         "MPI starts the ranks inside the allocation), or ask the cluster's admins for Slurm's PMIx plugin")
-    S.check_request({**req, "launch": "mpirun"}, no_pmix)      # mpirun needs no Slurm PMIx
+    S.check_request(dataclasses.replace(req, launch="mpirun"), no_pmix)      # mpirun needs no Slurm PMIx
     with_pmix = S.ClusterFacts("22.05.8", "none", FACTS.partitions, True, S.parse_mpi_list(MPI_LIST_22_05))
     S.check_request(req, with_pmix)
     S.check_request(req, FACTS)                                 # srun could not say: nothing refused on it
@@ -240,7 +242,7 @@ def test_discovery_reads_the_clusters_mpi_plugins():
     facts = S.discover(_Recorded(answers))
     assert facts.mpi_plugins == ("none", "cray_shasta", "pmi2") and facts.mpi_default == "pmix"
     assert S.discover(_Recorded({**answers, "srun --mpi=list": (1, "", "srun: error")})).mpi_plugins is None
-    assert dry_of().request["launch"] == "srun"
+    assert dry_of().request.launch == "srun"
 
 
 def test_the_gpu_option_takes_the_form_of_the_clusters_version():
@@ -325,3 +327,24 @@ def test_the_run_directory_is_refused_where_another_user_could_swap_its_files(tm
             runner.write(str(theirs / "run-1" / "job-secret"), "s", 0o600)
         assert f"{theirs} belongs to uid {pwd.getpwnam('nobody').pw_uid}, not to you" in str(e.value)
         assert not (theirs / "run-1" / "job-secret").exists()
+
+
+def test_the_typed_request_round_trips_through_the_run_directory_as_submit_detach_records_it(tmp_path):
+    """Issue #28 item 2: the request is a SlurmRequest (a frozen dataclass, not a dict); ``submit --detach`` writes
+    it to the run directory as JSON (cli/submit.record_request) and its supervisor reads it back (load_request)."""
+    from mpirun_kit.cli.submit import load_request, record_request
+    from mpirun_kit.records import RecordStore
+    from mpirun_kit.targets.base import SubmitOptions
+
+    compiled = compile_job(load_job_text(SPEC), python="python3")
+    target = get_target("slurm")
+    store = RecordStore(tmp_path / "state")
+    rec = store.create(compiled.job.name, "slurm", spec=None, runs_root=tmp_path / "runs")
+    opts = SubmitOptions(job_id=rec.job_id, run_dir=rec.run_dir)
+    dry = target.prepare(compiled, opts)
+    assert isinstance(dry.request, S.SlurmRequest)
+    rec = record_request(store, rec, target, compiled, dry, opts)
+    assert rec.details == {"where": {"kind": "local"}, "run_dir": dry.request.run_dir, "grace_s": dry.request.grace_s}
+    target_back, dry_back, opts_back = load_request(rec)
+    assert (target_back, dry_back, opts_back) == (target, dry, opts)
+    assert dry_back.render() == dry.render() and dry_back.to_json() == dry.to_json()

@@ -61,7 +61,7 @@ def run(text: str, job_id: str):
     dry = prepare(text, job_id)
     out, err = io.BytesIO(), io.BytesIO()
     outcome = S.TARGET.run(dry, SubmitOptions(wait=True), out=out, err=err)
-    run_dir = Path(dry.request["run_dir"])
+    run_dir = Path(dry.request.run_dir)
     return outcome, (run_dir / "slurm.out").read_bytes(), (run_dir / "slurm.err").read_bytes(), dry
 
 
@@ -112,7 +112,7 @@ def test_every_ranks_output_is_byte_exact(cluster, tmp_path):
     outcome, out, err, dry = run(spec(cluster, "exact", program(tmp_path, prog)), "a2")
     assert outcome.exit_code == 0, err.decode(errors="replace")[-2000:]
     exact_output.assert_exact(out, err, {0: "algo-1", 1: "algo-1", 2: "algo-2", 3: "algo-2"})
-    assert not (Path(dry.request["run_dir"]) / "job-secret").exists()   # the job's secret ended with it
+    assert not (Path(dry.request.run_dir) / "job-secret").exists()   # the job's secret ended with it
 
 
 FAILING = """\
@@ -136,7 +136,7 @@ def test_a_rank_exiting_3_is_the_jobs_result_whatever_srun_and_sacct_say(cluster
     assert "rank 1 on algo-1 exited with code 3" in outcome.reason
     # Slurm's own view: srun's step was cancelled by a signal (its 3 only in a stderr line), the batch script
     # (ours) exited 3, so the job is FAILED 3:0, never COMPLETED.
-    job_id = (Path(dry.request["run_dir"]) / "slurm-job-id").read_text().strip()
+    job_id = (Path(dry.request.run_dir) / "slurm-job-id").read_text().strip()
     steps = sacct(cluster, job_id)
     ranks_step = steps[f"{job_id}.1"]
     assert ranks_step[1] != "3:0" and ranks_step[0] in ("CANCELLED", "FAILED"), steps
@@ -163,11 +163,11 @@ time.sleep(300)  # marker-sleeper
 
 def submit_nowait(cluster, tmp_path, name: str, job_id: str):
     dry = prepare(spec(cluster, name, program(tmp_path, SLEEPER)), job_id)
-    runner = S.runner_for(dry.request["where"])
+    runner = S.runner_for(dry.request.where)
     from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
 
     slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
-    out = Path(dry.request["run_dir"]) / "slurm.out"
+    out = Path(dry.request.run_dir) / "slurm.out"
     from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 
     end = Deadline(SYSTEM_CLOCK, 60)
@@ -184,14 +184,14 @@ def test_scancel_ends_the_job_with_nothing_left_on_any_node(cluster, tmp_path):
     assert code == 0, err
     S.cancel_job(runner, slurm_id)   # waits for Slurm to end it
     assert left_on_nodes(cluster, str(tmp_path / "prog.py")) == {}
-    res = S.read_result(runner, dry.request["run_dir"])
+    res = S.read_result(runner, dry.request.run_dir)
     assert res.exit_code == 143      # the master was stopped by SIGTERM and said so
 
 
 def test_target_cancel_ends_the_job_and_status_says_cancelled(cluster, tmp_path):
     dry, runner, slurm_id = submit_nowait(cluster, tmp_path, "cancel", "a6")
     record = JobRecord(job_id="a6", name="cancel", target="slurm", native=slurm_id,
-                       details={"where": dry.request["where"], "run_dir": dry.request["run_dir"]})
+                       details={"where": dry.request.where, "run_dir": dry.request.run_dir})
     assert S.TARGET.describe(record).state == JobState.RUNNING
     status = S.TARGET.cancel(record)
     assert left_on_nodes(cluster, str(tmp_path / "prog.py")) == {}
@@ -203,9 +203,9 @@ def test_target_cancel_ends_the_job_and_status_says_cancelled(cluster, tmp_path)
 def test_status_of_a_finished_job_holds_the_ranks_code_not_slurms(cluster, tmp_path):
     outcome, _, _, dry = run(spec(cluster, "status", program(tmp_path, FAILING), env={"BAD_RANK": "3", "HOW": "exit"}),
                              "a7")
-    slurm_id = (Path(dry.request["run_dir"]) / "slurm-job-id").read_text().strip()
+    slurm_id = (Path(dry.request.run_dir) / "slurm-job-id").read_text().strip()
     record = JobRecord(job_id="a7", name="status", target="slurm", native=slurm_id,
-                       details={"where": dry.request["where"], "run_dir": dry.request["run_dir"]})
+                       details={"where": dry.request.where, "run_dir": dry.request.run_dir})
     status = S.TARGET.describe(record)
     assert (status.state, status.exit_code, status.root_cause) == (
         JobState.FAILED, 3, {"rank": 3, "host": "algo-2", "exit_code": 3, "signal": None})
@@ -234,13 +234,13 @@ class InheritingRunner(S.SimRunner):
 
 def test_an_inherited_slurm_cpu_bind_does_not_reach_the_ranks(cluster, tmp_path):
     dry = prepare(spec(cluster, "cpubind", program(tmp_path, CPU_BIND)), "a8")
-    runner = InheritingRunner(dry.request["where"])
+    runner = InheritingRunner(dry.request.where)
     from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
 
     slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
     S.follow(dry, runner, slurm_id, out=io.BytesIO(), err=io.BytesIO())
-    out = (Path(dry.request["run_dir"]) / "slurm.out").read_text()
-    assert S.read_result(runner, dry.request["run_dir"]).exit_code == 0, out
+    out = (Path(dry.request.run_dir) / "slurm.out").read_text()
+    assert S.read_result(runner, dry.request.run_dir).exit_code == 0, out
     lines = [line for line in out.splitlines() if " bind " in line]
     assert len(lines) == 4 and all(line.endswith("bind None None None") for line in lines), out
 
@@ -293,7 +293,7 @@ def test_the_signal_before_the_time_limit_checkpoints_every_rank_and_the_result_
         f"[{r} algo-{r // 2 + 1}] checkpoint written by rank {r}" for r in range(4)], err.decode()[-2000:]
     assert (outcome.exit_code, outcome.source, outcome.root_cause) == (124, "platform", None), outcome
     assert "USR1 ahead of the time limit" in outcome.reason
-    assert (Path(dry.request["run_dir"]) / "attempt-0" / "signal").read_text().strip() == "USR1"
+    assert (Path(dry.request.run_dir) / "attempt-0" / "signal").read_text().strip() == "USR1"
 
 
 FLAKY = """\
@@ -311,7 +311,7 @@ if first and os.environ["PMIX_RANK"] == "1":
 def test_retries_requeue_the_job_and_slurm_restart_count_counts_them(cluster, tmp_path):
     outcome, out, err, dry = run(spec(cluster, "retry", program(tmp_path, FLAKY), env={"MARKER": str(tmp_path)},
                                       slurm={"requeue": True}).replace('"pinning"', '"retries": 1, "pinning"'), "c2")
-    run_dir = Path(dry.request["run_dir"])
+    run_dir = Path(dry.request.run_dir)
     assert outcome.exit_code == 0, err.decode()[-3000:]
     assert outcome.attempts == 2
     assert (run_dir / "attempt-0" / "exit_code").read_text().strip() == "3"
@@ -339,7 +339,7 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
     sim, slurm, _ = cluster
     dry = prepare(spec(cluster, "nodefail", program(tmp_path, RESUMER), ppn=1, env={"MARKER": str(tmp_path)},
                        slurm={"requeue": True}).replace('"pinning"', '"retries": 1, "pinning"'), "c3")
-    runner = S.runner_for(dry.request["where"])
+    runner = S.runner_for(dry.request.where)
     from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
     from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
 
@@ -360,8 +360,8 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
         outcome = S.outcome_for(dry, runner, slurm_id, job, started=0.0)
     finally:
         slurm._start(victim, "slurmd", ["slurmd", "-D", "-f", str(slurm.layout.conf)])  # back for later tests
-    out = (Path(dry.request["run_dir"]) / "slurm.out").read_text()
-    assert outcome.exit_code == 0, out + (Path(dry.request["run_dir"]) / "slurm.err").read_text()[-3000:]
+    out = (Path(dry.request.run_dir) / "slurm.out").read_text()
+    assert outcome.exit_code == 0, out + (Path(dry.request.run_dir) / "slurm.err").read_text()[-3000:]
     assert outcome.attempts == 2
     assert "resumed from step" in out and "done at step 8" in out
 
@@ -372,7 +372,7 @@ def test_mpirun_as_the_second_launch_flavour(cluster, tmp_path):
     outcome, out, err, dry = run(spec(cluster, "mpirun", program(tmp_path, MPI_PROGRAM), slurm={"launch": "mpirun"}),
                                  "c4")
     assert outcome.exit_code == 0, err.decode(errors="replace")[-2000:]
-    launch = json.loads(dict(dry.files)[f"{dry.request['run_dir']}/launch-spec.json"])
+    launch = json.loads(dict(dry.files)[f"{dry.request.run_dir}/launch-spec.json"])
     assert launch["mpi_flavour"] == "auto" and launch["mpi_options"] == []   # mpirun, detected on the node
     lines = set(out.decode().splitlines())
     assert all(f"[{r} algo-{r // 2 + 1}] rank {r} of 4 on algo-{r // 2 + 1} sum 10" in lines for r in range(4)), out
