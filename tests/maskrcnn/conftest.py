@@ -12,3 +12,17 @@ def shapes(tmp_path_factory):
     root = tmp_path_factory.mktemp("shapes")
     write_shapes_dataset(root, n_train=24, n_val=8, size=96, seed=7)
     return root
+
+
+@pytest.fixture(autouse=True)
+def _denormals_restored():
+    """Leave the process's flush-to-zero mode as the test found it: the trainer turns it on in every
+    thread (issue #32), and later tests in this pytest (hypothesis's floats in tests/spec) need
+    subnormals (tests/maskrcnn/test_maskrcnn_flush_isolation.py)."""
+    from mpirun_kit.maskrcnn.ops import set_flush_denormal
+    from mpirun_kit.maskrcnn.train import denormals_flushed
+
+    before = denormals_flushed()
+    yield
+    if denormals_flushed() != before:
+        set_flush_denormal(before)
