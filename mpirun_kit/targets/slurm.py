@@ -331,6 +331,12 @@ fi
 if [ "$rc" -ne 0 ]; then
 {requeue_line}  :
 fi
+# Slurm itself may have queued the job again (a node failed, --requeue; the next attempt may even be running
+# already, with Restarts one higher): that attempt needs the secret.
+now=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null | tr ' ' '\\n')
+restarts=$(echo "$now" | sed -n 's/^Restarts=//p')
+case "$(echo "$now" | sed -n 's/^JobState=//p')" in PENDING|REQUEUED|REQUEUE_HOLD|REQUEUE_FED) exit "$rc" ;; esac
+[ "${{restarts:-0}}" -gt "$attempt" ] 2>/dev/null && exit "$rc"
 # Not requeued: the job is over, and its secret with it.
 rm -f "$run/job-secret"
 exit "$rc"
