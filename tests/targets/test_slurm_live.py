@@ -283,17 +283,55 @@ time.sleep(300)
 """
 
 
+def signal_batch_once_every_rank_trains(dry, signal: str, ranks: int = 4):
+    """Send ``signal`` to the batch shell only, as ``--signal=B:SIG@N`` does, once every rank is up.
+
+    Slurm's own time-limit signal comes 10-40 s after the start (slurmctld checks every ~30 s), whatever
+    the ranks are doing: on a loaded machine it came while Python was still starting the ranks, before
+    their SIGTERM handlers existed (the CI run at 6fc6e76).  ``scancel --batch --signal`` is the same
+    signal, from the same daemon, to the same shell, at a moment the test chooses.
+    """
+    import threading
+
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+
+    run_dir = Path(dry.request.run_dir)
+    runner = S.runner_for(dry.request.where)
+    sent = []
+
+    def watch():
+        end = Deadline(SYSTEM_CLOCK, 120)
+        out, id_file = run_dir / "slurm.out", run_dir / "slurm-job-id"
+        while not end.expired():
+            if id_file.exists() and out.exists() and out.read_text().count("training") == ranks:
+                sent.append(runner.run(["scancel", "--batch", f"--signal={signal}", id_file.read_text().strip()]))
+                return
+            SYSTEM_CLOCK.sleep(0.2)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, sent
+
+
 def test_the_signal_before_the_time_limit_checkpoints_every_rank_and_the_result_says_timeout(cluster, tmp_path):
-    # --time=1 with --signal=B:USR1@50: Slurm signals the batch shell 10-40 s after the start (it checks every
-    # ~30 s), the script's trap stops the master, every rank's SIGTERM handler writes its checkpoint.
-    outcome, out, err, dry = run(spec(cluster, "timelimit", program(tmp_path, CHECKPOINTER),
-                                      slurm={"time": "1", "signal": "USR1@50"}), "c1")
+    # The script asks Slurm for --signal=B:USR1@60 (a 5-minute limit: Slurm's own would come after ours);
+    # USR1 reaches the batch shell once every rank trains, the script's trap stops the master and every
+    # rank's SIGTERM handler writes its checkpoint.
+    dry = prepare(spec(cluster, "timelimit", program(tmp_path, CHECKPOINTER),
+                       slurm={"time": "5", "signal": "USR1@60"}), "c1")
+    assert "#SBATCH --signal=B:USR1@60" in dry.render()
+    thread, sent = signal_batch_once_every_rank_trains(dry, "USR1")
+    outcome = S.TARGET.run(dry, SubmitOptions(wait=True), out=io.BytesIO(), err=io.BytesIO())
+    thread.join(5)
+    run_dir = Path(dry.request.run_dir)
+    out, err = (run_dir / "slurm.out").read_bytes(), (run_dir / "slurm.err").read_bytes()
+    assert sent and sent[0][0] == 0, (sent, err.decode()[-2000:])
     lines = out.decode().splitlines()
     assert sorted(line for line in lines if "checkpoint written" in line) == [
         f"[{r} algo-{r // 2 + 1}] checkpoint written by rank {r}" for r in range(4)], err.decode()[-2000:]
     assert (outcome.exit_code, outcome.source, outcome.root_cause) == (124, "platform", None), outcome
     assert "USR1 ahead of the time limit" in outcome.reason
-    assert (Path(dry.request.run_dir) / "attempt-0" / "signal").read_text().strip() == "USR1"
+    assert (run_dir / "attempt-0" / "signal").read_text().strip() == "USR1"
 
 
 FLAKY = """\
