@@ -18,6 +18,7 @@ from __future__ import annotations
 import shlex
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -271,14 +272,34 @@ def start_session(client, argv: Sequence[str]):
     return chan
 
 
-def write_argv(python: str, path: str) -> list[str]:
-    """The remote side of writing one file: its bytes arrive on stdin and are written atomically there."""
-    return remote_host.argv(python, "write", path)
+def write_argv(python: str, path: str, private: str | None = None) -> list[str]:
+    """The remote side of writing one file: its bytes arrive on stdin and are written atomically there;
+    ``private``: the run directory ``path`` is in, made 0700 and refused when another user could swap it."""
+    return remote_host.argv(python, "write", path, *(("--private", private) if private else ()))
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    """One host's failed write (``write_files``): its exit code (-1: the session failed) and stderr's end."""
+
+    host: str
+    path: str
+    code: int
+    err: str
+
+    @property
+    def unsafe_dir(self) -> bool:
+        """The run directory was refused: another user could swap it (remote_host.UNSAFE_DIR; ``err`` says why)."""
+        return self.code == remote_host.UNSAFE_DIR
+
+    def __str__(self) -> str:
+        return f"{self.host}: {self.path}: exit {self.code} {self.err}"
 
 
 def write_files(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: float,
-                commands: dict[str, dict[str, Sequence[str]]] | None = None, python: str = "python3") -> list[str]:
-    """Write ``files`` (path, text) on every host, each atomically; the failures, one line per host.
+                commands: dict[str, dict[str, Sequence[str]]] | None = None,
+                python: str = "python3") -> list[WriteFailure]:
+    """Write ``files`` (path, text) on every host, each atomically; the failures, one per host.
 
     Through an exec channel (stdin) rather than SFTP: hardened sshd configs often have no sftp subsystem.
     ``commands`` (host -> path -> argv) are the commands sent, as a dry run printed them; ``write_argv``
@@ -286,7 +307,7 @@ def write_files(clients: dict[str, Any], files: tuple[tuple[str, str], ...], tim
     """
     import paramiko
 
-    def one(host: str, client) -> str | None:
+    def one(host: str, client) -> WriteFailure | None:
         for path, text in files:
             argv = commands[host][path] if commands else write_argv(python, path)
             try:
@@ -295,7 +316,7 @@ def write_files(clients: dict[str, Any], files: tuple[tuple[str, str], ...], tim
             except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
                 code, err = -1, str(exc) or type(exc).__name__
             if code != 0:
-                return f"{host}: {path}: exit {code} {err[-200:]}"
+                return WriteFailure(host, path, code, err[-200:])
         return None
 
     return [bad for bad in on_every_host(clients.items(), one).values() if bad]

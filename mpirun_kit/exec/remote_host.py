@@ -10,7 +10,9 @@ used to do, with the package's own atomic write and the supervisor's stop sequen
 ``cancel --pid-file F --grace S --wait W``  wait up to W s for F (a cancel may come before the start wrote
     it), SIGTERM that pid, up to S s for it to go, then SIGKILL; prints ``gone`` and exits 0 once it is
     gone, exits 3 when no pid file appeared (``NO_PID_FILE``);
-``write PATH``  stdin to PATH atomically (parents made): the launch files;
+``write PATH [--private DIR]``  stdin to PATH atomically (parents made): the launch files;
+``--private DIR`` (``write`` and ``start``): DIR is the job's run directory, made 0700 and refused, before anything
+    is written or started in it, when another user could swap its files (``unsafe_dir``; exit ``UNSAFE_DIR``);
 ``read PATH --limit N``  at most N bytes of PATH on stdout; nothing and exit 0 when there is no PATH.
 
 Run by the host's Python with the package installed (the ssh target's preflight checks that first).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -29,6 +32,8 @@ MODULE = "mpirun_kit.exec.remote_host"
 NO_PID_FILE = 3
 #: how often ``cancel`` looks for the pid file and for the process's end.
 POLL_S = 0.1
+#: ``write``'s and ``start``'s exit code when their ``--private`` run directory is another user's to swap.
+UNSAFE_DIR = 4
 
 
 def argv(python: str, verb: str, *args: str) -> list[str]:
@@ -36,10 +41,65 @@ def argv(python: str, verb: str, *args: str) -> list[str]:
     return [python, "-m", MODULE, verb, *args]
 
 
-def start(pid_file: str, directory: str, command: list[str]) -> None:
-    """Make and enter ``directory``, record our pid in ``pid_file``, become ``command`` (never returns)."""
+def unsafe_dir(run_dir: str, uid: int | None = None) -> str | None:
+    """Why another user could swap the files of ``run_dir`` (a job's run directory), or None.
+
+    The ssh target's default workdir is under /tmp, which every user of a host shares: whoever can rename
+    an entry on the way could swap the launch spec or the hostfile the entrypoint reads.  So the run
+    directory and the workdir above it must be ``uid``'s (default: ours) and writable by no one else, and
+    every directory above them ``uid``'s or root's and not writable by group or others unless sticky; a
+    symbolic link on the way must be ``uid``'s or root's (its owner may point it elsewhere), and the
+    directories it leads to pass the same checks.  The same rule as the Slurm target's run directory.
+    """
+    me = os.geteuid() if uid is None else uid
+
+    def owner(st: os.stat_result) -> str:
+        import pwd
+
+        try:
+            return f"uid {st.st_uid} ({pwd.getpwuid(st.st_uid).pw_name})"
+        except KeyError:
+            return f"uid {st.st_uid}"
+
+    def problem(path: Path, st: os.stat_result, own: bool) -> str | None:
+        if stat.S_ISLNK(st.st_mode):
+            return (None if st.st_uid in (me, 0)
+                    else f"{path} is a symbolic link belonging to {owner(st)}, not to you or root")
+        if st.st_uid != me and (own or st.st_uid != 0):
+            return f"{path} belongs to {owner(st)}, not to you" + ("" if own else " or root")
+        if st.st_mode & 0o022 and (own or not st.st_mode & stat.S_ISVTX):
+            return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+        return None
+
+    for top in (Path(os.path.abspath(run_dir)), Path(os.path.realpath(run_dir))):
+        for i, d in enumerate((top, *top.parents)):
+            why = problem(d, os.lstat(d), own=i < 2)
+            if why:
+                return why
+    return None
+
+
+def _private(run_dir: str) -> int:
+    """Make ``run_dir`` (0700, parents too) and check it (``unsafe_dir``): 0, or UNSAFE_DIR with one line on stderr."""
+    old = os.umask(0o077)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    finally:
+        os.umask(old)
+    why = unsafe_dir(run_dir)
+    if why:
+        print(f"mpirun_kit: {why}", file=sys.stderr, flush=True)
+        return UNSAFE_DIR
+    return 0
+
+
+def start(pid_file: str, directory: str, command: list[str], private: str | None = None) -> int:
+    """Make and enter ``directory``, record our pid in ``pid_file``, become ``command`` (returns only UNSAFE_DIR:
+    ``private``, the run directory, is another user's to swap)."""
     from ..core.files import write_atomic
 
+    if private and _private(private):
+        return UNSAFE_DIR
     os.makedirs(directory, exist_ok=True)
     os.chdir(directory)
     write_atomic(pid_file, f"{os.getpid()}\n")
@@ -72,11 +132,15 @@ def _read_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def write(path: str) -> None:
-    """stdin (bytes, unchanged) to ``path``, atomically, parents made (core/files.write_atomic)."""
+def write(path: str, private: str | None = None) -> int:
+    """stdin (bytes, unchanged) to ``path``, atomically, parents made (core/files.write_atomic); 0, or UNSAFE_DIR
+    (nothing written) when ``private``, the run directory ``path`` is in, is another user's to swap."""
     from ..core.files import write_atomic
 
+    if private and _private(private):
+        return UNSAFE_DIR
     write_atomic(path, sys.stdin.buffer.read())
+    return 0
 
 
 def read(path: str, limit: int) -> None:
@@ -96,6 +160,7 @@ def main(args: list[str] | None = None) -> int:
     s = sub.add_parser("start")
     s.add_argument("--pid-file", required=True)
     s.add_argument("--dir", required=True)
+    s.add_argument("--private", metavar="RUN_DIR")
     s.add_argument("command", nargs=argparse.REMAINDER)
     c = sub.add_parser("cancel")
     c.add_argument("--pid-file", required=True)
@@ -103,6 +168,7 @@ def main(args: list[str] | None = None) -> int:
     c.add_argument("--wait", type=float, required=True)
     w = sub.add_parser("write")
     w.add_argument("path")
+    w.add_argument("--private", metavar="RUN_DIR")
     r = sub.add_parser("read")
     r.add_argument("path")
     r.add_argument("--limit", type=int, required=True)
@@ -111,11 +177,11 @@ def main(args: list[str] | None = None) -> int:
         command = a.command[1:] if a.command[:1] == ["--"] else a.command
         if not command:
             p.error("start: no command given after --")
-        start(a.pid_file, a.dir, command)
+        return start(a.pid_file, a.dir, command, a.private)
     if a.verb == "cancel":
         return cancel(a.pid_file, a.grace, a.wait)
     if a.verb == "write":
-        write(a.path)
+        return write(a.path, a.private)
     elif a.verb == "read":
         read(a.path, a.limit)
     return 0

@@ -65,6 +65,8 @@ OVERHEAD_S = 120.0
 DEFAULT_JOB_S = 7 * 24 * 3600.0
 #: after a session's output ends, how long its exit status may take to arrive.
 EXIT_STATUS_S = 30.0
+#: how remote_host begins the line that says why a run directory is refused (the host's own words follow).
+UNSAFE_PREFIX = "mpirun_kit: "
 #: a cancel gives up on a host this long after the grace period (then it reports the host).
 CANCEL_MARGIN_S = 15.0
 #: how long a cancel waits for the entrypoint's pid file (the cancel may come before it is written).
@@ -126,7 +128,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
         # remote_host start records the entrypoint's pid (it execs it) so a cancel signals exactly that process,
         # never one matched by name.  Per-host names: the workdir may be on a file system the hosts share.
         commands[h.name] = remote_host.argv(s.python, "start", "--pid-file", f"{workdir}/{h.name}.pid",
-                                            "--dir", f"{workdir}/{h.name}", "--", *argv)
+                                            "--dir", f"{workdir}/{h.name}", "--private", workdir, "--", *argv)
     files = ((f"{workdir}/launch-spec.json", compiled.launch.to_json() + "\n"), (f"{workdir}/hostfile", hostfile))
     # After a failure, the master's failure report is read back over its open session, so --json's source and
     # root cause come from the report, not guessed from the exit code (the same parser as local and sim).
@@ -143,7 +145,8 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
         deadline_s=(t.job_s or DEFAULT_JOB_S) + OVERHEAD_S, grace_s=t.grace_s,
         workdir=workdir, commands=commands,
         preflight=preflight_command(s.python),
-        ship={h.name: {name: write_argv(s.python, name) for name, _ in files} for h in compiled.hosts},
+        # --private: the run directory is made 0700 and refused where another user could swap it (under /tmp).
+        ship={h.name: {name: write_argv(s.python, name, workdir) for name, _ in files} for h in compiled.hosts},
         cancel={h.name: cancel_argv(s.python, f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
                 for h in compiled.hosts},
         failure_file=failure_file, fetch_failure={master: fetch_argv(s.python, failure_file)})
@@ -210,12 +213,19 @@ def ship(clients: dict[str, Any], files: tuple[tuple[str, str], ...], timeout: f
     """Write the launch files on every host, each atomically (exec/remote.write_files).
 
     Raises:
-        ClusterError: names the host and file that could not be written.
+        ClusterError: names the host and file that could not be written, or the host and directory another
+            user could swap (the run directory and every directory above it are checked there first).
     """
     bad = write_files(clients, files, timeout, commands)
+    unsafe = [f for f in bad if f.unsafe_dir]
+    if unsafe:
+        # The run directory, the workdir or a directory above them is another user's to swap (remote_host.unsafe_dir).
+        raise ClusterError(f"{'; '.join(f'{f.host}: {f.err.removeprefix(UNSAFE_PREFIX)}' for f in unsafe)}: another "
+                           "user could replace the job's files there; set target.ssh.workdir to a directory only you "
+                           "can write, on every host")
     if bad:
-        raise ClusterError(f"could not write the launch files ({'; '.join(bad)}); check that target.ssh.workdir "
-                           "is writable by the ssh user on every host")
+        raise ClusterError(f"could not write the launch files ({'; '.join(map(str, bad))}); check that "
+                           "target.ssh.workdir is writable by the ssh user on every host")
 
 
 @dataclass

@@ -3,6 +3,7 @@ ssh would run there): start records the exec'd program's own pid, cancel stops i
 grace, SIGKILL), write is atomic, read is bounded.  Over real sshd: tests/targets/test_ssh.py."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -71,3 +72,90 @@ def test_cancel_stops_the_recorded_process_sigterm_then_sigkill(tmp_path, stubbo
 def test_cancel_without_a_pid_file_says_so_with_its_own_code(tmp_path):
     r = run("cancel", "--pid-file", str(tmp_path / "none.pid"), "--grace", "1", "--wait", "0.3")
     assert (r.returncode, r.stdout.decode().strip()) == (remote_host.NO_PID_FILE, "no-pid-file")
+
+
+# --- a run directory another user could swap (the ssh target's default workdir is under /tmp) -----------------
+# Real directories, chmod and chown to nobody (the tests run as root); the path through real sshd, with the
+# ssh target's own wording, is tests/targets/test_ssh.py::test_ship_refuses_a_workdir_another_user_could_swap.
+
+def _nobody() -> int:
+    import pwd
+
+    try:
+        return pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        pytest.skip("no user nobody")
+
+
+def _as(path, *, uid=None, mode=None):
+    path.mkdir(parents=True, exist_ok=True)
+    if uid is not None:
+        os.chown(path, uid, -1)
+    if mode is not None:
+        os.chmod(path, mode)
+    return path
+
+
+def _write_private(run_dir):
+    return run("write", f"{run_dir}/hostfile", "--private", str(run_dir), stdin=b"a slots=1\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
+@pytest.mark.parametrize("case", ["workdir_of_other", "workdir_0777", "workdir_0770", "run_dir_of_other",
+                                  "above_0777", "above_of_other", "workdir_link_of_other"])
+def test_write_refuses_a_run_directory_another_user_could_swap(tmp_path, case):
+    """The run directory and the workdir above it: ours, writable by no one else; every directory above: ours or
+    root's, not writable by others unless sticky.  Refused with exit UNSAFE_DIR and one line naming the directory
+    and its owner or mode; nothing is written."""
+    nobody = _nobody()
+    top = _as(tmp_path / "top", mode=0o1777)        # like /tmp: others may write, sticky: fine
+    wd = top / "wd"
+    run_dir = wd / "r1"
+    bad = {"workdir_of_other": lambda: (_as(wd, uid=nobody, mode=0o755), f"{wd} belongs to uid {nobody} (nobody), "
+                                        "not to you"),
+           "workdir_0777": lambda: (_as(wd, mode=0o777), f"{wd} is writable by other users (mode 777)"),
+           "workdir_0770": lambda: (_as(wd, mode=0o770), f"{wd} is writable by other users (mode 770)"),
+           "run_dir_of_other": lambda: (_as(run_dir, uid=nobody, mode=0o700),
+                                        f"{run_dir} belongs to uid {nobody} (nobody), not to you"),
+           "above_0777": lambda: (_as(top, mode=0o777), f"{top} is writable by other users (mode 777)"),
+           "above_of_other": lambda: (_as(top, uid=nobody, mode=0o755),
+                                      f"{top} belongs to uid {nobody} (nobody), not to you or root"),
+           "workdir_link_of_other": lambda: (_link(wd, _as(tmp_path / "mine", mode=0o700), nobody),
+                                             f"{wd} is a symbolic link belonging to uid {nobody} (nobody), not to "
+                                             "you or root")}
+    _, line = bad[case]()
+    r = _write_private(run_dir)
+    assert (r.returncode, r.stderr.decode()) == (remote_host.UNSAFE_DIR, f"mpirun_kit: {line}\n")
+    assert not (run_dir / "hostfile").exists() and not (tmp_path / "mine" / "r1" / "hostfile").exists()
+    os.chmod(top, 0o1777)
+
+
+def _link(link, target, uid):
+    os.symlink(target, link)
+    os.lchown(link, uid, -1)
+    return link
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a sticky directory of root's above")
+def test_write_makes_a_private_run_directory_under_a_sticky_shared_one(tmp_path):
+    """The default workdir's case: /tmp-like (1777, root's) above, the workdir and run directory made 0700."""
+    import stat
+
+    top = _as(tmp_path / "top", mode=0o1777)
+    run_dir = top / "mpirun-kit-job" / "r1"
+    r = _write_private(run_dir)
+    assert r.returncode == 0, r.stderr
+    assert (run_dir / "hostfile").read_bytes() == b"a slots=1\n"
+    assert [stat.S_IMODE(os.stat(d).st_mode) for d in (run_dir.parent, run_dir)] == [0o700, 0o700]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
+def test_start_refuses_a_run_directory_another_user_could_swap(tmp_path):
+    """start checks too (defence in depth: it makes the host's directory in the run directory and enters it)."""
+    wd = _as(tmp_path / "wd", mode=0o777)
+    r = subprocess.run(remote_host.argv(sys.executable, "start", "--pid-file", str(wd / "r1" / "a.pid"), "--dir",
+                                        str(wd / "r1" / "a"), "--private", str(wd / "r1"), "--", "true"),
+                       capture_output=True, timeout=30)
+    assert (r.returncode, r.stderr.decode()) == (remote_host.UNSAFE_DIR,
+                                                 f"mpirun_kit: {wd} is writable by other users (mode 777)\n")
+    assert not (wd / "r1" / "a.pid").exists() and not (wd / "r1" / "a").exists()

@@ -114,14 +114,16 @@ def test_dry_run_value(tmp_path):
     # host as mpirun_kit.exec.remote_host (issue 31 item 8).
     py = sys.executable
     assert d.request.commands["b"] == [
-        py, "-m", "mpirun_kit.exec.remote_host", "start", "--pid-file", f"{wd}/b.pid", "--dir", f"{wd}/b", "--",
+        py, "-m", "mpirun_kit.exec.remote_host", "start", "--pid-file", f"{wd}/b.pid", "--dir", f"{wd}/b",
+        "--private", wd, "--",
         py, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile", f"{wd}/hostfile", "--current-host",
         "b", "--spec", f"{wd}/launch-spec.json", "--opt-ml", f"{wd}/b"]
     assert d.request.ready_timeout_s == 9.0
     # Everything sent is in the value: preflight, ship (per host, per file), cancel, the failure report's read.
     assert d.request.preflight == [py, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
+    # --private: the run directory is made 0700 and refused where another user could swap it (the default is in /tmp).
     assert d.request.ship["b"][f"{wd}/hostfile"] == [py, "-m", "mpirun_kit.exec.remote_host", "write",
-                                                         f"{wd}/hostfile"]
+                                                         f"{wd}/hostfile", "--private", wd]
     assert sorted(d.request.ship["a"]) == [f"{wd}/hostfile", f"{wd}/launch-spec.json"]
     grace = c.launch.timeouts.grace_s
     assert d.request.cancel["a"] == [py, "-m", "mpirun_kit.exec.remote_host", "cancel", "--pid-file",
@@ -314,3 +316,37 @@ def test_every_remote_wait_has_a_deadline_and_sessions_keep_alive(loopback_sshd,
             T.preflight({"algo-1": client}, str(hang), timeout=1)
     finally:
         client.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
+@pytest.mark.parametrize("case", ["owned_by_nobody", "mode_0777"])
+def test_ship_refuses_a_workdir_another_user_could_swap(loopback_sshd, tmp_path, case):
+    """target.ssh.workdir defaults to /tmp/mpirun-kit-job, shared by every user of a host: a workdir another user
+    owns, or one others may write without the sticky bit, could have the launch spec or the hostfile swapped
+    before the entrypoint reads them.  Over real sshd, the ship is refused in one line naming the host, the
+    directory, its owner or mode and the remedy, and nothing is written (the same rule as the Slurm target's)."""
+    import pwd
+
+    from mpirun_kit.errors import ClusterError
+
+    _, req = loopback_sshd
+    nobody = pwd.getpwnam("nobody").pw_uid
+    wd = tmp_path / "remote"
+    wd.mkdir()
+    if case == "owned_by_nobody":
+        os.chown(wd, nobody, -1)
+        why = f"{wd} belongs to uid {nobody} (nobody), not to you"
+    else:
+        wd.chmod(0o777)
+        why = f"{wd} is writable by other users (mode 777)"
+    d = T.dryrun(compile_job(load_job_text(spec(tmp_path, ["algo-1"], "true").read_text(), "job.yaml")),
+                 run_id="r1")
+    client = _client(req)
+    try:
+        with pytest.raises(ClusterError) as e:
+            T.ship({"algo-1": client}, d.files, 20, d.request.ship)
+    finally:
+        client.close()
+    assert str(e.value) == (f"algo-1: {why}: another user could replace the job's files there; set "
+                            "target.ssh.workdir to a directory only you can write, on every host")
+    assert not (wd / "r1" / "launch-spec.json").exists() and not (wd / "r1" / "hostfile").exists()
