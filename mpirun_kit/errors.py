@@ -92,6 +92,15 @@ class SpecError(MpirunKitError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class NoSuchJobError(SpecError):
+    """A job id the job records do not hold (records/store.py ``get``): ``ref`` is what was asked, ``db`` the
+    records' file, so a command can say where it looked (a mistyped id is not a SageMaker name to ask for)."""
+
+    def __init__(self, message: str, ref: str = "", db: str = ""):
+        super().__init__(message)
+        self.ref, self.db = ref, db
+
+
 class ClusterError(MpirunKitError):
     """A host, daemon or cloud service could not be reached or used."""
 

@@ -3,9 +3,11 @@
 Argument parsing and printing only: the record comes from the store (records/), the work from the
 job's target (targets/base.py ``Target.describe``, ``cancel``, ``logs``, ``list``; the defaults in
 targets/supervised.py for local, sim and ssh, SageMaker's and Slurm's own calls for theirs).
-A name the store does not know is taken for a SageMaker training job's name, as before records
-existed (a job submitted elsewhere, or by the SageMaker SDK): ``status``, ``logs`` and ``stop``/``cancel``
-then ask SageMaker directly (targets/sagemaker.py).
+A name the store does not know may be a SageMaker training job's name, as before records existed (a
+job submitted elsewhere, or by the SageMaker SDK): SageMaker is asked once, and when it knows the name
+``status``, ``logs`` and ``stop``/``cancel`` work on that training job (targets/sagemaker.py).  When it
+does not (or cannot be asked: no region) the id is no job at all, and the error says where the records
+are and that `mpirun_kit jobs` lists them: a mistyped local id must not read as an AWS problem.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import re
 import sys
 import time
 
-from ..errors import ExitCode, SpecError
+from ..errors import ExitCode, MpirunKitError, NoSuchJobError, SpecError, translate
 from .main import add_command, exit_codes
 
 #: SageMaker's TrainingJobName rule.
@@ -30,7 +32,13 @@ def check_job_name(name: str) -> str:
 
 
 def _record(args):
-    """(store, the job's record) or (store, None) when the store does not know ``args.name`` (a SageMaker name)."""
+    """(store, the job's record, None), or (store, None, SageMaker's description of the training job) when the
+    records do not hold ``args.name`` and SageMaker knows it.
+
+    Raises:
+        NoSuchJobError: neither does (a mistyped id, mostly); with ``--json`` its JSON is printed first.
+        SpecError: a prefix several job ids share.
+    """
     from .common_flags import store_of
 
     if args.name.startswith("-") or not args.name:
@@ -38,9 +46,55 @@ def _record(args):
                         "lists them) or a SageMaker training job name")
     store = store_of(args)
     try:
-        return store, store.get(args.name)
-    except SpecError:
-        return store, None
+        return store, store.get(args.name), None
+    except NoSuchJobError as missing:
+        try:
+            return store, None, _sagemaker_job(args, missing)
+        except NoSuchJobError as none:
+            if getattr(args, "json", False):
+                print(json.dumps({"job_id": args.name, "found": False, "records": none.db,
+                                  "exit_code": int(none.exit_code), "reason": str(none)}))
+            raise
+
+
+def _sagemaker_job(args, missing: NoSuchJobError) -> dict:
+    """SageMaker's description of the training job named ``args.name``, which the records do not hold.
+
+    Raises:
+        NoSuchJobError: no such job: not a name SageMaker takes, no region to ask in, or SageMaker has none
+            (naming the records and `mpirun_kit jobs`); a ClusterError one when SageMaker could not be asked.
+    """
+    def none(why: str, kind: type[NoSuchJobError] = NoSuchJobError) -> NoSuchJobError:
+        return kind(f"no such job in the records: {args.name!r} is not in {missing.db} (`mpirun_kit jobs` lists "
+                    f"the jobs there; give --state-dir if it was submitted with another), and {why}",
+                    args.name, missing.db)
+
+    if not _JOB_NAME.fullmatch(args.name):
+        raise none("it is not a SageMaker training job name either")
+    from botocore.exceptions import ClientError, NoRegionError
+
+    from ..targets.sagemaker import make_clients
+    try:
+        sm, _ = make_clients(args.region)
+        return sm.describe_training_job(TrainingJobName=args.name)
+    except NoRegionError:
+        raise none("no AWS region is configured to look for a SageMaker training job of that name "
+                   "(--region REGION)") from None
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ValidationException":   # SageMaker's "not found"
+            raise none(f"SageMaker in {sm.meta.region_name} has no training job of that name") from None
+        raise none(f"SageMaker could not be asked about it ({translate(exc)})", _UnaskedJobError) from exc
+    except Exception as exc:  # noqa: BLE001 - only the environment's errors (translate), others are bugs
+        known = exc if isinstance(exc, MpirunKitError) else translate(exc)
+        if known is None:
+            raise
+        raise none(f"SageMaker could not be asked about it ({known})", _UnaskedJobError) from exc
+
+
+class _UnaskedJobError(NoSuchJobError):
+    """Not in the records, and SageMaker could not be asked (credentials, network): AWS's exit code, 69."""
+
+    exit_code = ExitCode.UNREACHABLE
 
 
 def _target(rec):
@@ -103,9 +157,9 @@ def _jobs(args) -> int:
 # -- status ----------------------------------------------------------------------------------------
 
 def _status(args) -> int:
-    store, rec = _record(args)
+    store, rec, desc = _record(args)
     if rec is None:
-        return _sagemaker_status(args)
+        return _sagemaker_status(args, desc)
     status = describe_job(store, rec)
     if args.json:
         print(status.to_json())
@@ -143,11 +197,10 @@ def status_code(status) -> int:
     return int(status.exit_code or 0)
 
 
-def _sagemaker_status(args) -> int:
-    from ..targets.sagemaker import TERMINAL, describe, exit_code_for
+def _sagemaker_status(args, desc: dict) -> int:
+    """``desc``: describe_training_job's answer (``_record`` asked)."""
+    from ..targets.sagemaker import TERMINAL, exit_code_for
 
-    sm, _ = _clients(args)
-    desc = describe(sm, args.name)
     keys = ("TrainingJobName", "TrainingJobStatus", "SecondaryStatus", "FailureReason", "TrainingStartTime",
             "TrainingEndTime", "BillableTimeInSeconds")
     view = {k: desc[k] for k in keys if k in desc}
@@ -164,7 +217,7 @@ def _sagemaker_status(args) -> int:
 # -- logs ------------------------------------------------------------------------------------------
 
 def _logs(args) -> int:
-    store, rec = _record(args)
+    store, rec, _ = _record(args)
     if rec is None:
         return _sagemaker_logs(args)
     target = _target(rec)
@@ -190,7 +243,7 @@ def _sagemaker_logs(args) -> int:
 # -- cancel / stop -----------------------------------------------------------------------------------
 
 def _cancel(args) -> int:
-    store, rec = _record(args)
+    store, rec, _ = _record(args)
     if rec is None:
         return _sagemaker_stop(args)
     status, ended_before = cancel_job(store, rec)

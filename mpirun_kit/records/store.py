@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..errors import SpecError
+from ..errors import NoSuchJobError, SpecError
 
 #: seconds a write waits for another process's transaction (SQLite's busy timeout).
 LOCK_WAIT_S = 30.0
@@ -209,7 +209,8 @@ class RecordStore:
         or a prefix of one job id that no other shares.
 
         Raises:
-            SpecError: no record, or a prefix several share (names them).
+            NoSuchJobError: no record (a SpecError);
+            SpecError: a prefix several share (names them).
         """
         with self._connect() as con:
             rows = con.execute("SELECT * FROM jobs WHERE job_id = ? OR native = ? ORDER BY created_at DESC",
@@ -219,8 +220,9 @@ class RecordStore:
                 rows = con.execute("SELECT * FROM jobs WHERE job_id LIKE ? ESCAPE '\\' ORDER BY created_at DESC",
                                    (like,)).fetchall()
         if not rows:
-            raise SpecError(f"no job {ref!r} in the job records ({self.db}); `mpirun_kit jobs` lists the jobs "
-                            "recorded there (give --state-dir if they were submitted with another)")
+            raise NoSuchJobError(f"no job {ref!r} in the job records ({self.db}); `mpirun_kit jobs` lists the jobs "
+                                 "recorded there (give --state-dir if they were submitted with another)", ref,
+                                 str(self.db))
         if len(rows) > 1 and rows[0]["job_id"] != ref and rows[0]["native"] != ref:
             raise SpecError(f"job {ref!r} is ambiguous: it starts {len(rows)} job ids "
                             f"({', '.join(r['job_id'] for r in rows[:5])}); give more of it")

@@ -155,6 +155,14 @@ def test_stop_json(cli, monkeypatch):
 
     client = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="a", aws_secret_access_key="b")
     stub = Stubber(client)
+    # A name the job records do not hold is SageMaker's when SageMaker knows it: one describe first (cli/jobs.py).
+    stub.add_response("describe_training_job", {
+        "TrainingJobName": "j1", "TrainingJobArn": "arn:aws:sagemaker:us-west-2:1:training-job/j1",
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://b/o"}, "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Training", "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 60}, "CreationTime": "2026-01-01T00:00:00Z"},
+        {"TrainingJobName": "j1"})
     stub.add_response("stop_training_job", {}, {"TrainingJobName": "j1"})
     monkeypatch.setattr(sagemaker, "make_clients", lambda region: (client, None))
     with stub:

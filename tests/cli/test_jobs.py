@@ -139,3 +139,72 @@ def test_status_logs_cancel_name_an_unknown_id_and_bad_arguments(tmp_path):
     assert (r.returncode, r.stdout) == (0, "") and r.stderr.startswith("no jobs recorded (")
     r = mrk("logs", "nosuchjob", "--rank", "x")
     assert r.returncode == 2 and "--rank: invalid int value: 'x'" in r.stderr
+
+
+def _unknown(verb: str, *args: str, region: str | None = None) -> subprocess.CompletedProcess:
+    """`mpirun_kit VERB NO-SUCH-ID ARGS` as a user without AWS configured (no region, unless ``region``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": os.devnull,
+                "AWS_SHARED_CREDENTIALS_FILE": os.devnull})
+    if region:
+        env["AWS_DEFAULT_REGION"] = region
+    return subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", verb, "NO-SUCH-ID", *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize("verb", ["status", "logs", "cancel", "stop"])
+def test_a_mistyped_job_id_is_no_such_job_in_the_records(job_records, verb):
+    """Issue #28 follow-up: an id the records do not hold fell through to SageMaker, whose error (no AWS region
+    configured) said nothing of the records.  Now: no such job, naming the id, the records and `mpirun_kit jobs`;
+    SageMaker is the home of a name only when it can be asked and knows it."""
+    db = job_records / "jobs.db"
+    r = _unknown(verb)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        64, "", f"mpirun_kit: error: no such job in the records: 'NO-SUCH-ID' is not in {db} (`mpirun_kit jobs` "
+                "lists the jobs there; give --state-dir if it was submitted with another), and no AWS region is "
+                "configured to look for a SageMaker training job of that name (--region REGION)\n")
+
+
+@pytest.mark.parametrize("verb", ["status", "cancel"])
+def test_a_mistyped_job_id_with_json_is_one_json_object(job_records, verb):
+    db = job_records / "jobs.db"
+    r = _unknown(verb, "--json")
+    reason = (f"no such job in the records: 'NO-SUCH-ID' is not in {db} (`mpirun_kit jobs` lists the jobs there; "
+              "give --state-dir if it was submitted with another), and no AWS region is configured to look for a "
+              "SageMaker training job of that name (--region REGION)")
+    assert r.returncode == 64 and r.stderr == f"mpirun_kit: error: {reason}\n"
+    assert json.loads(r.stdout) == {"job_id": "NO-SUCH-ID", "found": False, "records": str(db), "exit_code": 64,
+                                    "reason": reason}
+
+
+def test_a_name_sagemaker_cannot_hold_is_no_such_job_without_asking_it(job_records):
+    r = subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", "status", "no_such.id"], capture_output=True,
+                       text=True, timeout=120)
+    assert (r.returncode, r.stderr) == (64, f"mpirun_kit: error: no such job in the records: 'no_such.id' is not in "
+                                            f"{job_records / 'jobs.db'} (`mpirun_kit jobs` lists the jobs there; give "
+                                            "--state-dir if it was submitted with another), and it is not a "
+                                            "SageMaker training job name either\n")
+
+
+def test_an_ambiguous_prefix_is_said_so_not_asked_of_sagemaker(job_records):
+    from mpirun_kit.records import RecordStore
+
+    store = RecordStore(job_records)
+    ids = [store.create("dup", "local", spec=None, runs_root=job_records / "runs").job_id for _ in range(2)]
+    r = subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", "status", "dup-"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 64 and r.stderr.startswith("mpirun_kit: error: job 'dup-' is ambiguous: it starts 2 job "
+                                                      "ids ("), r.stderr
+    assert all(i in r.stderr for i in ids)
+
+
+@pytest.mark.parametrize("verb", ["status", "logs", "cancel"])
+def test_a_mistyped_job_id_sagemaker_does_not_know_either_is_no_such_job(job_records, moto, verb):
+    """With a region, SageMaker (moto here) is asked once and knows no training job of that name."""
+    env = {**os.environ, "AWS_ENDPOINT_URL": moto, "AWS_MAX_ATTEMPTS": "1"}
+    r = subprocess.run([sys.executable, "-m", "mpirun_kit.cli.main", verb, "NO-SUCH-ID"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert (r.returncode, r.stderr) == (64, f"mpirun_kit: error: no such job in the records: 'NO-SUCH-ID' is not in "
+                                            f"{job_records / 'jobs.db'} (`mpirun_kit jobs` lists the jobs there; give "
+                                            "--state-dir if it was submitted with another), and SageMaker in "
+                                            "us-west-2 has no training job of that name\n")

@@ -236,7 +236,10 @@ def test_stop_and_status_commands(monkeypatch, capsys):
     from mpirun_kit.cli.main import main
 
     client, stub = stubbed_sagemaker()
+    # A name the job records do not hold is SageMaker's when SageMaker knows it: one describe first (cli/jobs.py).
+    stub.add_response("describe_training_job", _desc("InProgress", "Training"), {"TrainingJobName": "j"})
     stub.add_response("stop_training_job", {}, {"TrainingJobName": "j"})
+    stub.add_response("describe_training_job", _desc("Completed", "Completed"), {"TrainingJobName": "j"})
     stub.add_client_error("stop_training_job", "ValidationException", "Job j is already Completed",
                           expected_params={"TrainingJobName": "j"})
     stub.add_response("describe_training_job",
