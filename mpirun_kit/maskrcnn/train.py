@@ -340,6 +340,10 @@ class Trainer:
         # the foreground RoIs per image ride along in the loss dict, averaged over the log window
         # and all-reduced with the losses (no host read of their own): the mask-head cap's evidence
         model.roi_heads.report_stats = True
+        # on the CPU the mask head runs on the valid slots only: reading their count waits for no
+        # device there, and the padding slots (loss weight 0) cost as much as real ones (issue #32:
+        # 64 slots for 16 foreground RoIs in the peer benchmark); a GPU step keeps its fixed shapes
+        model.roi_heads.compact_mask_slots = self.device.type == "cpu" and not cfg.solver.cuda_graphs
         # one conversion (device and layout together): a second .to would copy every weight again
         if self.device.type == "cuda" and cfg.solver.channels_last:
             model.to(self.device, memory_format=torch.channels_last)

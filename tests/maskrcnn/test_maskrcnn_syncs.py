@@ -64,13 +64,37 @@ def step_reports(trainer, shapes):
     ds = CocoDataset(shapes / "annotations/instances_train.json", shapes / "train", train=True, min_sizes=(96,),
                      max_size=128, flip_prob=0.0, num_classes=3)
     out = {}
-    for n in (2, 4):
-        batch = [ds[(i, i)] for i in range(n)]
-        trainer.train_step(batch)
-        with count_host_syncs() as report:
+    # the step a GPU runs: on the CPU the trainer compacts the mask slots (one read of host memory,
+    # test_cpu_step_reads_only_the_mask_slot_count below); on a GPU it keeps the fixed shapes
+    heads = trainer.model.roi_heads
+    assert heads.compact_mask_slots  # device=cpu
+    heads.compact_mask_slots = False
+    try:
+        for n in (2, 4):
+            batch = [ds[(i, i)] for i in range(n)]
             trainer.train_step(batch)
-        out[n] = report
+            with count_host_syncs() as report:
+                trainer.train_step(batch)
+            out[n] = report
+    finally:
+        heads.compact_mask_slots = True
     return out
+
+
+def test_cpu_step_reads_only_the_mask_slot_count(trainer, shapes):
+    """On the CPU (issue #32) the trainer runs the mask head on the valid slots only: one read of the
+    slot count, from host memory (no device to wait for), at roi_heads.py's compaction line, and
+    nothing else.  The GPU path's budget is held above with the compaction off."""
+    ds = CocoDataset(shapes / "annotations/instances_train.json", shapes / "train", train=True, min_sizes=(96,),
+                     max_size=128, flip_prob=0.0, num_classes=3)
+    batch = [ds[(i, i)] for i in range(2)]
+    trainer.train_step(batch)
+    with count_host_syncs() as report:
+        trainer.train_step(batch)
+    lines = (Path(__file__).resolve().parents[2] / "mpirun_kit/maskrcnn/modeling/roi_heads.py").read_text().splitlines()
+    line = next(i for i, s in enumerate(lines, 1) if "n = max(int(m_valid.sum()), 1)" in s)
+    assert report.events == [(f"mpirun_kit/maskrcnn/modeling/roi_heads.py:{line}",
+                              ".item() / float() / int() / bool() of a tensor")], report.format()
 
 
 def _outside_kernels(report):

@@ -13,7 +13,10 @@ sampled slots per image (invalid ones weighted 0), and a mask head on the foregr
 fixed-size mask batch of ``mask_rois_per_image`` x images slots (``mask_slots``), filled on the
 device with the foreground slots of any image of the batch (``sampling.gather_foreground``: a
 random subset when there are more, invalid padding slots with no loss when there are fewer), and RoIAlign over all FPN levels in one call per head on the levels tiled once per step
-(``pack_levels`` + ``roi_align_packed``).  Nothing in it reads a device value on the host.
+(``pack_levels`` + ``roi_align_packed``).  Nothing in it reads a device value on the host, except
+where the trainer asks for ``compact_mask_slots`` (on the CPU, where the tensors live in host memory
+and reading one waits for nothing): there the padding slots are dropped before the mask head, which
+otherwise spends most of its convolutions on slots whose loss weight is 0 (issue #32).
 """
 from __future__ import annotations
 
@@ -54,6 +57,10 @@ class RoIHeads(nn.Module):
         #: uncapped mask head would train on) and ``mask_rois_per_image`` (what it trained on) to
         #: its loss dict, detached, for the trainer's log; off, the dict holds losses only
         self.report_stats = False
+        #: run the mask head on the valid slots only (the trainer sets it on the CPU): same loss and
+        #: gradients, since every padding slot has loss weight 0, but shapes that follow the data
+        #: and one read of the slot count, a device sync on a GPU; off, the shapes are fixed
+        self.compact_mask_slots = False
         p = cfg.box_pool_size
         self.fc1 = nn.Linear(in_channels * p * p, cfg.fc_dim)
         self.fc2 = nn.Linear(cfg.fc_dim, cfg.fc_dim)
@@ -144,6 +151,11 @@ class RoIHeads(nn.Module):
                                     is_pos, is_pos.new_zeros(1), b)
         with torch.no_grad():
             pick, img, m_valid = gather_foreground(is_pos[:, :max_pos], targets["seeds"], cap, _MASK_SALT)
+            if self.compact_mask_slots and not torch.compiler.is_compiling():
+                # the valid slots come first (gather_foreground ranks every foreground slot above the
+                # padding); at least one slot, so the head's parameters keep their (zero) gradients
+                n = max(int(m_valid.sum()), 1)
+                pick, img, m_valid = pick[:n], img[:n], m_valid[:n]
             # flat index into [B * S] (the gather above saw [B, max_pos])
             flat = img * sel.shape[1] + (pick - img * max_pos)
             m_rois = rois.reshape(-1, 5).index_select(0, flat)

@@ -103,6 +103,44 @@ def test_padding_mask_slots_carry_no_loss():
     assert torch.isfinite(loss) and float(loss.detach()) > 0
 
 
+def _grads(heads):
+    return {n: (None if q.grad is None else q.grad.clone()) for n, q in heads.named_parameters()}
+
+
+def test_compact_mask_slots_run_the_head_on_the_foreground_only():
+    """The trainer's CPU setting (issue #32): 3 foreground RoIs in 8 slots -> the mask head runs on
+    the 3, and loss_mask and every gradient equal the fixed-slot run's (the 5 padding slots carry
+    weight 0).  Failed before: the head ran on all 8 slots whatever the setting (in the peer
+    benchmark, 64 slots of 14x14x256 for 16 foreground RoIs: the forward convolutions' gap)."""
+    inputs = _inputs([(2,), ()], [3, 4])
+    fixed = _heads(4)
+    rois_f, carries_f, loss_f = _mask_step(fixed, *inputs)
+    compact = _heads(4)
+    compact.compact_mask_slots = True
+    rois_c, carries_c, loss_c = _mask_step(compact, *inputs)
+    assert rois_f.shape == (8, 5) and int(carries_f.sum()) == 3
+    assert rois_c.shape == (3, 5) and carries_c.all()
+    assert torch.equal(rois_c, rois_f[:3]) and carries_f[:3].all()  # the valid slots come first
+    torch.testing.assert_close(loss_c, loss_f)
+    gf, gc = _grads(fixed), _grads(compact)
+    assert [n for n, g in gc.items() if g is not None] == [n for n, g in gf.items() if g is not None]
+    for n, g in gf.items():
+        if g is not None:
+            torch.testing.assert_close(gc[n], g, msg=n)
+
+
+def test_compact_mask_slots_without_foreground_keep_one_slot():
+    """No foreground in the batch: one padding slot (loss 0), so every mask-head parameter still
+    gets its (zero) gradient, which DDP expects."""
+    heads = _heads(4)
+    heads.compact_mask_slots = True
+    rois, carries, loss = _mask_step(heads, *_inputs([(), ()], [3, 4]))
+    assert rois.shape == (1, 5) and not carries.any() and float(loss.detach()) == 0.0
+    for m in (heads.mask_convs, heads.mask_deconv, heads.mask_pred):
+        for q in m.parameters():
+            assert q.grad is not None and not q.grad.any()
+
+
 def test_foreground_beyond_the_cap_is_a_random_subset():
     """Two images with 8 foreground RoIs each, 4 slots: every slot is foreground, which ones (and how
     many from each image) follows the per-image seeds, and the same seeds draw the same RoIs.
