@@ -139,7 +139,8 @@ def record_request(store, rec, target, compiled, dry, opts):
     from ..targets.base import plain
 
     run = Path(rec.run_dir)
-    write_atomic(run / RUN_FILES["spec"], compiled.launch.to_json() + "\n")
+    # The resolved spec holds the env's real values (secret-looking ones too: the ranks need them): only this user reads it.
+    write_atomic(run / RUN_FILES["spec"], compiled.launch.to_json() + "\n", mode=0o600)
     write_atomic(run / RUN_FILES["plan"], dry.render())
     saved = {"target": dry.target, "job": dry.job, "request": plain(dry.request), "files": [list(f) for f in dry.files],
              "notes": list(dry.notes), "warnings": list(dry.warnings), "opts": dataclasses.asdict(opts)}
@@ -157,9 +158,10 @@ def load_request(rec):
 
     saved = json.loads((Path(rec.run_dir) / RUN_FILES["request"]).read_text())
     target = get_target(saved["target"])
+    # The target's own redaction hook again: whatever this copy prints shows what `submit --dry-run` showed.
     dry = DryRun(saved["target"], saved["job"], target.request_from(saved["request"]),
                  files=tuple(tuple(f) for f in saved["files"]), notes=tuple(saved["notes"]),
-                 warnings=tuple(saved["warnings"]))
+                 warnings=tuple(saved["warnings"]), redact=target.redact)
     return target, dry, SubmitOptions(**saved["opts"])
 
 

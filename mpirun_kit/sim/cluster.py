@@ -470,7 +470,8 @@ class SimCluster:
             cfg = h.opt_ml / "input" / "config"
             cfg.mkdir(parents=True, exist_ok=True)
             _write(cfg / "resourceconfig.json", render_resource_config(self.layout, h))
-            _write(cfg / "hyperparameters.json", json.dumps(dict(hyperparameters or {}), indent=2))
+            # The LaunchSpec in it carries the env's real values, secret-looking ones too: only its user reads it.
+            _write(cfg / "hyperparameters.json", json.dumps(dict(hyperparameters or {}), indent=2), 0o600)
             _write(cfg / "inputdataconfig.json", json.dumps(dict(input_data_config or {}), indent=2))
 
     # -- faults -----------------------------------------------------------------

@@ -242,6 +242,10 @@ class Target(ABC, Generic[R]):
     #: True for a target that hands the job to a platform (sagemaker, slurm): after ``run`` returns without
     #: waiting, the job runs on there and ``describe`` asks the platform, not the record.
     platform = False
+    #: its dry runs' redaction hook (``DryRun.redact``), which a DryRun rebuilt from the run directory gets again
+    #: (cli/submit.load_request: the detached supervisor's); a target whose request has secrets of its own shape
+    #: sets its own, and its ``dryrun`` passes the same.
+    redact: Callable[[Any], Any] = staticmethod(redact_value)
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         return {}

@@ -129,9 +129,10 @@ def free_port() -> int:
 
 
 def write_files(dry: DryRun) -> None:
-    """Write the request's files atomically (a half-written spec would be read by the launcher)."""
+    """Write the request's files atomically (a half-written spec would be read by the launcher), readable by this
+    user only: the launch spec carries the env's real values, secret-looking ones too (its printed copy is redacted)."""
     for path, text in dry.files:
-        write_atomic(path, text)
+        write_atomic(path, text, mode=0o600)
 
 
 def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | None = None, grace_s: float = 10.0,

@@ -498,6 +498,7 @@ def unnamed_job_warnings(compiled: CompiledJob, generated: str) -> list[str]:
 class SageMakerTarget(Target[SageMakerRequest]):
     name = "sagemaker"
     request_type = SageMakerRequest
+    redact = staticmethod(redact_request)
 
     def choices(self, compiled, opts: SubmitOptions) -> dict:
         return {"job_name": opts.job_name or job_name_for(compiled.job.name, time.time()),

@@ -190,3 +190,15 @@ def test_cli_exec_without_command(tmp_path):
                         "algo-1"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 64
     assert "sim exec: no command given" in r.stderr
+
+
+def test_the_hosts_hyperparameters_are_readable_by_their_user_only(tmp_path):
+    """hyperparameters.json carries the LaunchSpec, whose env holds secret-looking values as they are (the ranks
+    need them; every printed copy is redacted): 0600, as submit's request.json and spec.json (was 0644)."""
+    import stat
+
+    with SimCluster(1, tmp_path / "c", "thpmode", start_sshd=[]) as sim:
+        sim.write_sagemaker_config({"mpirun_kit_launch_spec": '{"env": [["AWS_SECRET_ACCESS_KEY", "s3cr3tv4l"]]}'})
+        path = sim.host("algo-1").opt_ml / "input" / "config" / "hyperparameters.json"
+        assert oct(stat.S_IMODE(path.stat().st_mode)) == "0o600"
+        assert "s3cr3tv4l" in sim.run("algo-1", ["cat", "/opt/ml/input/config/hyperparameters.json"]).stdout
