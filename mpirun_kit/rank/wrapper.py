@@ -198,12 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     for s in FORWARDED:
         signal.signal(s, forward)
     # Progress and stacks (observe/relay.py): the program writes steps to a pipe; this wrapper signs them.
-    from ..observe import relay
+    from ..observe import ptracer, relay
 
     env, progress_r, progress_w, stack_file = relay.prepare(env)
     started = time.time()
     try:
-        child = subprocess.Popen(argv, env=env, pass_fds=(progress_w,))
+        # Under Yama's ptrace_scope 1 the relay's stack readers (this wrapper's children) may trace the program
+        # only if it names this wrapper its tracer before exec (observe/ptracer.py); elsewhere it starts as is.
+        child = subprocess.Popen(ptracer.argv(argv, os.getpid(), ptracer.scope(), env.get("PATH", os.defpath)),
+                                 env=env, pass_fds=(progress_w,))
     except OSError as exc:
         return early_exit(127, f"cannot start {argv[0]!r}: {exc.strerror}")
     finally:
