@@ -208,3 +208,19 @@ def test_a_mistyped_job_id_sagemaker_does_not_know_either_is_no_such_job(job_rec
                                             f"{job_records / 'jobs.db'} (`mpirun_kit jobs` lists the jobs there; give "
                                             "--state-dir if it was submitted with another), and SageMaker in "
                                             "us-west-2 has no training job of that name\n")
+
+
+def test_a_job_submitted_from_another_directory_writes_nothing_there(tmp_path):
+    """Every file of a run goes beside the spec (its run directory, and ${output} above it), never into the
+    submitting shell's directory: /slurm-1.out and /algo-2/output/result.json were found at a machine's root after a session whose
+    commands ran with cwd / (a Slurm batch script's unset variable; a job without --output).  A guard on the
+    local target, foreground and detached, with the program writing to ${output}."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    spec = spec_file(tmp_path / "spec", "here", "[sh, -c, 'echo x > ${output}/mine.txt; echo done']")
+    mrk("submit", str(spec), cwd=cwd, check=0)
+    job = mrk("submit", str(spec), "--detach", cwd=cwd, check=0).stdout.strip()
+    wait_for(lambda: json.loads(mrk("status", job, "--json", cwd=cwd).stdout)["state"] == "succeeded",
+             "the detached job to end")
+    assert list(cwd.iterdir()) == []
+    assert (tmp_path / "spec" / "runs" / "here" / "mine.txt").read_text() == "x\n"
