@@ -49,6 +49,31 @@ def moto(moto_server, monkeypatch):
     return moto_server
 
 
+#: the one real Slurm of the test run (``slurm_cluster``); no other test file uses the name.
+SLURM_SIM = "tslurm"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real Slurm (Debian's 22.05 daemons, munge) in a 3-host simulated cluster, brought up once for every test
+    that needs one (tests/targets/test_slurm_live.py, tests/sim/test_slurm.py) and torn down at the session's end:
+    slurmctld and slurmdbd with MariaDB (so ``sacct`` answers) on algo-1, a slurmd on every host.  Yields
+    (SimCluster, SlurmCluster, a directory for the tests' run directories).  Tests share it, each with job names
+    and run directories of its own; one that stops a node's daemons brings them back and waits until it is idle."""
+    if os.geteuid() != 0:
+        pytest.skip("the simulated cluster needs root")
+    from mpirun_kit.sim import SimCluster
+    from mpirun_kit.sim.slurm import SlurmCluster
+
+    root = tmp_path_factory.mktemp("slurmsim")
+    with SimCluster(3, root / "sim", SLURM_SIM) as sim:
+        slurm = SlurmCluster(sim, accounting=True).up()
+        try:
+            yield sim, slurm, root
+        finally:
+            slurm.down()
+
+
 def _sim_netns() -> set[str]:
     try:
         out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout

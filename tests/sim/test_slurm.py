@@ -1,8 +1,10 @@
 """`mpirun_kit sim up --slurm` for real: Slurm's daemons in the simulated hosts, used through the CLI, and
 `sim down` leaving nothing (daemons, spools, sockets, the munge key, namespaces).
 
-Every command is a fresh `mpirun_kit` process, as a user types them: sim up, submit (target slurm, no
---wait: the job runs on Slurm), status, logs, cancel, submit --wait, sim down.
+Every command is a fresh `mpirun_kit` process, as a user types them.  The lifecycle test (submit with no
+--wait: the job runs on Slurm; status, logs, cancel, submit --wait) uses the test run's one Slurm
+(tests/conftest.py's ``slurm_cluster``); the README's example brings its own up with `sim up --slurm` and
+takes it down with `sim down`, which must leave nothing.
 """
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ from mpirun_kit.sim.layout import plan_layout
 from mpirun_kit.sim.slurm import plan_slurm, render_slurm_conf
 
 pytestmark = pytest.mark.sim
-NAME = "tslurmcli"
 MK = [sys.executable, "-m", "mpirun_kit.cli.main"]
 
 
@@ -33,13 +34,15 @@ def test_slurm_conf_is_a_value():
     assert "SlurmctldHost=algo-1" in conf and "MpiDefault=pmix" in conf
     assert "NodeName=algo-2 NodeAddr=10.233.0.2 CPUs=8" in conf
     assert "SlurmdSpoolDir=/r/%n/slurm/spool" in conf          # per host, inside the cluster's directory
+    # A dead node is DOWN, and a requeued job runs again, within seconds (the node-failure and retry tests).
+    for line in ("SlurmdTimeout=5", "MessageTimeout=5", "AuthInfo=cred_expire=5", "SchedulerParameters=bf_interval=1"):
+        assert line in conf.splitlines(), line
     assert s.munge_key == Path("/r/algo-1/slurm/munge.key")
 
 
-def test_sim_up_slurm_submit_status_logs_cancel_down(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("the simulated cluster needs root")
-    root = tmp_path / "sim"
+def test_submit_status_logs_cancel_through_the_cli_on_the_sim_slurm(slurm_cluster, tmp_path):
+    sim, _, _ = slurm_cluster
+    name, root = sim.name, sim.layout.root
     env = {**os.environ, "MPIRUN_KIT_STATE_DIR": str(tmp_path / "state")}
     prog = tmp_path / "prog.py"
     prog.write_text(textwrap.dedent("""\
@@ -58,52 +61,43 @@ def test_sim_up_slurm_submit_status_logs_cancel_down(tmp_path):
         "apiVersion": "mpirun_kit/v1", "kind": "Job", "name": "clijob",
         "program": {"command": [sys.executable, str(prog)]}, "resources": {"hosts": 2, "processes_per_host": 1},
         "pinning": "none",
-        "target": {"type": "slurm", "slurm": {"sim": NAME, "sim_root": str(root), "workdir": str(tmp_path / "work")}}}))
-    up = mk("sim", "up", "--hosts", "2", "--name", NAME, "--root", str(root), "--slurm", env=env)
-    try:
-        assert up.returncode == 0, up.stderr
-        info = mk("sim", "exec", "--name", NAME, "--root", str(root), "algo-1", "--",
-                  "env", f"SLURM_CONF={root}/algo-1/slurm/etc/slurm.conf", "sinfo", "-h", "-o", "%D %t", env=env)
-        assert info.stdout.split() == ["2", "idle"], info
+        "target": {"type": "slurm", "slurm": {"sim": name, "sim_root": str(root), "workdir": str(tmp_path / "work")}}}))
+    info = mk("sim", "exec", "--name", name, "--root", str(root), "algo-1", "--",
+              "env", f"SLURM_CONF={root}/algo-1/slurm/etc/slurm.conf", "sinfo", "-h", "-N", "-o", "%N", env=env)
+    assert info.stdout.split() == ["algo-1", "algo-2", "algo-3"], info
 
-        sub = mk("submit", str(job), "--json", env=env)
-        assert sub.returncode == 0, sub.stderr
-        job_id = json.loads(sub.stdout.splitlines()[-1])["job_id"]
-        logs = ""
-        for _ in range(150):   # the ranks' lines appear once Slurm runs the job
-            logs = mk("logs", job_id, env=env).stdout
-            if logs.count(" up ") == 2:
-                break
-            subprocess.run(["sleep", "0.2"])
-        assert sorted(logs.splitlines()) == ["[0 algo-1] up 0", "[1 algo-2] up 1"]
-        status = json.loads(mk("status", job_id, "--json", env=env).stdout)
-        assert (status["state"], status["target"]) == ("running", "slurm")
-        assert mk("logs", job_id, "--rank", "1", env=env).stdout.splitlines() == ["[1 algo-2] up 1"]
+    sub = mk("submit", str(job), "--json", env=env)
+    assert sub.returncode == 0, sub.stderr
+    job_id = json.loads(sub.stdout.splitlines()[-1])["job_id"]
+    logs = ""
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 
-        cancel = mk("cancel", job_id, env=env)
-        assert cancel.returncode == 0, cancel.stderr
-        status = json.loads(mk("status", job_id, "--json", env=env).stdout)
-        assert (status["state"], status["exit_code"], status["root_cause"]) == ("cancelled", 143, None), status
-        # Every rank's SIGTERM handler ran before the end: the master stopped them through the result channel.
-        assert mk("logs", job_id, env=env).stdout.count("checkpoint written") == 2
-        for host in ("algo-1", "algo-2"):
-            left = mk("sim", "exec", "--name", NAME, "--root", str(root), host, "--", "pgrep", "-af",
-                      "slurm-cli-sleeper|mpirun_kit.cli|mpirun_kit.rank", env=env)
-            assert left.stdout.strip() == "", left.stdout
+    end = Deadline(SYSTEM_CLOCK, 60)
+    while not end.expired():   # the ranks' lines appear once Slurm runs the job
+        logs = mk("logs", job_id, env=env).stdout
+        if logs.count(" up ") == 2:
+            break
+        SYSTEM_CLOCK.sleep(0.2)
+    assert sorted(logs.splitlines()) == ["[0 algo-1] up 0", "[1 algo-2] up 1"]
+    status = json.loads(mk("status", job_id, "--json", env=env).stdout)
+    assert (status["state"], status["target"]) == ("running", "slurm")
+    assert mk("logs", job_id, "--rank", "1", env=env).stdout.splitlines() == ["[1 algo-2] up 1"]
 
-        spec = json.loads(job.read_text())
-        (tmp_path / "quick.yaml").write_text(json.dumps({**spec, "env": {"QUICK": "1"}}))
-        done = mk("submit", str(tmp_path / "quick.yaml"), "--wait", env=env)
-        assert done.returncode == 0, done.stderr
-    finally:
-        down = mk("sim", "down", "--name", NAME, "--root", str(root), env=env)
-    assert down.returncode == 0, down.stderr
-    assert not root.exists()
-    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert f"mrk-{NAME}-" not in netns
-    daemons = subprocess.run(["pgrep", "-af", "slurmctld|slurmd|munged|slurmstepd"], capture_output=True,
-                             text=True).stdout
-    assert str(root) not in daemons
+    cancel = mk("cancel", job_id, env=env)
+    assert cancel.returncode == 0, cancel.stderr
+    status = json.loads(mk("status", job_id, "--json", env=env).stdout)
+    assert (status["state"], status["exit_code"], status["root_cause"]) == ("cancelled", 143, None), status
+    # Every rank's SIGTERM handler ran before the end: the master stopped them through the result channel.
+    assert mk("logs", job_id, env=env).stdout.count("checkpoint written") == 2
+    for host in ("algo-1", "algo-2"):
+        left = mk("sim", "exec", "--name", name, "--root", str(root), host, "--", "pgrep", "-af",
+                  f"slurm-cli-sleeper|{tmp_path}", env=env)
+        assert left.stdout.strip() == "", left.stdout
+
+    spec = json.loads(job.read_text())
+    (tmp_path / "quick.yaml").write_text(json.dumps({**spec, "env": {"QUICK": "1"}}))
+    done = mk("submit", str(tmp_path / "quick.yaml"), "--wait", env=env)
+    assert done.returncode == 0, done.stderr
 
 
 def test_readme_slurm_example(tmp_path):
@@ -119,12 +113,19 @@ def test_readme_slurm_example(tmp_path):
         assert marker in text, page
         blocks.add(text.split(marker, 1)[1].split("```", 1)[0])
     (block,) = blocks   # the two pages show the same commands
+    assert block.splitlines()[-1] == "mpirun_kit sim down"
     env = {**os.environ, "MPIRUN_KIT_STATE_DIR": str(tmp_path / "state"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    root = Path("/var/tmp/mpirun-kit-sim/sim")   # sim up's default name and root
     try:
         res = subprocess.run(["bash", "-ec", block], cwd=repo, capture_output=True, text=True, env=env, timeout=600)
     finally:
         subprocess.run([*MK, "sim", "down"], env=env, capture_output=True)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "[0 algo-1] allreduce check ok world=6 expected=21.0" in res.stdout, res.stdout[-3000:]
+    # The block's own `sim down` left nothing: no namespace, no Slurm daemon of the cluster, no files.
     assert "mrk-sim-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    daemons = subprocess.run(["pgrep", "-af", "slurmctld|slurmd|munged|slurmstepd"], capture_output=True,
+                             text=True).stdout
+    assert str(root) not in daemons, daemons
+    assert not root.exists(), sorted(root.rglob("*"))[:20]

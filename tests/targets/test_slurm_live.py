@@ -1,8 +1,9 @@
 """Target slurm against a real Slurm: Debian's 22.05 daemons and munge in a 3-node simulated cluster.
 
-One cluster (slurmctld, slurmdbd with MariaDB for sacct, a slurmd per node) is shared by the module: its
-start is a few seconds of the CI budget.  Jobs use 2 or 3 of its nodes.  Nothing is mocked: sbatch, srun
---mpi=pmix, Open MPI, the result channel and the rank wrappers all run.
+One cluster (slurmctld, slurmdbd with MariaDB for sacct, a slurmd per node) is shared by the test run
+(tests/conftest.py's ``slurm_cluster``, which tests/sim/test_slurm.py uses too): its start is a few seconds of
+the CI budget.  Jobs use 2 or 3 of its nodes, each with a job name and run directory of its own.  Nothing is
+mocked: sbatch, srun --mpi=pmix, Open MPI, the result channel and the rank wrappers all run.
 """
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import pytest
 
 from mpirun_kit.errors import SpecError
 from mpirun_kit.records import JobRecord, JobState
-from mpirun_kit.sim import SimCluster
-from mpirun_kit.sim.slurm import ACCOUNT, SlurmCluster
+from mpirun_kit.sim.slurm import ACCOUNT
 from mpirun_kit.spec.compile import compile_job
 from mpirun_kit.spec.load import load_job_text
 from mpirun_kit.targets import slurm as S
@@ -26,30 +26,23 @@ from mpirun_kit.targets.base import SubmitOptions
 from . import exact_output
 
 pytestmark = pytest.mark.sim
-NAME = "tslurm"
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("the simulated cluster needs root")
-    root = tmp_path_factory.mktemp("slurmsim")
-    with SimCluster(3, root / "sim", NAME) as sim:
-        slurm = SlurmCluster(sim, accounting=True).up()
-        try:
-            yield sim, slurm, root
-        finally:
-            slurm.down()
+@pytest.fixture
+def cluster(slurm_cluster):
+    """(SimCluster, SlurmCluster, a directory for run directories): the test run's one Slurm (tests/conftest.py)."""
+    return slurm_cluster
 
 
 def spec(cluster, name: str, command: list[str], *, hosts: int = 2, ppn: int = 2, env: dict | None = None,
-         slurm: dict | None = None) -> str:
+         slurm: dict | None = None, timeouts: dict | None = None) -> str:
     sim, _, root = cluster
-    target = {"sim": NAME, "sim_root": str(sim.layout.root), "workdir": str(root / "work"), **(slurm or {})}
+    target = {"sim": sim.name, "sim_root": str(sim.layout.root), "workdir": str(root / "work"), **(slurm or {})}
     return json.dumps({"apiVersion": "mpirun_kit/v1", "kind": "Job", "name": name,
                        "program": {"command": command}, "resources": {"hosts": hosts, "processes_per_host": ppn},
-                       "env": env or {}, "pinning": "none", "target": {"type": "slurm", "slurm": target}})
+                       "env": env or {}, "pinning": "none", "target": {"type": "slurm", "slurm": target},
+                       **({"timeouts": timeouts} if timeouts else {})})
 
 
 def prepare(text: str, job_id: str):
@@ -365,18 +358,24 @@ ckpt = Path(os.environ["MARKER"]) / "checkpoint"
 start = int(ckpt.read_text()) if ckpt.exists() else 0
 rank = os.environ["PMIX_RANK"]
 print("resumed from step", start, flush=True) if start else print("fresh start", flush=True)
-for step in range(start, 8):
+# The first attempt trains until its node fails (the test fails it at step 2); a resumed one takes 2 more steps.
+for step in range(start, start + 2 if start else 10000):
     if rank == "0":
         ckpt.write_text(str(step))
-    time.sleep(1.5)
-print("done at step 8", flush=True)
+    time.sleep(0.5)
+print("done at step", step + 1, flush=True)
 """
 
 
 def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(cluster, tmp_path):
     sim, slurm, _ = cluster
+    # Slurm finds the node dead (~17 s: sim/slurm.py's SlurmdTimeout and MessageTimeout) and requeues the job
+    # itself (--requeue); the master's own verdict on the silent worker (timeouts.worker_silence_s) is set later
+    # than that, so Slurm's path is the one this test takes every time: a requeue by the batch script instead
+    # could start the next attempt on the dead node, which Slurm would still count as up.
     dry = prepare(spec(cluster, "nodefail", program(tmp_path, RESUMER), ppn=1, env={"MARKER": str(tmp_path)},
-                       slurm={"requeue": True}).replace('"pinning"', '"retries": 1, "pinning"'), "c3")
+                       slurm={"requeue": True}, timeouts={"worker_silence_s": 120}
+                       ).replace('"pinning"', '"retries": 1, "pinning"'), "c3")
     runner = S.runner_for(dry.request.where)
     from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
     from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
@@ -384,12 +383,12 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
     slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
     ckpt = tmp_path / "checkpoint"
     end = Deadline(SYSTEM_CLOCK, 60)
-    while not (ckpt.exists() and int(ckpt.read_text()) >= 2):
+    while not (ckpt.exists() and ckpt.read_text() and int(ckpt.read_text()) >= 2):
         assert not end.expired(), "the job never reached step 2"
-        SYSTEM_CLOCK.sleep(0.2)
+        SYSTEM_CLOCK.sleep(0.1)
     # The second node fails: its slurmd and everything of the job there die at once (the host itself stays, so
-    # its slurmd can come back for the tests after this one).  The master hears no more from that node's
-    # worker; the job fails, and the batch script requeues it (retries: 1).  Slurm marks the node DOWN.
+    # its slurmd can come back for the tests after this one).  Slurm marks the node DOWN and requeues the job;
+    # the next attempt runs on the two nodes left and resumes from the checkpoint.
     victim = "algo-2"
     for pattern in ("slurmd", "slurmstepd", "mpirun_kit.cli.main", "mpirun_kit.rank", str(tmp_path / "prog.py")):
         sim.run(victim, ["pkill", "-KILL", "-f", pattern])
@@ -397,11 +396,19 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
         job = S.follow(dry, runner, slurm_id, out=io.BytesIO(), err=io.BytesIO())
         outcome = S.outcome_for(dry, runner, slurm_id, job, started=0.0)
     finally:
-        slurm._start(victim, "slurmd", ["slurmd", "-D", "-f", str(slurm.layout.conf)])  # back for later tests
-    out = (Path(dry.request.run_dir) / "slurm.out").read_text()
-    assert outcome.exit_code == 0, out + (Path(dry.request.run_dir) / "slurm.err").read_text()[-3000:]
+        slurm.start_slurmd(victim)   # back, and idle, for the tests after this one
+        slurm.wait_idle()
+    run_dir = Path(dry.request.run_dir)
+    out = (run_dir / "slurm.out").read_text()
+    assert outcome.exit_code == 0, out + (run_dir / "slurm.err").read_text()[-3000:]
     assert outcome.attempts == 2
-    assert "resumed from step" in out and "done at step 8" in out
+    resumed = int(out.split("resumed from step ")[1].split()[0])
+    assert resumed >= 2 and out.count("fresh start") == 2, out
+    assert f"done at step {resumed + 2}" in out and out.count("done at step") == 2, out
+    # Slurm's own record of it: the first run ended NODE_FAIL, the second COMPLETED.
+    res = sim.run(slurm.login, ["sacct", "-j", slurm_id, "--duplicates", "-X", "-n", "-P", "-o", "State"],
+                  env=slurm.env())
+    assert res.stdout.split() == ["NODE_FAIL", "COMPLETED"], res
 
 
 def test_mpirun_as_the_second_launch_flavour(cluster, tmp_path):
