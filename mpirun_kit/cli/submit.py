@@ -214,6 +214,9 @@ def end_record(store, rec, outcome, target, opts) -> None:
     from ..targets.supervised import state_of
 
     run = Path(rec.run_dir)
+    native = target.submitted_as(opts)   # a name the platform gave only once run() submitted it (Slurm's job id)
+    if native is not None:
+        store.update(rec.job_id, native=native)
     if outcome is None:  # an internal error: no result to keep, but the job is over
         store.finish(rec.job_id, state=JobState.FAILED, exit_code=int(ExitCode.LAUNCH_FAILED), source="launcher",
                      reason="submit failed before the job ended; see its log")

@@ -268,6 +268,11 @@ class Target(ABC, Generic[R]):
         keep = ("grace_s", "deadline_s")
         return None, {k: req[k] for k in keep if isinstance(req, dict) and req.get(k) is not None}
 
+    def submitted_as(self, opts: SubmitOptions) -> str | None:
+        """The target's own name for a job that only ``run`` learns (Slurm's job id, from sbatch), read from the
+        run directory ``opts.run_dir`` after ``run``; None: ``handle`` named it already, or there is none."""
+        return None
+
     @abstractmethod
     def dryrun(self, compiled, **choices) -> DryRun[R]:
         """The request this target would send or run, as a printable value (nothing is executed)."""

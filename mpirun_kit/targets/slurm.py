@@ -929,6 +929,14 @@ class SlurmTarget(Target[SlurmRequest]):
         req = dry.request
         return None, {"where": req.where, "run_dir": req.run_dir, "grace_s": req.grace_s}
 
+    def submitted_as(self, opts: SubmitOptions) -> str | None:
+        # Slurm names the job only when sbatch accepts it: run() wrote its id in the record's run directory.
+        p = Path(opts.run_dir or "") / "slurm.json"
+        try:
+            return str(json.loads(p.read_text())["job_id"]) if opts.run_dir else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def run(self, dry: DryRun[SlurmRequest], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
             clock: Clock = SYSTEM_CLOCK, out=None, err=None) -> Outcome:
         from ..exec.sshkeys import SECRET_BYTES, format_secret

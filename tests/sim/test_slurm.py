@@ -82,6 +82,13 @@ def test_submit_status_logs_cancel_through_the_cli_on_the_sim_slurm(slurm_cluste
     status = json.loads(mk("status", job_id, "--json", env=env).stdout)
     assert (status["state"], status["target"]) == ("running", "slurm")
     assert mk("logs", job_id, "--rank", "1", env=env).stdout.splitlines() == ["[1 algo-2] up 1"]
+    # The record keeps Slurm's job id as the job's native name: `jobs` shows it, and it finds the job too.
+    slurm_id = (tmp_path / "work" / f"clijob-{job_id}" / "slurm-job-id").read_text().strip()
+    listed = json.loads(mk("jobs", "--json", env=env).stdout)
+    assert [(j["job_id"], j["native"]) for j in listed] == [(job_id, slurm_id)]
+    by_native = mk("status", slurm_id, "--json", env=env)
+    assert by_native.returncode == 0, by_native.stderr
+    assert (json.loads(by_native.stdout)["job_id"], json.loads(by_native.stdout)["native"]) == (job_id, slurm_id)
 
     cancel = mk("cancel", job_id, env=env)
     assert cancel.returncode == 0, cancel.stderr
