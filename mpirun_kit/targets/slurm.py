@@ -15,10 +15,11 @@ whole, the LaunchSpec every host reads, where sbatch runs) -> ``run``:
      module ``parse_*``) and copies its output, then reads the job's own result.
 
 The batch script (``render_script``): scrubs what a parent allocation or the submitting shell
-left (``SLURM_*``, ``SBATCH_*``, ``PMIX_*`` but the few Slurm set for this job), starts the worker
+left (``SLURM_*``, ``SBATCH_*``, ``PMIX_*`` but those Slurm sets for this job), starts the worker
 entrypoints as one background step on the other nodes (``srun --overlap``; they hand their ranks
 the result channel's keys), runs the master entrypoint itself, which launches the ranks with
-``srun --mpi=pmix`` under the rank wrapper (plan/srun.py; or ``mpirun`` inside the allocation),
+``srun --mpi=pmix`` under the rank wrapper (plan/srun.py; or ``mpirun`` inside the allocation, which
+reads the batch step's allocation variables and starts its orted daemons with srun: Open MPI's plm:slurm),
 loops on ``wait`` across signals (``--signal=B:USR1@N`` interrupts a bare ``wait`` with 138),
 forwards SIGTERM/USR1 to the master (ranks get SIGTERM, checkpoint, exit), and exits with the
 master's code: each rank's real exit code or signal and the root cause (rank, node) are in
@@ -50,10 +51,21 @@ from ..spec.compile import CompiledJob
 from .base import DryRun, JobStatus, StatusLine, SubmitOptions, Target
 from .outcome import Outcome, outcome_of
 
-#: the Slurm variables the batch step keeps (Slurm set them for this job); every other SLURM_*, SBATCH_*, PMIX_* goes.
-KEEP_VARS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURMD_NODENAME", "SLURM_RESTART_COUNT", "SLURM_CONF",
-             "SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_CLUSTER_NAME", "SLURM_JOB_NUM_NODES",
-             "SLURM_JOB_PARTITION")
+#: the allocation as Open MPI's ras/plm ``slurm`` components and srun read it: the same on every node of the job.
+#: With ``launch: mpirun`` they reach mpirun (the LaunchSpec's env_forward), which then starts its orted daemons
+#: with srun inside the allocation (plm:slurm) instead of over ssh.
+ALLOCATION_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_NUM_NODES",
+                   "SLURM_NNODES", "SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE", "SLURM_NTASKS_PER_NODE")
+#: the Slurm variables the batch step keeps: the ones Slurm sets in every batch step of a job submitted as ``submit``
+#: submits it (--nodes, --ntasks-per-node; measured on 22.05), so their values are this job's even where the
+#: submitting shell had its own copies (Slurm overwrote them).  Every other SLURM_*, SBATCH_*, PMIX_* is what a
+#: parent allocation or the submitting shell left (SLURM_CPU_BIND, SLURM_MEM_BIND, ...), and goes.
+KEEP_VARS = (*ALLOCATION_VARS, "SLURMD_NODENAME", "SLURM_RESTART_COUNT", "SLURM_CONF", "SLURM_JOB_NAME",
+             "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST", "SLURM_CLUSTER_NAME", "SLURM_JOB_PARTITION", "SLURM_JOB_ACCOUNT",
+             "SLURM_JOB_QOS", "SLURM_JOB_UID", "SLURM_JOB_GID", "SLURM_JOB_USER", "SLURM_NTASKS", "SLURM_NPROCS",
+             "SLURM_CPUS_ON_NODE", "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_GTIDS", "SLURM_TASK_PID",
+             "SLURM_PRIO_PROCESS", "SLURM_TOPOLOGY_ADDR", "SLURM_TOPOLOGY_ADDR_PATTERN", "SLURM_WORKING_CLUSTER",
+             "SLURM_NODE_ALIASES")
 #: runs a command with the submitting shell's inherited SLURM_*/SBATCH_*/PMIX_* removed (SLURM_CONF kept):
 #: sbatch reads SBATCH_* as options and passes the rest into the job (submitit's clean_env).
 SCRUB = ('for v in $(compgen -e); do case "$v" in SLURM_CONF) ;; SLURM_*|SBATCH_*|PMIX_*) unset "$v";; esac; '
@@ -437,7 +449,10 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
     flavour = "srun" if s.launch == "srun" else compiled.launch.mpi_flavour
     launch = dataclasses.replace(compiled.launch, mpi_flavour=flavour,
                                  mpi_options=tuple(compiled.launch.mpi_options) + srun_options(compiled)
-                                 if s.launch == "srun" else compiled.launch.mpi_options)
+                                 if s.launch == "srun" else compiled.launch.mpi_options,
+                                 # mpirun inside the allocation: the batch step's own allocation reaches it.
+                                 env_forward=tuple(dict.fromkeys((*compiled.launch.env_forward, *ALLOCATION_VARS)))
+                                 if s.launch == "mpirun" else compiled.launch.env_forward)
     entry = [python, "-m", "mpirun_kit.cli.main", "entrypoint", *verbosity.entrypoint_flags(verbose, quiet),
              "--no-sshd", "--spec", f"{run_dir}/launch-spec.json", "--secret-file", f"{run_dir}/job-secret",
              "--job", compiled.job.name]

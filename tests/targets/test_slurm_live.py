@@ -411,13 +411,20 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
     assert res.stdout.split() == ["NODE_FAIL", "COMPLETED"], res
 
 
-def test_mpirun_as_the_second_launch_flavour(cluster, tmp_path):
-    # launch: mpirun: the master runs mpirun inside the allocation (over ssh between the nodes, which the sim
-    # hosts have), for images whose MPI lacks PMIx; the result is the same.
-    outcome, out, err, dry = run(spec(cluster, "mpirun", program(tmp_path, MPI_PROGRAM), slurm={"launch": "mpirun"}),
-                                 "c4")
+def test_mpirun_as_the_second_launch_flavour_starts_its_daemons_with_srun(cluster, tmp_path):
+    # launch: mpirun: the master runs mpirun inside the allocation, for images whose MPI lacks PMIx; mpirun reads
+    # the batch step's own SLURM_* variables, so Open MPI's plm:slurm starts its orted daemons with srun (no ssh
+    # between the nodes); the result is the same.  plm_base_verbose makes mpirun say which launcher it chose.
+    outcome, out, err, dry = run(spec(cluster, "mpirun", program(tmp_path, MPI_PROGRAM), slurm={"launch": "mpirun"},
+                                      env={"OMPI_MCA_plm_base_verbose": "5"}), "c4")
     assert outcome.exit_code == 0, err.decode(errors="replace")[-2000:]
     launch = json.loads(dict(dry.files)[f"{dry.request.run_dir}/launch-spec.json"])
     assert launch["mpi_flavour"] == "auto" and launch["mpi_options"] == []   # mpirun, detected on the node
     lines = set(out.decode().splitlines())
     assert all(f"[{r} algo-{r // 2 + 1}] rank {r} of 4 on algo-{r // 2 + 1} sum 10" in lines for r in range(4)), out
+    said = (out + err).decode(errors="replace")
+    launched = [line for line in said.splitlines() if "plm:slurm: final top-level argv" in line]
+    assert launched, said[-3000:]
+    argv = said.split("plm:slurm: final top-level argv:", 1)[1].split("\n", 2)[1].split()
+    assert argv[0] == "srun" and "orted" in argv and "--nodelist=algo-2" in argv, argv
+    assert "plm:rsh" not in said
