@@ -235,6 +235,7 @@ class SlurmCluster:
         for h in self.layout.hosts:
             self._host_run(h, ["mkdir", "-p", "/run/munge", "/run/slurm-pmix", "/run/mysqld"])
             self._mount_cgroup(h)
+            self._mount_etc(h)
             self._start(h, "munged", ["munged", "-F", "--force", f"--key-file={self.layout.munge_key}",
                                       "--socket=/run/munge/munge.socket.2", "--pid-file=/run/munge/munged.pid",
                                       f"--seed-file={self.layout.host_dir(h) / 'munge.seed'}",
@@ -301,6 +302,13 @@ class SlurmCluster:
         self._host_run(host, ["mount", "-t", "tmpfs", "-o", "mode=0755", "cgroup_root", "/sys/fs/cgroup"])
         self._host_run(host, ["mkdir", "-p", "/sys/fs/cgroup/systemd"])
         self._host_run(host, ["mount", "-t", "cgroup", "-o", "none,name=systemd", "cgroup", "/sys/fs/cgroup/systemd"])
+
+    def _mount_etc(self, host: str) -> None:
+        """The cluster's configuration at /etc/slurm, in that host only (its own mount namespace): a client started
+        without SLURM_CONF, as in an ssh session to the login node (target.slurm.login), finds it where Debian's
+        Slurm looks, as on a real cluster.  A machine without /etc/slurm keeps it unchanged (SLURM_CONF then)."""
+        if self.sim.run(host, ["test", "-d", "/etc/slurm"], env=self.env()).returncode == 0:
+            self._host_run(host, ["mount", "--bind", str(self.layout.conf.parent), "/etc/slurm"])
 
     def _host_run(self, host: str, argv: list[str]) -> subprocess.CompletedProcess:
         res = self.sim.run(host, argv, env=self.env(), timeout=60)

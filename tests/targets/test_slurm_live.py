@@ -428,3 +428,33 @@ def test_mpirun_as_the_second_launch_flavour_starts_its_daemons_with_srun(cluste
     argv = said.split("plm:slurm: final top-level argv:", 1)[1].split("\n", 2)[1].split()
     assert argv[0] == "srun" and "orted" in argv and "--nodelist=algo-2" in argv, argv
     assert "plm:rsh" not in said
+
+
+HELLO = """\
+import os, socket
+print("hello from rank", os.environ["PMIX_RANK"], "on", socket.gethostname(), flush=True)
+"""
+
+
+def test_submit_over_ssh_to_a_login_node(cluster, tmp_path):
+    # target.slurm.login: sbatch and the other clients run on a login node over ssh (exec/remote.py, host key
+    # checked).  The submit runs inside algo-3, as on a machine of the cluster's network, and reaches algo-1's
+    # sshd as root with the cluster's key; on algo-1, as on any login node, Slurm's clients read /etc/slurm.
+    sim, _, root = cluster
+    host3 = sim.host("algo-3")
+    text = json.loads(spec(cluster, "login", program(tmp_path, HELLO), ppn=1))
+    text["target"]["slurm"] = {"login": "root@algo-1", "identity_file": str(sim.layout.cluster_key),
+                               "known_hosts": str(host3.ssh_dir / "known_hosts"), "python": sys.executable,
+                               "workdir": str(root / "work")}
+    job = tmp_path / "login.yaml"
+    job.write_text(json.dumps(text))
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root",
+           "MPIRUN_KIT_STATE_DIR": str(tmp_path / "state"), "LANG": "C.UTF-8"}
+    res = sim.run("algo-3", [sys.executable, "-m", "mpirun_kit.cli.main", "submit", str(job), "--wait", "--json"],
+                  env=env, timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads(res.stdout.splitlines()[-1])
+    assert (result["exit_code"], result["target"]) == (0, "slurm"), result
+    run_dir = next((root / "work").glob(f"login-{result['job_id']}"))
+    assert sorted((run_dir / "slurm.out").read_text().splitlines()) == [
+        "[0 algo-1] hello from rank 0 on algo-1", "[1 algo-2] hello from rank 1 on algo-2"]
