@@ -73,7 +73,7 @@ class RPN(nn.Module):
         ((boxes [B, post, 4], valid [B, post]), losses)."""
         logits, deltas = [], []
         for f in feats:
-            t = F.relu(self.conv(f))
+            t = F.relu_(self.conv(f))  # in place: the conv's backward needs its input, not its output
             b = f.shape[0]
             # [B, A, H, W] -> [B, H*W*A]: locations row-major, anchors innermost (the anchor order)
             logits.append(self.objectness(t).permute(0, 2, 3, 1).reshape(b, -1))
