@@ -72,8 +72,10 @@ SCRUB = ('for v in $(compgen -e); do case "$v" in SLURM_CONF) ;; SLURM_*|SBATCH_
          'done; exec "$@"')
 #: codes a requeue cannot change (bad input, usage, Ctrl-C, a cancel's SIGTERM).
 NOT_REQUEUED = (0, 2, 64, 130, 143)
-#: how often ``--wait`` asks Slurm.
+#: how often ``--wait`` asks Slurm: a real cluster's slurmctld serves every user, so once a second at most.
 POLL_S = 1.0
+#: ... and a sim cluster's (``sim: NAME``), which runs on this machine for this job alone.
+SIM_POLL_S = 0.25
 #: a job Slurm no longer lists, whose result file is still missing, is waited for this long (a shared file
 #: system's attribute cache).
 RESULT_GRACE_S = 10.0
@@ -839,6 +841,7 @@ def follow(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, *, clock: Clo
         tails = [(FileTail(Path(req.run_dir) / "slurm.out", ""), out),
                  (FileTail(Path(req.run_dir) / "slurm.err", ""), err)]
     deadline = Deadline(clock, req.deadline_s)
+    poll_s = SIM_POLL_S if req.where["kind"] == "sim" else POLL_S
     last: SlurmJob | None = None
     gone = None
     while True:
@@ -864,7 +867,7 @@ def follow(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, *, clock: Clo
                           f"{req.deadline_s:g} s; stopped following it (it keeps running; cancel it with "
                           f"mpirun_kit cancel or scancel {job_id})")
             break
-        clock.sleep(POLL_S)
+        clock.sleep(poll_s)
     for t, dst in tails:
         t.pump(dst, final=True)
     return last

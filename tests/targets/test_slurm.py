@@ -10,12 +10,15 @@ runs here.  The live cluster's tests are in test_slurm_live.py.
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import os
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+from clock_kit import FakeClock
 
 from mpirun_kit.errors import ClusterError, SpecError
 from mpirun_kit.records import JobState
@@ -372,3 +375,30 @@ def test_the_typed_request_round_trips_through_the_run_directory_as_submit_detac
     target_back, dry_back, opts_back = load_request(rec)
     assert (target_back, dry_back, opts_back) == (target, dry, opts)
     assert dry_back.render() == dry.render() and dry_back.to_json() == dry.to_json()
+
+
+class _Polled(S.Runner):
+    """squeue says the job runs twice, then that it completed; the batch step left exit code 0."""
+
+    def __init__(self):
+        self.asked = 0
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        if argv[:2] == ["squeue", "--json"]:
+            self.asked += 1
+            state = "RUNNING" if self.asked <= 2 else "COMPLETED"
+            return 0, json.dumps({"jobs": [{"job_id": 7, "name": "train", "job_state": state}]}), ""
+        if argv[:2] == ["bash", "-c"] and argv[3] == "read" and argv[4].endswith("/exit_code"):
+            return 0, "0\n", ""
+        return 1, "", ""
+
+
+@pytest.mark.parametrize("kind, every", [("sim", S.SIM_POLL_S), ("ssh", S.POLL_S), ("local", S.POLL_S)])
+def test_wait_asks_a_sim_cluster_more_often_than_a_real_one(kind, every, tmp_path):
+    """A real cluster's slurmctld serves every user: --wait asks it once a second; a sim cluster's runs on this
+    machine for the job alone, and is asked four times as often (its tests end sooner)."""
+    dry = dry_of()
+    dry = dataclasses.replace(dry, request=dataclasses.replace(dry.request, where={"kind": kind}, run_dir=str(tmp_path)))
+    clock = FakeClock()
+    job = S.follow(dry, _Polled(), "7", clock=clock, out=io.BytesIO(), err=io.BytesIO())
+    assert job.state == "COMPLETED" and clock.sleeps == [every, every]
