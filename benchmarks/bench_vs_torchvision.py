@@ -10,7 +10,10 @@ per level and 1000 post-NMS per image in training (1000 / 1000 at test), 256 anc
 is 512x768 too), float32.  Ours is ``Trainer.train_step`` as ``main()`` builds it (config
 ``r50_fpn_1x`` with ``device=cpu``, ``solver.amp=none``, ``solver.channels_last=false``, no backbone
 file); torchvision's is its loss dict summed, backward, and SGD with the same LR, momentum and
-weight decay.  Inference is ``model.eval()`` on the same batch under ``no_grad``.
+weight decay.  Inference is ``model.eval()`` on the same batch under ``no_grad``.  With random weights
+the two keep different numbers of boxes above the recipe's 0.05 score, so their inference passes
+run the mask head and paste on different counts (printed); ``--score-thresh 0`` makes both keep 100
+per image.
 
 The two alternate step by step (ours, theirs, theirs, ours, ...), after one warm-up step each, so
 the shared machine's load falls on both alike; each prints its per-step times, and the result is
@@ -20,7 +23,7 @@ thread count.  Denormal flushing is process-wide, so both sides run under the tr
 
     .venv-cuda/bin/pip install torchvision==0.28.0     # ops/make-cuda-venv.sh does this
     PYTHONPATH=. .venv-cuda/bin/python benchmarks/bench_vs_torchvision.py [--threads 1 2] [--steps 3]
-        [--device cpu|cuda] [--profile] [--json out.json]
+        [--device cpu|cuda] [--score-thresh 0.05] [--profile] [--json out.json]
 
 PyPI has no CPU build of torchvision for torch 2.13, so it runs in ``.venv-cuda`` (the CUDA build
 of torch, which runs on the CPU as well); our op library, built against the CPU torch of ``.venv``
@@ -69,13 +72,13 @@ def make_samples(seed: int = 0) -> list[dict]:
     return out
 
 
-def build_ours(device: str, workdir: Path):
+def build_ours(device: str, workdir: Path, score_thresh: float = 0.05):
     """The trainer as main() builds it for r50_fpn_1x, random weights, on ``device``."""
     from mpirun_kit.maskrcnn.dist import DistInfo
     from mpirun_kit.maskrcnn.train import Trainer, build_parser
 
     sets = ["model.backbone.weights=", f"model.num_classes={CLASSES}", "solver.ims_per_gpu=2", "test.ims_per_gpu=2",
-            f"device={device}", "backend=gloo"]
+            f"device={device}", "backend=gloo", f"model.roi_heads.score_thresh_test={score_thresh}"]
     if device == "cpu":
         sets += ["solver.amp=none", "solver.channels_last=false", "solver.cudnn_benchmark=false"]
     else:
@@ -87,7 +90,7 @@ def build_ours(device: str, workdir: Path):
     return t
 
 
-def build_torchvision(device: str):
+def build_torchvision(device: str, score_thresh: float = 0.05):
     import torchvision
     from torchvision.models.detection import MaskRCNN
     from torchvision.models.detection.backbone_utils import resnet_fpn_backbone
@@ -99,7 +102,7 @@ def build_torchvision(device: str):
                      rpn_pre_nms_top_n_train=2000, rpn_pre_nms_top_n_test=1000,
                      rpn_post_nms_top_n_train=1000, rpn_post_nms_top_n_test=1000, rpn_nms_thresh=0.7,
                      rpn_batch_size_per_image=256, rpn_positive_fraction=0.5,
-                     box_batch_size_per_image=512, box_positive_fraction=0.25, box_score_thresh=0.05,
+                     box_batch_size_per_image=512, box_positive_fraction=0.25, box_score_thresh=score_thresh,
                      box_nms_thresh=0.5, box_detections_per_img=100)
     return model.to(device), torchvision.__version__
 
@@ -114,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="run both sides without flushing denormals (--set flush_denormal=false for ours)")
     p.add_argument("--profile", action="store_true",
                    help="after timing, profile one train step of each side (torch.profiler) and print the top ops")
+    p.add_argument("--score-thresh", type=float, default=0.05,
+                   help="inference score threshold on both sides (default 0.05, the recipe's); 0 makes both return "
+                        "100 detections per image, so the two inference passes do the same mask-head work")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = p.parse_args(argv)
 
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     samples = make_samples()
     dev = torch.device(args.device)
     with tempfile.TemporaryDirectory() as d:
-        ours = build_ours(args.device, Path(d))
+        ours = build_ours(args.device, Path(d), args.score_thresh)
         if args.keep_denormals:
             import dataclasses
 
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         ours._setup_runtime()
         torch.manual_seed(0)
         ours._build_model()
-        theirs, tv_version = build_torchvision(args.device)
+        theirs, tv_version = build_torchvision(args.device, args.score_thresh)
         params = [q for q in theirs.parameters() if q.requires_grad]
         opt = torch.optim.SGD(params, lr=0.0, momentum=ours.cfg.solver.momentum, weight_decay=ours.cfg.solver.weight_decay)
         batch = ours.collate(samples)
@@ -179,9 +185,10 @@ def main(argv: list[str] | None = None) -> int:
             return time.perf_counter() - t0, out
 
         results = {"device": str(dev), "torch": torch.__version__, "torchvision": tv_version,
+                   "score_thresh": args.score_thresh,
                    "denormals_flushed": ours.denormals_flushed, "runs": []}
         print(f"torch {torch.__version__}, torchvision {tv_version}, device {dev}, "
-              f"denormals {'flushed' if ours.denormals_flushed else 'kept'}", flush=True)
+              f"denormals {'flushed' if ours.denormals_flushed else 'kept'}, score threshold {args.score_thresh}", flush=True)
         for n in (args.threads if args.device == "cpu" else [torch.get_num_threads()]):
             torch.set_num_threads(n)
             run = {"threads": n, "train": {"ours": [], "torchvision": []}, "infer": {"ours": [], "torchvision": []},

@@ -32,3 +32,9 @@ def test_our_side_is_the_recipe_on_the_cpu(tmp_path):
     r, h = c.model.rpn, c.model.roi_heads
     assert (r.pre_nms_topk_train, r.post_nms_topk_train, r.batch_size_per_image, r.positive_fraction) == (2000, 1000, 256, 0.5)
     assert (h.batch_size_per_image, h.positive_fraction, h.detections_per_img) == (512, 0.25, 100)
+
+
+def test_the_score_threshold_reaches_our_side(tmp_path):
+    """--score-thresh (both sides; 0: 100 detections per image each, the same inference work)."""
+    assert bench.build_ours("cpu", tmp_path).cfg.model.roi_heads.score_thresh_test == 0.05  # the recipe's
+    assert bench.build_ours("cpu", tmp_path / "z", 0.0).cfg.model.roi_heads.score_thresh_test == 0.0
