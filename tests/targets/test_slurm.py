@@ -402,3 +402,35 @@ def test_wait_asks_a_sim_cluster_more_often_than_a_real_one(kind, every, tmp_pat
     clock = FakeClock()
     job = S.follow(dry, _Polled(), "7", clock=clock, out=io.BytesIO(), err=io.BytesIO())
     assert job.state == "COMPLETED" and clock.sleeps == [every, every]
+
+
+class _Counted(S.LocalRunner):
+    """This machine's bash and files, every command counted (what a login node over ssh pays a session for)."""
+
+    def __init__(self):
+        self.commands = 0
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        self.commands += 1
+        return super().run(argv, input=input, timeout=timeout)
+
+
+def test_the_result_files_are_read_in_few_commands_byte_exact(tmp_path):
+    runner = _Counted()
+    files = {"plain": "0\n", "utf8": "rank 1 on algo-1 — exit 3\n\n  trailing", "empty": ""}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    paths = [str(tmp_path / n) for n in ("plain", "missing", "utf8", "empty")]
+    assert runner.read_many(paths) == ["0\n", None, files["utf8"], ""]
+    assert runner.commands == 1
+    # The batch step's result of a failed attempt 1: its code, master, signal and the master's failure report.
+    adir = tmp_path / "run" / "attempt-1"
+    (adir / "algo-1" / "output").mkdir(parents=True)
+    (tmp_path / "run" / "attempt").write_text("1\n")
+    (adir / "exit_code").write_text("3\n")
+    (adir / "master").write_text("algo-1\n")
+    (adir / "algo-1" / "output" / "failure").write_text("job failed with exit code 3\n")
+    runner.commands = 0
+    res = S.read_result(runner, str(tmp_path / "run"))
+    assert (res.exit_code, res.attempt, res.signal, res.failure_text) == (3, 1, None, "job failed with exit code 3\n")
+    assert runner.commands == 3    # the attempt; code, master and signal; the failure report (was 5)
