@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -124,11 +126,18 @@ def test_readme_slurm_example(tmp_path):
     env = {**os.environ, "MPIRUN_KIT_STATE_DIR": str(tmp_path / "state"),
            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     root = Path("/var/tmp/mpirun-kit-sim/sim")   # sim up's default name and root
+    res = None
     try:
         res = subprocess.run(["bash", "-ec", block], cwd=repo, capture_output=True, text=True, env=env, timeout=600)
     finally:
         subprocess.run([*MK, "sim", "down"], env=env, capture_output=True)
+        # The job's run directory, under the spec's default workdir (/tmp/mpirun-kit-slurm), is this test's to remove.
+        said = re.search(r"slurm: submitted job \d+ \(run directory (/tmp/mpirun-kit-slurm/[\w.-]+)\)",
+                         res.stderr if res else "")
+        if said:
+            shutil.rmtree(said.group(1), ignore_errors=True)
     assert res.returncode == 0, res.stderr[-3000:]
+    assert said, res.stderr[-3000:]
     assert "[0 algo-1] allreduce check ok world=6 expected=21.0" in res.stdout, res.stdout[-3000:]
     # The block's own `sim down` left nothing: no namespace, no Slurm daemon of the cluster, no files.
     assert "mrk-sim-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
