@@ -49,8 +49,9 @@ def moto(moto_server, monkeypatch):
     return moto_server
 
 
-#: the one real Slurm of the test run (``slurm_cluster``); no other test file uses the name.
-SLURM_SIM = "tslurm"
+#: the one real Slurm of the test run (``slurm_cluster``): no other test file uses the name, and the pid makes it
+#: this run's alone (two test runs on one machine, such as a CI run beside a developer's, never share it).
+SLURM_SIM = f"tslurm{os.getpid():x}"[:12]
 
 
 @pytest.fixture(scope="session")
