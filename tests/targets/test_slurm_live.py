@@ -360,8 +360,9 @@ rank = os.environ["PMIX_RANK"]
 print("resumed from step", start, flush=True) if start else print("fresh start", flush=True)
 # The first attempt trains until its node fails (the test fails it at step 2); a resumed one takes 2 more steps.
 for step in range(start, start + 2 if start else 10000):
-    if rank == "0":
-        ckpt.write_text(str(step))
+    if rank == "0":   # atomically: the other rank, and the test, read it meanwhile
+        (ckpt.parent / "checkpoint.tmp").write_text(str(step))
+        (ckpt.parent / "checkpoint.tmp").replace(ckpt)
     time.sleep(0.5)
 print("done at step", step + 1, flush=True)
 """
@@ -383,7 +384,7 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
     slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
     ckpt = tmp_path / "checkpoint"
     end = Deadline(SYSTEM_CLOCK, 60)
-    while not (ckpt.exists() and ckpt.read_text() and int(ckpt.read_text()) >= 2):
+    while not (ckpt.exists() and int(ckpt.read_text()) >= 2):
         assert not end.expired(), "the job never reached step 2"
         SYSTEM_CLOCK.sleep(0.1)
     # The second node fails: its slurmd and everything of the job there die at once (the host itself stays, so
@@ -403,7 +404,8 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
     assert outcome.exit_code == 0, out + (run_dir / "slurm.err").read_text()[-3000:]
     assert outcome.attempts == 2
     resumed = int(out.split("resumed from step ")[1].split()[0])
-    assert resumed >= 2 and out.count("fresh start") == 2, out
+    # (The failed node's rank may have lost its line with its slurmstepd; rank 0's, which checkpointed, is there.)
+    assert resumed >= 2 and "[0 algo-1] fresh start" in out.splitlines(), out
     assert f"done at step {resumed + 2}" in out and out.count("done at step") == 2, out
     # Slurm's own record of it: the first run ended NODE_FAIL, the second COMPLETED.
     res = sim.run(slurm.login, ["sacct", "-j", slurm_id, "--duplicates", "-X", "-n", "-P", "-o", "State"],
