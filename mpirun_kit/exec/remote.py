@@ -12,10 +12,15 @@ Every remote command is an argv (a list); ``command_line`` is the one place it b
 ssh exec takes (``shlex.join``), and ``run_argv``/``start_session`` the only calls of paramiko's
 ``exec_command``.  What used to be shell snippets (the pid file, the cancel loop, the atomic write,
 reading a report back) runs on the host as ``python -m mpirun_kit.exec.remote_host VERB`` (remote_host.py).
+
+A peer that stops waiting ends what it started (``end_remote``): without a pty, sshd never hangs up on a
+command when its channel closes, so a deadline's expiry, a failed session or a kill first asks sshd to
+SIGKILL the command's process group (the ssh "signal" request), then closes the channel.
 """
 from __future__ import annotations
 
 import shlex
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -74,6 +79,33 @@ def set_keepalive(client) -> None:
 
 class RemoteTimeout(ClusterError):
     """A remote command did not finish within its deadline."""
+
+
+def end_remote(channel, signum: int = signal.SIGKILL) -> None:
+    """End the command running on ``channel``: sshd sends ``signum`` to its process group, then the channel closes.
+
+    Closing the channel alone ends nothing: without a pty sshd sends the command no SIGHUP, and one that does
+    not write (a hung interpreter, a ``sleep``) runs on with no one waiting for it.  RFC 4254's "signal" request
+    (section 6.9) makes sshd ``killpg`` the session's command (OpenSSH 7.9 and later; an older server ignores
+    it, and a dead connection carries nothing).  paramiko has no call for it (paramiko/paramiko#1535 is open),
+    so the message is built here as paramiko builds its own channel requests.
+    """
+    import paramiko
+    from paramiko.common import cMSG_CHANNEL_REQUEST
+
+    try:
+        if not channel.closed:
+            m = paramiko.Message()
+            m.add_byte(cMSG_CHANNEL_REQUEST)
+            m.add_int(channel.remote_chanid)
+            m.add_string("signal")
+            m.add_boolean(False)   # no reply: the exit status (or the channel's close) says it ended
+            m.add_string(signal.Signals(signum).name[3:])
+            channel.transport._send_user_message(m)
+    except (OSError, EOFError, paramiko.SSHException):
+        pass   # the session is gone: nothing can reach the command from here any more
+    finally:
+        channel.close()
 
 
 def wait_exit(channel, timeout_s: float, clock: Clock = SYSTEM_CLOCK) -> int:
@@ -142,10 +174,10 @@ class RemoteProcess:
         return b"".join(self._out).decode(errors="replace"), b"".join(self._err).decode(errors="replace")
 
     def kill(self) -> None:
-        """Close the session (sshd hangs up on the remote command); ``communicate`` then returns what came."""
+        """End the remote command and close its session (``end_remote``); ``communicate`` then returns what came."""
         self._killed = True
         self.returncode = None
-        self.channel.close()
+        end_remote(self.channel)
 
 
 def start_remote(settings: dict, host: str, command: str | Sequence[str], *, connect=None,
@@ -254,14 +286,19 @@ def run_argv(client, argv: Sequence[str], timeout: float, *, stdin: bytes | None
         OSError, EOFError, paramiko.SSHException: the session failed; RemoteTimeout: no exit status in time.
     """
     stdin_f, stdout, stderr = client.exec_command(command_line(argv), timeout=timeout)
-    if stdin is not None:
-        stdin_f.write(stdin)
-    stdin_f.channel.shutdown_write()
-    out = stdout.read(limit) if limit is not None else b""
-    code = wait_exit(stdout.channel, timeout, clock)
-    if limit is None:
-        out = stdout.read()
-    return code, out, stderr.read()
+    try:
+        if stdin is not None:
+            stdin_f.write(stdin)
+        stdin_f.channel.shutdown_write()
+        out = stdout.read(limit) if limit is not None else b""
+        code = wait_exit(stdout.channel, timeout, clock)
+        if limit is None:
+            out = stdout.read()
+        return code, out, stderr.read()
+    except BaseException:
+        # Past the deadline (or the session failed, or we were interrupted): the command must not run on.
+        end_remote(stdout.channel)
+        raise
 
 
 def start_session(client, argv: Sequence[str]):

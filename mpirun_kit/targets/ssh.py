@@ -49,8 +49,8 @@ from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import copy_prefixed
 # ssh sessions and the work on every host at once: exec/remote.py (paramiko, host keys verified).
 from ..exec import remote_host
-from ..exec.remote import (HostKeyError, connect_hosts, on_every_host, paramiko_client, run_argv, run_on_hosts,
-                           start_session, wait_exit, write_argv, write_files)
+from ..exec.remote import (HostKeyError, connect_hosts, end_remote, on_every_host, paramiko_client, run_argv,
+                           run_on_hosts, start_session, wait_exit, write_argv, write_files)
 from ..exec.signals import SignalLatch
 from ..exec.supervisor import Stop, Supervisor, join_all
 from ..cluster import elect_master
@@ -144,7 +144,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
         ready_timeout_s=t.ssh_ready_s + t.ssh_ready_per_host_s * len(compiled.hosts),
         deadline_s=(t.job_s or DEFAULT_JOB_S) + OVERHEAD_S, grace_s=t.grace_s,
         workdir=workdir, commands=commands,
-        preflight=preflight_command(s.python),
+        preflight=preflight_command(s.python, preflight_timeout_s(s.connect_timeout_s)),
         # --private: the run directory is made 0700 and refused where another user could swap it (under /tmp).
         ship={h.name: {name: write_argv(s.python, name, workdir) for name, _ in files} for h in compiled.hosts},
         cancel={h.name: cancel_argv(s.python, f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
@@ -174,9 +174,27 @@ def fetch_failure(client, argv: list[str], timeout: float) -> str | None:
     return data.decode(errors="replace") if code == 0 and data.strip() else None
 
 
-def preflight_command(python: str) -> list[str]:
-    """Checks that ``python`` imports mpirun_kit on a host (prints its version)."""
-    return [python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
+#: the preflight's own deadline on a host, past ours: we stop waiting first (and name the host), and what we left
+#: there ends itself this long after.
+PREFLIGHT_MARGIN_S = 5.0
+
+
+def preflight_timeout_s(connect_timeout_s: float) -> float:
+    """How long the preflight (and each launch file's write) may take on a host."""
+    return connect_timeout_s + 20
+
+
+def preflight_command(python: str, timeout_s: float) -> list[str]:
+    """Checks that ``python`` imports mpirun_kit on a host (prints its version), killed there ``PREFLIGHT_MARGIN_S``
+    after we stop waiting (``timeout_s``).
+
+    The host's own ``timeout`` (coreutils) bounds it because nothing else would: this interpreter may lack the
+    package, so no remote_host verb can watch it, and sshd never hangs up on a command without a pty (the ssh
+    "signal" request that exec/remote.end_remote sends is refused for root logins).  On 14f00b4 a hung
+    interpreter ran on after the preflight gave up.
+    """
+    return ["timeout", "--signal=KILL", f"{timeout_s + PREFLIGHT_MARGIN_S:g}",
+            python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
 
 
 def connect_all(req: SshRequest, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
@@ -241,6 +259,7 @@ def _pump(session: _Session, prefix: str, out, lock: threading.Lock) -> None:
         copy_prefixed(session.channel.makefile("rb"), out, prefix, lock)
         session.code = wait_exit(session.channel, EXIT_STATUS_S)
     except (OSError, EOFError, ClusterError) as exc:  # a dead session: no code (counted as LAUNCH_FAILED by _master_code)
+        end_remote(session.channel)   # its output ended but it did not: we stop waiting, so it must not run on
         with lock:
             out.write(f"{prefix}ssh session to {session.host} ended without an exit status ({exc})\n".encode())
             out.flush()
@@ -264,7 +283,8 @@ def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req:
     SSHException, EOF) is retried over a new connection (``connect``, when given) until the
     remote entrypoint is confirmed gone or ``pid_wait_s + grace_s + CANCEL_MARGIN_S`` pass
     (``connect(req, host)``: ``req`` is the connection settings, SshRequest.connection).
-    The command sent is ``commands[host]`` (the dry run's ``cancel``) when given.
+    The command sent is ``commands[host]`` (the dry run's ``cancel``) when given.  A connection it opens it
+    closes before it returns; those in ``clients`` are the caller's.
 
     Returns:
         host -> why it could not be confirmed stopped (empty when every entrypoint is gone).
@@ -278,27 +298,34 @@ def cancel(clients: dict[str, Any], workdir: str, *, grace_s: float = 10.0, req:
         argv = (commands or {}).get(host) or cancel_argv(python, f"{workdir}/{host}.pid", grace_s,
                                                                      pid_wait_s)
         why = "not tried"
-        while True:
-            try:
-                if client is None:
-                    client = connect(req, host)
-                code, out, err = run_argv(client, argv, max(1.0, deadline.remaining()), clock=clock)
-                text = (out + err).decode(errors="replace").strip()
-                if code == 0 and text.endswith("gone"):
-                    return None
-                why = (f"no entrypoint pid file {workdir}/{host}.pid" if code == remote_host.NO_PID_FILE
-                       else f"exit {code} {text[-200:]}")
-                if code == remote_host.NO_PID_FILE:
+        ours = None   # a connection this cancel opened: closed by it (the caller closes the ones it gave)
+        try:
+            while True:
+                try:
+                    if client is None:
+                        client = ours = connect(req, host)
+                    code, out, err = run_argv(client, argv, max(1.0, deadline.remaining()), clock=clock)
+                    text = (out + err).decode(errors="replace").strip()
+                    if code == 0 and text.endswith("gone"):
+                        return None
+                    why = (f"no entrypoint pid file {workdir}/{host}.pid" if code == remote_host.NO_PID_FILE
+                           else f"exit {code} {text[-200:]}")
+                    if code == remote_host.NO_PID_FILE:
+                        break
+                except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
+                    why = f"{type(exc).__name__}: {exc}"
+                    if ours is not None:
+                        ours.close()
+                    client = ours = None  # the session is broken: reconnect for the next try
+                    if connect is None:
+                        break
+                if deadline.remaining() <= 0:
                     break
-            except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
-                why = f"{type(exc).__name__}: {exc}"
-                client = None  # the session is broken: reconnect for the next try
-                if connect is None:
-                    break
-            if deadline.remaining() <= 0:
-                break
-            clock.sleep(min(1.0, max(0.0, deadline.remaining())))
-        return why
+                clock.sleep(min(1.0, max(0.0, deadline.remaining())))
+            return why
+        finally:
+            if ours is not None:
+                ours.close()
 
     return {host: why for host, why in on_every_host(clients.items(), one).items() if why is not None}
 
@@ -309,7 +336,7 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
     Raises:
         ClusterError: names each host where it cannot, with what it printed.
     """
-    results = run_on_hosts(clients, preflight_command(python), timeout)
+    results = run_on_hosts(clients, preflight_command(python, timeout), timeout)
     bad = [(h, c, text) for h, (c, text) in results.items() if c != 0]
     if bad:
         detail = "; ".join(f"{h}: exit {c}: {text[-200:]}" for h, c, text in sorted(bad))
@@ -332,9 +359,9 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
     progress = StatusLine(clock=clock, level=level)
     clients = connect_all(req, connect=connect, clock=clock, progress=progress)
     try:
-        preflight(clients, req.python, req.connect_timeout_s + 20)
+        preflight(clients, req.python, preflight_timeout_s(req.connect_timeout_s))
         progress.note(f"ssh: all {len(clients)} host(s) ready; shipping the launch spec to {req.workdir}")
-        ship(clients, dry.files, req.connect_timeout_s + 20, req.ship)
+        ship(clients, dry.files, preflight_timeout_s(req.connect_timeout_s), req.ship)
         lock = threading.Lock()
         sessions: list[_Session] = []
         threads = []
@@ -380,7 +407,8 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
 class SshSessions:
     """Every host's entrypoint session as the supervisor's child (exec/supervisor.Child): done when every
     session's output ended; a stop is the remote cancel on every host at once (in a thread: it waits for each
-    entrypoint's own stop); the kill closes the sessions (sshd hangs up on what is left)."""
+    entrypoint's own stop); the kill ends each session's command (exec/remote.end_remote: sshd hangs up on nothing
+    by itself without a pty) and closes the sessions."""
 
     def __init__(self, sessions: list[_Session], threads: list[threading.Thread], clients: dict[str, Any],
                  req: SshRequest, connect, clock: Clock, progress: StatusLine):
@@ -410,10 +438,7 @@ class SshSessions:
     def kill(self) -> None:
         self.progress.done("ssh: the cancel did not end every host's session; closing them")
         for s in self.sessions:
-            try:
-                s.channel.close()
-            except (OSError, EOFError):
-                pass
+            end_remote(s.channel)
 
     def drain(self, deadline: Deadline) -> None:
         join_all(self.threads + ([self.canceller] if self.canceller else []), deadline, self.clock)

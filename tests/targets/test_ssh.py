@@ -120,7 +120,9 @@ def test_dry_run_value(tmp_path):
         "b", "--spec", f"{wd}/launch-spec.json", "--opt-ml", f"{wd}/b"]
     assert d.request.ready_timeout_s == 9.0
     # Everything sent is in the value: preflight, ship (per host, per file), cancel, the failure report's read.
-    assert d.request.preflight == [py, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
+    # The preflight ends itself on the host 5 s after we stop waiting for it (the connect timeout + 20 s).
+    assert d.request.preflight == ["timeout", "--signal=KILL", f"{c.job.target.ssh.connect_timeout_s + 25:g}", py, "-c",
+                                   "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
     # --private: the run directory is made 0700 and refused where another user could swap it (the default is in /tmp).
     assert d.request.ship["b"][f"{wd}/hostfile"] == [py, "-m", "mpirun_kit.exec.remote_host", "write",
                                                          f"{wd}/hostfile", "--private", wd]
@@ -269,11 +271,19 @@ def test_cancel_reconnects_and_kills_an_entrypoint_that_ignores_sigterm(loopback
     broken.get_transport().close()
     proc = subprocess.Popen(["sh", "-c", f"echo $$ > {tmp_path / 'algo-1.pid'}; trap '' TERM; "
                                          "while :; do sleep 0.1; done"])
+    made = []
+
+    def connect(r, host):
+        made.append(_client(r))
+        return made[-1]
+
     try:
-        failures = T.cancel({"algo-1": broken}, str(tmp_path), grace_s=1, pid_wait_s=5, req=req,
-                            connect=lambda r, host: _client(r))
+        failures = T.cancel({"algo-1": broken}, str(tmp_path), grace_s=1, pid_wait_s=5, req=req, connect=connect)
         assert failures == {}
         assert proc.wait(timeout=30) == -9  # outlived the grace period: killed
+        # The connections the cancel opened are closed by it: on 14f00b4 each stayed open, an sshd session on the
+        # host and a transport thread here, for as long as the caller ran (issue #28).
+        assert made and [c.get_transport() for c in made] == [None] * len(made)
     finally:
         proc.kill()
 
@@ -308,14 +318,42 @@ def test_every_remote_wait_has_a_deadline_and_sessions_keep_alive(loopback_sshd,
         # paramiko keeps the interval private; this is where Transport.set_keepalive stores it.
         assert transport.packetizer._Packetizer__keepalive_interval == KEEPALIVE_S
         assert transport.sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
-        # A "python" that never answers: the preflight ends at its deadline and names the host.
+        # A "python" that never answers: the preflight ends at its deadline and names the host.  The remote
+        # command carries this test's directory in its argv, so what is left of it can be found by name.
         hang = tmp_path / "hang"
-        hang.write_text("#!/bin/sh\nexec sleep 300\n")
+        hang.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import time; time.sleep(300)' {tmp_path}\n")
         hang.chmod(0o755)
         with pytest.raises(ClusterError, match=r"on 1 host\(s\) \(algo-1: exit -1: no exit status within 1s\)"):
             T.preflight({"algo-1": client}, str(hang), timeout=1)
     finally:
         client.close()
+    # A peer that stops waiting ends its remote command too: without a pty sshd never hangs up on it, so on
+    # 14f00b4 the `sleep 300` ran on after the preflight gave up (issue #28).
+    assert _remote_left(str(tmp_path)) == []
+
+
+def _remote_left(marker: str, timeout: float = 30.0) -> list[str]:
+    """The processes whose command line names ``marker`` that still run ``timeout`` s from now (killed then, so a
+    failing test leaves nothing either)."""
+    import psutil
+
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+
+    end = Deadline(SYSTEM_CLOCK, timeout)
+    while True:
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline", "status"]):
+            if marker in " ".join(p.info["cmdline"] or ()) and p.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        if not found or end.expired():
+            break
+        SYSTEM_CLOCK.sleep(0.1)
+    for p in found:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [f"{p.pid} {' '.join(p.info['cmdline'])}" for p in found]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to nobody needs root")
