@@ -362,6 +362,18 @@ class SimCluster:
 
     def down(self) -> None:
         """Kill every process on every host and delete the namespaces.  Idempotent."""
+        # First every host's init with its whole process group (each started in a session of its own:
+        # setpriv -> ip netns exec -> unshare, and the host's PID 1 unshare forks).  The namespace sweep below
+        # alone misses a host that is starting: it lists the processes inside a namespace at one instant, and
+        # a PID 1 that unshare forks just after, and that has not yet armed its --kill-child death signal when
+        # unshare is killed (util-linux 2.38 arms it after the fork, unchecked), runs on outside any named
+        # namespace (on 14f00b4, after a Ctrl-C during the bring-up).  A signal to a process group also
+        # reaches a child being forked.  The PID 1's death ends every process of its host.
+        from ..exec.supervisor import signal_group
+
+        for p in self._inits.values():
+            if p.returncode is None:   # not reaped: its pid, and so its group's id, is still its own
+                signal_group(p.pid, signal.SIGKILL)
         names = [h.netns for h in self.hosts] + [self.layout.switch_netns]
         existing = set(_netns_names())
         _kill_netns([n for n in names if n in existing], self.clock)

@@ -11,9 +11,11 @@ import signal
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.targets.sim import cluster_name
 
 from .stop_kit import WAITER, left_running, netns_of, result_line, start_submit, wait_ready
 
@@ -115,6 +117,7 @@ def test_ctrl_c_during_the_start_up_stops_within_the_grace_period_without_a_kill
                    else started.exists()):
             assert proc.poll() is None and not end.expired(), log.read_text(errors="replace")
             SYSTEM_CLOCK.sleep(0.02)
+        procs = psutil.Process(proc.pid).children(recursive=True)   # the hosts' inits so far, nsenter, ...
         proc.send_signal(signal.SIGINT)
         code = proc.wait(timeout=60)
     finally:
@@ -122,6 +125,10 @@ def test_ctrl_c_during_the_start_up_stops_within_the_grace_period_without_a_kill
             proc.kill()
     said = _said(log)
     assert code == 130, said
+    # Nothing of the job is left, not even a host whose init was starting when the teardown came: on 14f00b4 an
+    # init that unshare had just forked escaped both the namespace sweep and unshare's --kill-child (issue #28).
+    assert left_running(procs, str(tmp_path)) == [], said
+    assert netns_of(cluster_name(said.split("mpirun_kit: job ", 1)[1].split()[0])) == [], said
     assert "rank 0 ready" not in said, said
     assert "still running after the grace period" not in said and "killing" not in said, said
     if when == "bring-up":
