@@ -559,6 +559,15 @@ class Runner:
         code, out, _ = self.run(["bash", "-c", 'test -f "$1" && head -c "$2" -- "$1"', "read", path, str(limit)])
         return out if code == 0 else None
 
+    def close(self) -> None:
+        """Let go of what reaches the cluster (an ssh connection); nothing to do for the others."""
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def read_many(self, paths: list[str], limit: int = 1 << 20) -> list[str | None]:
         """``read`` of each path, in one command (over ssh: one session instead of one each); None where a file is
         missing.  An answer it cannot read (no base64 on the node) falls back to ``read`` one by one."""
@@ -644,6 +653,11 @@ class SshRunner(Runner):
         if transport is None or not transport.is_active():
             self._client = paramiko_client(settings, host)
         return _KeptOpen(self._client)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()   # the sshd session on the login node ends with it
+            self._client = None
 
     def run(self, argv, *, input=None, timeout=60.0):
         from ..exec.remote import start_remote
@@ -1006,8 +1020,13 @@ class SlurmTarget(Target[SlurmRequest]):
         from ..exec.sshkeys import SECRET_BYTES, format_secret
 
         started = time.time() if started is None else started
-        runner = runner_for(dry.request.where)
-        job_id = submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+        with runner_for(dry.request.where) as runner:
+            return self._run(dry, opts, runner, format_secret(os.urandom(SECRET_BYTES)), started=started,
+                             clock=clock, out=out, err=err)
+
+    def _run(self, dry: DryRun[SlurmRequest], opts: SubmitOptions, runner: Runner, secret: str, *, started: float,
+             clock: Clock, out, err) -> Outcome:
+        job_id = submit(dry, runner, secret)
         if opts.run_dir:
             from ..core.files import write_atomic
 
@@ -1036,7 +1055,10 @@ class SlurmTarget(Target[SlurmRequest]):
         return runner_for(where)
 
     def describe(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
-        runner = self._runner(record)
+        with self._runner(record) as runner:
+            return self._describe(record, runner)
+
+    def _describe(self, record: JobRecord, runner: Runner) -> JobStatus:
         job_id = job_id_of(record)
         run_dir = (record.details or {}).get("run_dir", "")
         job = query(runner, job_id)
@@ -1065,29 +1087,30 @@ class SlurmTarget(Target[SlurmRequest]):
 
     def cancel(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
         grace = float((record.details or {}).get("grace_s") or 10.0)
-        cancel_job(self._runner(record), job_id_of(record), grace_s=grace, clock=clock)
-        return self.describe(dataclasses.replace(record, cancel_requested=True), clock=clock)
+        with self._runner(record) as runner:
+            cancel_job(runner, job_id_of(record), grace_s=grace, clock=clock)
+            return self._describe(dataclasses.replace(record, cancel_requested=True), runner)
 
     def logs(self, record: JobRecord, *, rank: int | None = None, follow: bool = False,
              clock: Clock = SYSTEM_CLOCK) -> Iterator[str]:
-        runner = self._runner(record)
         run_dir = (record.details or {}).get("run_dir", "")
         seen = 0
         prefix = f"[{rank} " if rank is not None else ""
-        while True:
-            text = runner.read(f"{run_dir}/slurm.out") or ""
-            lines = text.splitlines()
-            for line in lines[seen:]:
-                if not prefix or line.startswith(prefix):
-                    yield line
-            seen = len(lines)
-            if not follow:
-                return
-            job = query(runner, job_id_of(record))
-            if job is None or job.job_state in ENDED:
-                follow = False
-                continue
-            clock.sleep(POLL_S)
+        with self._runner(record) as runner:
+            while True:
+                text = runner.read(f"{run_dir}/slurm.out") or ""
+                lines = text.splitlines()
+                for line in lines[seen:]:
+                    if not prefix or line.startswith(prefix):
+                        yield line
+                seen = len(lines)
+                if not follow:
+                    return
+                job = query(runner, job_id_of(record))
+                if job is None or job.job_state in ENDED:
+                    follow = False
+                    continue
+                clock.sleep(POLL_S)
 
 
 TARGET = SlurmTarget()

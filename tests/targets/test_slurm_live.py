@@ -460,3 +460,44 @@ def test_submit_over_ssh_to_a_login_node(cluster, tmp_path):
     run_dir = next((root / "work").glob(f"login-{result['job_id']}"))
     assert sorted((run_dir / "slurm.out").read_text().splitlines()) == [
         "[0 algo-1] hello from rank 0 on algo-1", "[1 algo-2] hello from rank 1 on algo-2"]
+
+
+SESSIONS = """\
+import json, sys, time
+from mpirun_kit.targets import slurm as S
+where = json.loads(sys.argv[1])
+count = ["pgrep", "-c", "-f", "^sshd: root@notty"]   # one sshd session process per connection to algo-1
+first = S.runner_for(where)
+first.run(["true"]), first.run(["true"])              # two commands, one connection
+with S.runner_for(where) as second:
+    both = int(second.run(count)[1])
+    first.close()
+    end = time.monotonic() + 30
+    while int(second.run(count)[1]) != 1 and time.monotonic() < end:
+        time.sleep(0.1)
+    after_close = int(second.run(count)[1])
+end = time.monotonic() + 30
+while int(S.runner_for(where).run(count)[1]) != 1 and time.monotonic() < end:   # this one's own only
+    time.sleep(0.1)
+print(json.dumps({"both": both, "after_close": after_close}))
+"""
+
+
+def test_a_login_runner_keeps_one_ssh_connection_and_closes_it(cluster, tmp_path):
+    # The login node's sshd sessions, counted on it: a runner's commands share one connection, and close()
+    # (or the end of a with block, as the target's run/describe/cancel/logs use it) ends that connection.
+    sim, _, _ = cluster
+    where = {"kind": "ssh", "user": "root", "host": "algo-1", "port": 22, "identity_file": str(sim.layout.cluster_key),
+             "known_hosts": str(sim.host("algo-3").ssh_dir / "known_hosts"), "connect_timeout_s": 10.0}
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+    res = sim.run("algo-3", [sys.executable, "-c", SESSIONS, json.dumps(where)], env=env, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout) == {"both": 2, "after_close": 1}
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+
+    end = Deadline(SYSTEM_CLOCK, 30)
+    left = sim.run("algo-1", ["pgrep", "-af", "^sshd: root@notty"])
+    while left.stdout.strip() and not end.expired():   # the last runners' connections ended with their process
+        SYSTEM_CLOCK.sleep(0.1)
+        left = sim.run("algo-1", ["pgrep", "-af", "^sshd: root@notty"])
+    assert left.stdout.strip() == "", left.stdout
