@@ -99,12 +99,13 @@ class RoIHeads(nn.Module):
 
     def box_head(self, feats, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = self._pool(feats, rois, self.cfg.box_pool_size).flatten(1)
-        x = F.relu(self.fc2(F.relu(self.fc1(x))))
+        # ReLUs in place (the linears' and the deconv's backward need their inputs, not their outputs)
+        x = F.relu_(self.fc2(F.relu_(self.fc1(x))))
         return self.cls_score(x).float(), self.bbox_pred(x).float()
 
     def mask_head(self, feats, rois: torch.Tensor) -> torch.Tensor:
         x = self._pool(feats, rois, self.cfg.mask_pool_size)
-        x = F.relu(self.mask_deconv(self.mask_convs(x)))
+        x = F.relu_(self.mask_deconv(self.mask_convs(x)))
         return self.mask_pred(x).float()
 
     # -------------------------------------------------------------- training
