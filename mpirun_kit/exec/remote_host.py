@@ -5,8 +5,11 @@ printed whole by ``--dry-run``); exec/remote.py sends it (``shlex.join`` there, 
 becomes the string an ssh exec takes); this module runs on the host and does the work a shell snippet
 used to do, with the package's own atomic write and the supervisor's stop sequence:
 
-``start --pid-file F --dir D -- ARGV...``  make D, enter it, write our pid to F (atomically), exec ARGV:
-    the pid in F is then ARGV's own (the entrypoint's), which a cancel signals by pid, never by name;
+``start --pid-file F --dir D --grace S -- ARGV...``  make D, enter it, start ARGV with its pid in F (atomically):
+    the entrypoint's own, which a cancel signals by pid, never by name; then watch both: ARGV's end is ours
+    (its exit code, or its signal), and the session's end (its channel closed: the submit that started it
+    died, even by SIGKILL, or gave up) stops ARGV as a cancel does (SIGTERM, S s, SIGKILL): without a pty
+    sshd would leave it running;
 ``cancel --pid-file F --grace S --wait W``  wait up to W s for F (a cancel may come before the start wrote
     it), SIGTERM that pid, up to S s for it to go, then SIGKILL; prints ``gone`` and exits 0 once it is
     gone, exits 3 when no pid file appeared (``NO_PID_FILE``);
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -93,17 +97,56 @@ def _private(run_dir: str) -> int:
     return 0
 
 
-def start(pid_file: str, directory: str, command: list[str], private: str | None = None) -> int:
-    """Make and enter ``directory``, record our pid in ``pid_file``, become ``command`` (returns only UNSAFE_DIR:
-    ``private``, the run directory, is another user's to swap)."""
+def start(pid_file: str, directory: str, command: list[str], private: str | None = None, grace_s: float = 10.0,
+          clock: Clock = SYSTEM_CLOCK) -> int:
+    """Make and enter ``directory``, start ``command`` with its pid in ``pid_file``, and wait for it: its exit
+    code, or UNSAFE_DIR (``private``, the run directory, is another user's to swap: nothing started).
+
+    While it runs, our stdout (the ssh channel) is watched: once nothing reads it any more (sshd closed the
+    channel: the submit died or gave up on the session), ``command`` is stopped (SIGTERM, ``grace_s``, SIGKILL).
+    A ``command`` ended by a signal ends us by the same signal, so sshd reports it as before.
+    """
     from ..core.files import write_atomic
 
     if private and _private(private):
         return UNSAFE_DIR
     os.makedirs(directory, exist_ok=True)
     os.chdir(directory)
-    write_atomic(pid_file, f"{os.getpid()}\n")
-    os.execvp(command[0], command)
+    pid = os.fork()
+    if pid == 0:   # the child: the command itself, under the pid the file names
+        try:
+            write_atomic(pid_file, f"{os.getpid()}\n")
+            os.execvp(command[0], command)
+        except BaseException as exc:   # noqa: B036 - nothing of the parent may run on in the child
+            print(f"mpirun_kit: could not start {command[0]}: {exc}", file=sys.stderr, flush=True)
+        os._exit(127)
+    status = _watch(pid, grace_s, clock)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:   # killed by a signal: so are we (sshd then says exit-signal, as when start exec'd it)
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):   # those two have no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        code = 128 - code
+    return code
+
+
+def _watch(pid: int, grace_s: float, clock: Clock) -> int:
+    """Wait for child ``pid``; stop it once stdout's reader is gone (POLLERR on a pipe, POLLHUP on a socket or
+    tty); its wait status."""
+    import select
+
+    from .supervisor import stop_process
+
+    out = select.poll()
+    out.register(1, 0)   # no event asked: only the peer's end (POLLERR/POLLHUP) is reported
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if out.poll(POLL_S * 1000):
+            # No one reads the command's output any more: nothing will stop it but us.
+            stop_process(pid, grace_s, clock=clock)
+            return os.waitpid(pid, 0)[1]
 
 
 def cancel(pid_file: str, grace_s: float, wait_s: float, clock: Clock = SYSTEM_CLOCK) -> int:
@@ -161,6 +204,7 @@ def main(args: list[str] | None = None) -> int:
     s.add_argument("--pid-file", required=True)
     s.add_argument("--dir", required=True)
     s.add_argument("--private", metavar="RUN_DIR")
+    s.add_argument("--grace", type=float, default=10.0)
     s.add_argument("command", nargs=argparse.REMAINDER)
     c = sub.add_parser("cancel")
     c.add_argument("--pid-file", required=True)
@@ -177,7 +221,7 @@ def main(args: list[str] | None = None) -> int:
         command = a.command[1:] if a.command[:1] == ["--"] else a.command
         if not command:
             p.error("start: no command given after --")
-        return start(a.pid_file, a.dir, command, a.private)
+        return start(a.pid_file, a.dir, command, a.private, a.grace)
     if a.verb == "cancel":
         return cancel(a.pid_file, a.grace, a.wait)
     if a.verb == "write":

@@ -16,7 +16,9 @@ Place in the data flow: CompiledJob + a run id (chosen by the caller) ->
   4. streams every host's output (worker lines prefixed with the host);
   5. on Ctrl-C or SIGTERM sends SIGTERM to each remote entrypoint by its pid
      (recorded in a pid file), which stops mpirun and the ranks with a grace
-     period; the exit code is the master's.
+     period; the exit code is the master's.  Should ``submit`` die without a
+     cancel (SIGKILL), each host's ``remote_host start`` sees its session's
+     channel close and stops its entrypoint the same way.
 
 Every host can vanish without a FIN and every ssh call can hang, so: each
 session has ssh keepalives and TCP keepalive (a dead peer is noticed within
@@ -127,8 +129,10 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
                 "--opt-ml", f"{workdir}/{h.name}", *verbosity.entrypoint_flags(verbose, quiet)]
         # remote_host start records the entrypoint's pid (it execs it) so a cancel signals exactly that process,
         # never one matched by name.  Per-host names: the workdir may be on a file system the hosts share.
+        # It stops the entrypoint as a cancel would should its session end (a submit killed by SIGKILL).
         commands[h.name] = remote_host.argv(s.python, "start", "--pid-file", f"{workdir}/{h.name}.pid",
-                                            "--dir", f"{workdir}/{h.name}", "--private", workdir, "--", *argv)
+                                            "--dir", f"{workdir}/{h.name}", "--private", workdir,
+                                            "--grace", f"{t.grace_s + ENTRYPOINT_STOP_S:g}", "--", *argv)
     files = ((f"{workdir}/launch-spec.json", compiled.launch.to_json() + "\n"), (f"{workdir}/hostfile", hostfile))
     # After a failure, the master's failure report is read back over its open session, so --json's source and
     # root cause come from the report, not guessed from the exit code (the same parser as local and sim).

@@ -1,6 +1,6 @@
 """exec/remote_host.py, the host side of the ssh target's commands, run here as real processes (the same argv
-ssh would run there): start records the exec'd program's own pid, cancel stops it by that pid (SIGTERM,
-grace, SIGKILL), write is atomic, read is bounded.  Over real sshd: tests/targets/test_ssh.py."""
+ssh would run there): start records its program's pid, ends as the program ends and stops it once no one reads
+its output, cancel stops it by that pid (SIGTERM, grace, SIGKILL), write is atomic, read is bounded.  Over real sshd: tests/targets/test_ssh.py."""
 from __future__ import annotations
 
 import os
@@ -42,17 +42,57 @@ def test_read_is_bounded_and_silent_when_there_is_no_file(tmp_path):
     assert (r.returncode, r.stdout) == (0, b"")
 
 
-def test_start_records_the_pid_of_the_program_it_becomes(tmp_path):
+def _start(tmp_path, script: str, *extra: str) -> tuple[subprocess.Popen, int]:
+    """``remote_host start`` running ``sh -c script`` as ssh would (its stdout a pipe we read); (start, program pid)."""
+    import psutil
+
     pid_file = tmp_path / "algo-1.pid"
     proc = subprocess.Popen(remote_host.argv(sys.executable, "start", "--pid-file", str(pid_file), "--dir",
-                                             str(tmp_path / "algo-1"), "--", "sh", "-c", "pwd; exec sleep 30"),
+                                             str(tmp_path / "algo-1"), *extra, "--", "sh", "-c", script),
                             stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == str(tmp_path / "algo-1")   # made and entered
+    pid = int(pid_file.read_text())
+    assert psutil.Process(pid).ppid() == proc.pid                       # the program, start's own child
+    return proc, pid
+
+
+def _end(proc: subprocess.Popen, pid: int) -> None:
+    for p in (pid, proc.pid):
+        try:
+            os.kill(p, 9)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+@pytest.mark.parametrize("ends", ["exit 3", "killed by SIGTERM"])
+def test_start_records_the_programs_pid_and_ends_as_it_ends(tmp_path, ends):
+    script = "pwd; while [ ! -e go ]; do sleep 0.05; done; exit 3" if ends == "exit 3" else "pwd; exec sleep 30"
+    proc, pid = _start(tmp_path, script)
     try:
-        assert proc.stdout.readline().strip() == str(tmp_path / "algo-1")   # made and entered
-        assert int(pid_file.read_text()) == proc.pid                        # exec'd: the same process
+        if ends == "exit 3":
+            (tmp_path / "algo-1" / "go").touch()
+        else:
+            os.kill(pid, 15)       # what the ssh target's cancel does, by the recorded pid
+        # ssh reports start's exit as the program's: its code, or the same signal (exit-signal).
+        assert proc.wait(timeout=20) == (3 if ends == "exit 3" else -15)
     finally:
-        proc.kill()
-        proc.wait()
+        _end(proc, pid)
+
+
+@pytest.mark.parametrize("stubborn", [False, True])
+def test_start_stops_the_program_once_no_one_reads_its_output(tmp_path, stubborn):
+    """The ssh channel closed (the submit died, even by SIGKILL): sshd sends nothing without a pty, so start
+    stops the program as a cancel does, SIGTERM then SIGKILL after --grace (issue #28)."""
+    trap = "trap '' TERM; " if stubborn else ""
+    proc, pid = _start(tmp_path, f"{trap}pwd; while :; do sleep 0.05; done", "--grace", "1")
+    try:
+        proc.stdout.close()        # the reader goes: what sshd does when the channel closes
+        assert proc.wait(timeout=20) == (-9 if stubborn else -15)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    finally:
+        _end(proc, pid)
 
 
 @pytest.mark.parametrize("stubborn", [False, True])

@@ -115,7 +115,7 @@ def test_dry_run_value(tmp_path):
     py = sys.executable
     assert d.request.commands["b"] == [
         py, "-m", "mpirun_kit.exec.remote_host", "start", "--pid-file", f"{wd}/b.pid", "--dir", f"{wd}/b",
-        "--private", wd, "--",
+        "--private", wd, "--grace", f"{c.launch.timeouts.grace_s + 5:g}", "--",
         py, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile", f"{wd}/hostfile", "--current-host",
         "b", "--spec", f"{wd}/launch-spec.json", "--opt-ml", f"{wd}/b"]
     assert d.request.ready_timeout_s == 9.0

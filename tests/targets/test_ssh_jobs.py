@@ -48,3 +48,43 @@ def test_detach_status_logs_rank_and_cancel_over_ssh(tmp_path):
         for host in ("algo-1", "algo-2"):
             left = sim.run(host, ["ps", "-e", "-o", "args="]).stdout
             assert "tick" not in left and "orted" not in left and " entrypoint " not in left, (host, left)
+
+
+def test_a_submit_killed_by_sigkill_leaves_nothing_on_the_hosts(tmp_path):
+    """A `submit` on the ssh target that dies by SIGKILL cancels nothing itself; its sessions close, and each
+    host's ``remote_host start`` stops its entrypoint when its session's channel closes (sshd sends nothing
+    without a pty).  On 6ec1f54 the entrypoints, mpirun, orted and the ranks of both hosts ran on (issue #28)."""
+    import os
+    import signal
+
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+
+    with SimCluster(2, tmp_path / "c", "tsshkill") as sim:
+        job = spec(tmp_path, ["algo-1", "algo-2"], 'i=0; while true; do echo tick $i; i=$((i+1)); sleep 1; done',
+                   extra="timeouts: {ssh_ready_s: 8, ssh_ready_per_host_s: 0.5, grace_s: 2}")
+        job.write_text(job.read_text().replace("timeouts: {ssh_ready_s: 8, ssh_ready_per_host_s: 0.5}\n", ""))
+        log = tmp_path / "submit.log"
+        p = sim.popen("algo-1", [EXE, "submit", str(job), "--state-dir", str(tmp_path / "state")], log_path=log)
+        try:
+            end = Deadline(SYSTEM_CLOCK, 120)
+            while "[1 algo-2] tick 1" not in log.read_text(errors="replace"):
+                assert p.poll() is None and not end.expired(), log.read_text(errors="replace")
+                SYSTEM_CLOCK.sleep(0.2)
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait(30)
+        finally:
+            if p.poll() is None:
+                p.popen.kill()
+
+        def left() -> dict[str, list[str]]:
+            found = {}
+            for host in ("algo-1", "algo-2"):
+                lines = sim.run(host, ["ps", "-e", "-o", "args="]).stdout.splitlines()
+                found[host] = [ln for ln in lines if "tick" in ln or "orted" in ln or " entrypoint " in ln]
+            return {h: ps for h, ps in found.items() if ps}
+
+        # The entrypoint's own stop takes up to its grace period (2 s) and a few seconds more: wait for it, bounded.
+        end = Deadline(SYSTEM_CLOCK, 60)
+        while left() and not end.expired():
+            SYSTEM_CLOCK.sleep(0.5)
+        assert left() == {}
