@@ -56,10 +56,16 @@ def paramiko_client(req: dict, host: str):
     if known.exists():
         client.load_host_keys(str(known))
     t = req["connect_timeout_s"]
-    client.connect(host, port=req["port"], username=req["user"],
-                   key_filename=str(Path(req["identity_file"]).expanduser()) if req["identity_file"] else None,
-                   timeout=t, banner_timeout=t, auth_timeout=t, allow_agent=True, look_for_keys=True)
-    set_keepalive(client)
+    try:
+        client.connect(host, port=req["port"], username=req["user"],
+                       key_filename=str(Path(req["identity_file"]).expanduser()) if req["identity_file"] else None,
+                       timeout=t, banner_timeout=t, auth_timeout=t, allow_agent=True, look_for_keys=True)
+        set_keepalive(client)
+    except BaseException:
+        # A refused host key or login fails after the transport started: its thread, its socket and the host's
+        # half-open session would stay until the garbage collector ran (connect_hosts retries many times).
+        client.close()
+        raise
     return client
 
 

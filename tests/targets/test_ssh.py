@@ -388,3 +388,27 @@ def test_ship_refuses_a_workdir_another_user_could_swap(loopback_sshd, tmp_path,
     assert str(e.value) == (f"algo-1: {why}: another user could replace the job's files there; set "
                             "target.ssh.workdir to a directory only you can write, on every host")
     assert not (wd / "r1" / "launch-spec.json").exists() and not (wd / "r1" / "hostfile").exists()
+
+
+def test_a_refused_connection_leaves_no_session_behind(loopback_sshd, tmp_path):
+    """A host key paramiko refuses (RejectPolicy) fails the connect after the transport started: the client must be
+    closed there, or each retry of connect_hosts leaves a transport thread and a socket here and a half-open
+    session on the host until the garbage collector runs (issue #28)."""
+    import threading
+
+    import paramiko
+
+    _, req = loopback_sshd
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+
+    def transports() -> set:
+        return {t for t in threading.enumerate() if isinstance(t, paramiko.Transport)}
+
+    before = transports()
+    for _ in range(3):
+        with pytest.raises(paramiko.SSHException, match="not found in known_hosts"):
+            _client({**req, "known_hosts": str(empty)})
+    for t in transports() - before:
+        t.join(timeout=10)   # a closed transport's thread ends on its own, soon
+    assert transports() - before == set()
