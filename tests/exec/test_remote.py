@@ -35,11 +35,19 @@ def test_connect_hosts_sorts_hosts_into_ready_unreachable_and_bad_keys():
     calls: dict[str, int] = {}
     lines: list[str] = []
 
+    # The hosts' threads share the fake clock, and every backoff of "down" moves it on: were "down" to run
+    # many rounds before "late" ran its third, the 5 s would be spent and "late" never connect (1 run in ~6).
+    # "down" answers once "late" has connected, so the order is the test's, not the scheduler's.
+    late_connected = threading.Event()
+
     def connect(host: str):
         calls[host] = calls.get(host, 0) + 1
         if host == "late" and calls[host] < 3:
             raise ConnectionRefusedError("Connection refused")
+        if host == "late":
+            late_connected.set()
         if host == "down":
+            assert late_connected.wait(30), "'late' never connected"
             raise OSError("No route to host")
         if host == "stranger":
             raise paramiko.SSHException("Server 'stranger' not found in known_hosts")
