@@ -31,12 +31,14 @@ def worker_link(server, host="algo-2", key=None, **kw) -> MasterLink:
                               key=WORKER_KEY if key is None else key, job=server.job, **kw)
 
 
-def rank_env(server) -> dict:
+def rank_env(server, ranks=None) -> dict:
     """What a rank wrapper needs from its host: the key files written (as the host's entrypoint does) and the
-    environment mpirun forwards."""
+    environment mpirun forwards.  ``ranks``: the ranks that will start (default: every rank the server
+    knows); a host's wrappers wait, up to 10 s, for the key files of its other ranks to be taken."""
     by_host = {}
     for r, h in server.rank_hosts.items():
-        by_host.setdefault(h, []).append(r)
+        if ranks is None or r in ranks:
+            by_host.setdefault(h, []).append(r)
     server.test_key_dirs = [write_key_dir(server.run_nonce.hex(), h, server.host_seed(h), server.job, ranks)
                             for h, ranks in by_host.items()]
     return {RESULT_ADDR_VAR: f"127.0.0.1:{server.port}", RUN_NONCE_VAR: server.run_nonce.hex()}
