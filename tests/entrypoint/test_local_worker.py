@@ -91,7 +91,7 @@ def test_master_silent_exit_75(tmp_path):
     conns = []
     threading.Thread(target=lambda: conns.append(srv.accept()), daemon=True).start()
     try:
-        w = start_worker(tmp_path, srv.getsockname()[1], master_silence_s=1.0)
+        w = start_worker(tmp_path, srv.getsockname()[1], master_silence_s=1.0, master_connect_s=1.0)
         out, err = w.communicate(timeout=60)
     finally:
         srv.close()
