@@ -120,36 +120,49 @@ def test_real_mpirun_line_printed_in_two_writes_comes_out_whole(tmp_path):
 
 
 # -- issue 12 finding 9: the parent-death signal without a preexec_fn -------------------------------------
+# The parent builds the argv itself: the Python helper is given its caller's pid and, seeing another parent,
+# takes it as already dead and ends at once.  Built here (in pytest) the helper ended before it exec'd, and the
+# test passed without a launcher to signal, 10 s later, whatever the helper did.
+PARENT = """\
+import os, shutil, signal, subprocess, sys, time
+from mpirun_kit.exec import process
+if sys.argv[1] == "no-setpriv":
+    real = shutil.which
+    process.shutil.which = lambda n, path=None: None if n == "setpriv" else real(n, path=path)
+argv = process.with_parent_death_signal(["sleep", "60"], signal.SIGTERM, os.environ["PATH"])
+p = subprocess.Popen(argv)
+print(p.pid, os.path.basename(argv[0]), flush=True)
+time.sleep(60)
+"""
+
+
 @pytest.mark.parametrize("with_setpriv", [True, False])
-def test_parent_death_signal_reaches_the_launcher_when_its_parent_dies(monkeypatch, with_setpriv):
+def test_parent_death_signal_reaches_the_launcher_when_its_parent_dies(with_setpriv):
     """The launcher (here `sleep`) gets SIGTERM when the process that started it is SIGKILLed,
     through setpriv or, where that is missing, the tiny Python exec helper."""
     import shutil
-    import signal
     import subprocess
 
     import psutil
 
-    from mpirun_kit.exec import process
-
     if with_setpriv and shutil.which("setpriv") is None:
         pytest.skip("no setpriv here")
-    real = shutil.which
-    if not with_setpriv:
-        monkeypatch.setattr(process.shutil, "which", lambda n, path=None: None if n == "setpriv" else real(n, path=path))
-    argv = process.with_parent_death_signal(["sleep", "60"], signal.SIGTERM, os.environ["PATH"])
-    assert (argv[0] == real("setpriv")) is with_setpriv
-    parent = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
-                               "p = subprocess.Popen(sys.argv[1:]); print(p.pid, flush=True); time.sleep(60)", *argv],
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, "setpriv" if with_setpriv else "no-setpriv"],
                               stdout=subprocess.PIPE, text=True)
-    child = psutil.Process(int(parent.stdout.readline()))
-    deadline = time.monotonic() + 10
-    while child.name() != "sleep" and time.monotonic() < deadline:  # the helper has exec'd the launcher
-        time.sleep(0.01)
-    parent.kill()
-    parent.wait(10)
-    gone, alive = psutil.wait_procs([child], timeout=10)
-    assert alive == []
+    try:
+        pid, helper = parent.stdout.readline().split()
+        assert helper == ("setpriv" if with_setpriv else os.path.basename(sys.executable))
+        child = psutil.Process(int(pid))
+        deadline = time.monotonic() + 10
+        while child.name() != "sleep":  # the helper has exec'd the launcher, and it runs
+            assert time.monotonic() < deadline and child.status() != psutil.STATUS_ZOMBIE, child
+            time.sleep(0.01)
+        parent.kill()
+        parent.wait(10)
+        gone, alive = psutil.wait_procs([child], timeout=10)
+        assert alive == [], "the launcher outlived its parent"
+    finally:
+        parent.kill()
 
 
 def test_parent_death_signal_keeps_the_missing_launcher_error():
