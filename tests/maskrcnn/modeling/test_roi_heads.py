@@ -231,3 +231,41 @@ def test_the_heads_run_their_relus_in_place():
         losses = heads.forward_train(feats, proposals, targets)
     assert Count.relu == 0
     sum(losses.values()).backward()  # autograd accepts them
+
+
+def test_mask_head_for_given_classes_equals_the_full_head_at_those_classes():
+    """Inference computes one class's mask logits per RoI; they are the full head's at that class."""
+    heads = _heads(per_image=4)
+    with torch.no_grad():
+        heads.mask_pred.bias.normal_()
+    feats, _, _ = _inputs([(2, 1), (1,)], [0, 1])
+    packed = pack_levels(feats[:4])
+    rois = torch.tensor([[0, 8.0, 8.0, 40.0, 40.0], [1, 28.0, 24.0, 60.0, 56.0], [0, 2.0, 3.0, 20.5, 30.0]])
+    classes = torch.tensor([2, 0, 1])
+    with torch.no_grad():
+        full = heads.mask_head(packed, rois)
+        own = heads.mask_head(packed, rois, classes)
+    assert full.shape == (3, 3, 28, 28) and own.shape == (3, 28, 28)
+    torch.testing.assert_close(own, full[torch.arange(3), classes], atol=1e-5, rtol=1e-5)
+
+
+def test_inference_pools_in_one_call_per_head(monkeypatch):
+    """forward_test pools from the packed levels like training: one RoIAlign call per head, rows in
+    RoI order (no per-level split with a cat and a gather of the pooled features)."""
+    heads = _heads(per_image=4).eval()
+    with torch.no_grad():
+        heads.cls_score.weight.normal_()
+    feats, (proposals, valid), _ = _inputs([(2, 1), (1,)], [0, 1])
+    calls = []
+    real = roi_heads.roi_align_packed
+
+    def counting(canvas, origins, rois, *args, **kwargs):
+        calls.append(rois.shape[0])
+        return real(canvas, origins, rois, *args, **kwargs)
+
+    monkeypatch.setattr(roi_heads, "roi_align_packed", counting)
+    props = [proposals[i][valid[i]] for i in range(2)]
+    out = heads.forward_test(feats, props, [(64, 64), (64, 64)])
+    dets = sum(d["boxes"].shape[0] for d in out)
+    assert dets > 0 and calls == [sum(p.shape[0] for p in props), dets]
+    assert all(d["mask_probs"].shape == (d["boxes"].shape[0], 28, 28) for d in out)
