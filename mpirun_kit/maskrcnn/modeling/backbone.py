@@ -4,7 +4,7 @@ The module names follow torchvision's ResNet (conv1, bn1, layer1..layer4, downsa
 ImageNet ResNet-50 ``state_dict`` saved by torchvision loads key for key.  Weights come from a local
 file only (``load_backbone_weights``); nothing is ever downloaded.  With ``norm="frozen_bn"`` every
 BatchNorm is a ``FrozenBatchNorm2d`` (fixed statistics and affine: batches of 2 images per GPU are
-far too small to estimate them); ``freeze_at`` additionally stops gradients into the stem (1) and
+far too small to estimate them), folded into the convolution before it (``conv_norm``); ``freeze_at`` additionally stops gradients into the stem (1) and
 res2 (2), the standard recipe.  ``norm="gn"`` is for small backbones trained from scratch.
 """
 from __future__ import annotations
@@ -71,6 +71,35 @@ class FrozenBatchNorm2d(nn.Module):
         scale, shift = self.folded(x.dtype)
         return torch.addcmul(shift, x, scale)
 
+    def fold_into(self, conv: nn.Conv2d) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight, bias) of one convolution equal to ``self(conv(x))``: the scale folded into the
+        conv's output channels, the shift as its bias.
+
+        The affine then costs a pass over the weights instead of one over the activations (and
+        another in backward): issue #32, FrozenBN's ``addcmul`` was 0.4-0.55 s of a 1-thread CPU
+        step.  A weight that autograd tracks is folded on every call (its gradient flows through
+        the product); otherwise the folded pair is kept until the weight or the buffers change.
+        """
+        scale, shift = self.folded(conv.weight.dtype)
+        w = conv.weight
+        if (torch.is_grad_enabled() and w.requires_grad) or torch.compiler.is_compiling():
+            return w * scale.view(-1, 1, 1, 1), shift.view(-1)
+        key = (w.data_ptr(), w._version, w.device, w.dtype, self.__dict__["_folded"][0])
+        cached = self.__dict__.get("_conv_folded")
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                cached = (key, w * scale.view(-1, 1, 1, 1), shift.view(-1))
+            self.__dict__["_conv_folded"] = cached
+        return cached[1], cached[2]
+
+
+def conv_norm(conv: nn.Conv2d, norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``norm(conv(x))``, as one convolution when the norm is a FrozenBatchNorm2d (``fold_into``)."""
+    if isinstance(norm, FrozenBatchNorm2d):
+        weight, bias = norm.fold_into(conv)
+        return F.conv2d(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+    return norm(conv(x))
+
 
 def _norm(cfg: BackboneConfig, channels: int) -> nn.Module:
     if cfg.norm == "gn":
@@ -99,10 +128,10 @@ class Bottleneck(nn.Module):
         # ReLU and the residual add in place, on the fresh outputs of the norms (whose backward
         # needs none of them): no feature-map-sized allocation, zero-fill and copy per ReLU
         # (issue #32: 57 out-of-place clamp_min of a 1-thread step, 0.4 s; torchvision's are in place)
-        out = F.relu_(self.bn1(self.conv1(x)))
-        out = F.relu_(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        identity = x if self.downsample is None else self.downsample(x)
+        out = F.relu_(conv_norm(self.conv1, self.bn1, x))
+        out = F.relu_(conv_norm(self.conv2, self.bn2, out))
+        out = conv_norm(self.conv3, self.bn3, out)
+        identity = x if self.downsample is None else conv_norm(self.downsample[0], self.downsample[1], x)
         return F.relu_(out.add_(identity))
 
 
@@ -138,7 +167,7 @@ class ResNet(nn.Module):
                 p.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        x = F.relu_(self.bn1(self.conv1(x)))
+        x = F.relu_(conv_norm(self.conv1, self.bn1, x))
         x = F.max_pool2d(x, kernel_size=3, stride=2, padding=1)
         outs = []
         for i in range(len(self.cfg.depth)):

@@ -6,13 +6,15 @@ Counted with a dispatch mode, so the test says which ops ran, not how long they 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mpirun_kit.maskrcnn.config import BackboneConfig
-from mpirun_kit.maskrcnn.modeling.backbone import Bottleneck, ResNet
+from mpirun_kit.maskrcnn.modeling.backbone import Bottleneck, FrozenBatchNorm2d, ResNet
 
 
 class _OutOfPlace(TorchDispatchMode):
@@ -77,3 +79,87 @@ def test_in_place_block_equals_the_out_of_place_one(norm, stride, in_ch):
     torch.testing.assert_close(got, want)
     for g, w in zip(grads, [x.grad] + [p.grad for p in block.parameters()]):
         torch.testing.assert_close(g, w)
+
+
+class _Ops(TorchDispatchMode):
+    """Counts the aten ops that ran."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.seen[name] = self.seen.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def _random_bn(model: torch.nn.Module) -> None:
+    """FrozenBN buffers that are not the identity (loaded weights are not)."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, FrozenBatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+                m.running_mean.uniform_(-0.3, 0.3)
+                m.running_var.uniform_(0.5, 2.0)
+
+
+def _unfolded(model: ResNet, x: torch.Tensor) -> list[torch.Tensor]:
+    """The backbone with every FrozenBN applied after its conv (the per-activation affine)."""
+    def block(b, x):
+        out = F.relu(b.bn1(b.conv1(x)))
+        out = F.relu(b.bn2(b.conv2(out)))
+        out = b.bn3(b.conv3(out))
+        return F.relu(out + (x if b.downsample is None else b.downsample(x)))
+
+    x = F.max_pool2d(F.relu(model.bn1(model.conv1(x))), kernel_size=3, stride=2, padding=1)
+    outs = []
+    for i in range(len(model.cfg.depth)):
+        for b in getattr(model, f"layer{i + 1}"):
+            x = block(b, x)
+        outs.append(x)
+    return outs
+
+
+@pytest.mark.parametrize("freeze_at", [0, 2])
+def test_frozen_bn_is_folded_into_the_convs(freeze_at):
+    """Issue #32: FrozenBN's affine ran as an addcmul over every conv's output (0.4-0.55 s of a
+    1-thread CPU step) and a mul in backward; folded into the conv's weight and bias, neither runs.
+    Failed before: 15 addcmul in this forward."""
+    torch.manual_seed(0)
+    model = ResNet(dataclasses.replace(_cfg("frozen_bn"), freeze_at=freeze_at))
+    _random_bn(model)
+    x = torch.randn(2, 3, 64, 96)
+    with _Ops() as mode:
+        outs = model(x)
+        sum(o.square().sum() for o in outs).backward()
+    assert "addcmul" not in mode.seen, mode.seen
+    got = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+    model.zero_grad()
+    want = _unfolded(model, x)
+    sum(o.square().sum() for o in want).backward()
+    for o, w in zip(outs, want):
+        torch.testing.assert_close(o, w, atol=1e-4, rtol=1e-4)
+    for g, w in zip(got, [p.grad for p in model.parameters() if p.requires_grad]):
+        # float32 sums over 2 x 32 x 48 outputs per stem weight: rounding relative to the largest
+        torch.testing.assert_close(g, w, atol=1e-4 * float(w.abs().max()), rtol=1e-3)
+
+
+def test_a_folded_weight_follows_changes_of_the_weight_and_the_buffers():
+    """Outside autograd the folded pair is kept; an optimizer step, a load_state_dict of the BN
+    buffers or an in-place write must each show in the next forward."""
+    torch.manual_seed(0)
+    model = ResNet(dataclasses.replace(_cfg("frozen_bn"), freeze_at=2))
+    _random_bn(model)
+    x = torch.randn(1, 3, 64, 96)
+    with torch.no_grad():
+        model(x)  # fills the caches
+        # a trainable conv changed in place (as SGD does), a frozen one written, BN buffers reloaded
+        model.layer2[0].conv1.weight.mul_(1.5)
+        model.conv1.weight.add_(0.01)
+        state = model.layer1[0].bn2.state_dict()
+        state["running_var"] = state["running_var"] * 3
+        model.layer1[0].bn2.load_state_dict(state)
+        for o, w in zip(model(x), _unfolded(model, x)):
+            torch.testing.assert_close(o, w, atol=1e-4, rtol=1e-4)
