@@ -216,7 +216,7 @@ class RoIHeads(nn.Module):
             boxes, scores = boxes[rows, cls], scores[rows, cls]
             nonempty = ((boxes[:, 2] - boxes[:, 0]) > 0) & ((boxes[:, 3] - boxes[:, 1]) > 0)
             boxes, scores, cls = boxes[nonempty], scores[nonempty], cls[nonempty]
-            keep = batched_nms(boxes, scores, cls, self.cfg.nms_thresh_test)[:self.cfg.detections_per_img]
+            keep = batched_nms(boxes, scores, cls, self.cfg.nms_thresh_test, max_keep=self.cfg.detections_per_img)
             out.append({"boxes": boxes[keep], "scores": scores[keep], "labels": cls[keep] + 1})
         if sum(d["boxes"].shape[0] for d in out):
             labels = torch.cat([d["labels"] for d in out])

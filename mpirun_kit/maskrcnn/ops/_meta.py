@@ -46,7 +46,7 @@ def _register() -> None:
         return boxes.new_empty((n,), dtype=torch.int64)
 
     @torch.library.register_fake(lib + "batched_nms")
-    def _batched_nms(boxes, scores, idxs, iou_threshold):
+    def _batched_nms(boxes, scores, idxs, iou_threshold, max_keep=-1):
         n = torch.library.get_ctx().new_dynamic_size()
         return boxes.new_empty((n,), dtype=torch.int64)
 

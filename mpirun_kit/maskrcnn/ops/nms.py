@@ -42,25 +42,35 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
     return reference.nms(*_autocast.cast(boxes, scores), thr)
 
 
-def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float,
+                max_keep: int | None = None) -> torch.Tensor:
     """NMS run independently per group (class or image) in one call.
 
     Args:
         boxes: [N, 4]; scores: [N]; idxs: [N] integer group of each box.
         iou_threshold: as in ``nms``, applied only between boxes of one group.
+        max_keep: return only the first ``max_keep`` kept boxes (a detector's top-k after NMS):
+            the same indices as ``batched_nms(...)[:max_keep]``, which the CPU kernel finds
+            without running NMS over every box.  None: all of them.
 
     Returns:
         int64 [K] indices of the kept boxes over all groups, sorted by decreasing score.
 
     Raises:
-        OpInputError: wrong shapes, dtypes or devices.
+        OpInputError: wrong shapes, dtypes or devices, or a max_keep that is not a count.
     """
     thr = _check(boxes, scores, iou_threshold)
     check_vector("idxs", idxs, boxes.shape[0], "boxes")
     if idxs.is_floating_point() or idxs.is_complex():
         raise OpInputError(f"idxs must be an integer tensor (a group id per box), got dtype {idxs.dtype}")
     check_same_device(boxes=boxes, idxs=idxs)
+    if max_keep is None:
+        limit = -1
+    elif isinstance(max_keep, bool) or not isinstance(max_keep, int) or max_keep < 0:
+        raise OpInputError(f"max_keep must be a count >= 0 of kept boxes to return (or None for all), got {max_keep!r}")
+    else:
+        limit = max_keep
     idxs = idxs.to(torch.int64)
     if _loader.use_compiled("batched_nms", boxes.device):
-        return torch.ops.mpirun_kit.batched_nms(boxes, scores, idxs, thr)
-    return reference.batched_nms(*_autocast.cast(boxes, scores), idxs, thr)
+        return torch.ops.mpirun_kit.batched_nms(boxes, scores, idxs, thr, limit)
+    return reference.batched_nms(*_autocast.cast(boxes, scores), idxs, thr, limit)

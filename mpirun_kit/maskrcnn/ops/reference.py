@@ -83,9 +83,12 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torc
     return _greedy_nms(boxes, scores, None, iou_threshold)
 
 
-def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
-    """NMS applied independently per value of ``idxs``; kept indices sorted by decreasing score."""
-    return _greedy_nms(boxes, scores, idxs, iou_threshold)
+def batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float,
+                max_keep: int = -1) -> torch.Tensor:
+    """NMS applied independently per value of ``idxs``; kept indices sorted by decreasing score
+    (the first ``max_keep`` of them when it is >= 0)."""
+    keep = _greedy_nms(boxes, scores, idxs, iou_threshold)
+    return keep if max_keep < 0 else keep[:max_keep]
 
 
 def encode_boxes(reference_boxes: torch.Tensor, proposals: torch.Tensor, weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0)) -> torch.Tensor:

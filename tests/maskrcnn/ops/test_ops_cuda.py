@@ -54,6 +54,8 @@ def test_nms_cuda_matches_reference(gen, n, dtype):
     idxs = torch.randint(0, 4, (n,), generator=gen)
     got = M.batched_nms(boxes.cuda(), scores.cuda(), idxs.cuda(), 0.5).cpu()
     assert torch.equal(got, reference.batched_nms(boxes, scores, idxs, 0.5))
+    for k in (0, 1, n // 3, n + 1):  # max_keep: the head of the full result
+        assert torch.equal(M.batched_nms(boxes.cuda(), scores.cuda(), idxs.cuda(), 0.5, k).cpu(), got[:k])
 
 
 def test_nms_cuda_identical_boxes():

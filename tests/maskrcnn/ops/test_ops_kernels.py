@@ -80,6 +80,34 @@ def test_batched_nms_matches_reference(gen, dtype, n):
     assert torch.equal(ops.batched_nms(boxes, scores, idxs.to(torch.int32), 0.5), got)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["classes", "one_group", "ties", "malformed"])
+def test_batched_nms_max_keep_is_the_head_of_the_full_result(gen, dtype, layout):
+    """max_keep returns the first max_keep of what NMS keeps (the box head's top-100 after NMS),
+    found by the CPU kernel without running NMS over every box (cpu/nms_impl.h, nms_rows_top)."""
+    n = 3000  # past 2,048: the full run takes the grid path, the limited one never does
+    boxes = rand_boxes(gen, n, size=300.0, dtype=dtype)
+    scores = torch.rand(n, generator=gen, dtype=torch.float64).to(dtype)
+    idxs = torch.randint(0, 80, (n,), generator=gen)
+    if layout == "one_group":
+        idxs.zero_()
+    elif layout == "ties":
+        scores = (scores * 4).floor()  # ties broken by index, as the full run does
+        boxes[100:200] = boxes[0]  # identical boxes in one class: the lowest index wins
+        idxs[100:200] = idxs[0]
+    elif layout == "malformed":
+        boxes[::9] = boxes[::9][:, [2, 3, 0, 1]]  # negative areas
+        boxes[5] = torch.tensor([4.0, 4.0, 4.0, 4.0], dtype=dtype)  # zero area: IoU NaN never suppresses
+    full = NMS.batched_nms(boxes, scores, idxs, 0.5)
+    assert torch.equal(full, reference.batched_nms(boxes, scores, idxs, 0.5))
+    for k in (0, 1, 100, len(full) - 1, len(full), len(full) + 5, n, n + 1):
+        got = NMS.batched_nms(boxes, scores, idxs, 0.5, k)
+        assert torch.equal(got, full[:k]), f"max_keep={k}"
+        assert torch.equal(ops.batched_nms(boxes, scores, idxs, 0.5, max_keep=k), got)
+        assert torch.equal(reference.batched_nms(boxes, scores, idxs, 0.5, k), got)
+    assert torch.equal(NMS.batched_nms(boxes, scores, idxs, 0.5, -1), full)
+
+
 # ----------------------------------------------------------- box ops
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_box_iou_matches_reference(gen, dtype):

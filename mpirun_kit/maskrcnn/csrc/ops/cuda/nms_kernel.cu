@@ -25,13 +25,16 @@ at::Tensor nms_kernel(const at::Tensor& boxes, const at::Tensor& scores, double 
 }
 
 at::Tensor batched_nms_kernel(
-    const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs, double iou_threshold) {
+    const at::Tensor& boxes, const at::Tensor& scores, const at::Tensor& idxs, double iou_threshold, int64_t max_keep) {
   check_nms_inputs(boxes, scores);
   check_rows(idxs, "idxs", boxes.size(0), "boxes");
   check_same_device(boxes, "boxes", idxs, "idxs");
   TORCH_CHECK(!idxs.is_floating_point(), "idxs must be an integer tensor (a group id per box), got dtype ", idxs.scalar_type());
+  TORCH_CHECK(max_keep >= -1, "max_keep must be >= 0 (how many kept boxes to return), or -1 for all; got ", max_keep);
   const c10::cuda::CUDAGuard guard(boxes.device());
-  return cuda::nms_indices(boxes, scores, idxs.to(at::kLong), iou_threshold);
+  auto keep = cuda::nms_indices(boxes, scores, idxs.to(at::kLong), iou_threshold);
+  // the first max_keep of the kept boxes (the bitmask pass has already run over all of them)
+  return max_keep >= 0 && max_keep < keep.size(0) ? keep.slice(0, 0, max_keep) : keep;
 }
 
 }  // namespace
