@@ -23,7 +23,7 @@ thread count.  Denormal flushing is process-wide, so both sides run under the tr
 
     .venv-cuda/bin/pip install torchvision==0.28.0     # ops/make-cuda-venv.sh does this
     PYTHONPATH=. .venv-cuda/bin/python benchmarks/bench_vs_torchvision.py [--threads 1 2] [--steps 3]
-        [--device cpu|cuda] [--score-thresh 0.05] [--profile] [--json out.json]
+        [--device cpu|cuda] [--score-thresh 0.05] [--seed 0] [--profile] [--json out.json]
 
 PyPI has no CPU build of torchvision for torch 2.13, so it runs in ``.venv-cuda`` (the CUDA build
 of torch, which runs on the CPU as well); our op library, built against the CPU torch of ``.venv``
@@ -107,7 +107,7 @@ def build_torchvision(device: str, score_thresh: float = 0.05):
     return model.to(device), torchvision.__version__
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="CPU thread counts to run (default 1 2)")
     p.add_argument("--steps", type=int, default=3, help="timed train steps per side per thread count (after 1 warm-up)")
@@ -120,8 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--score-thresh", type=float, default=0.05,
                    help="inference score threshold on both sides (default 0.05, the recipe's); 0 makes both return "
                         "100 detections per image, so the two inference passes do the same mask-head work")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the 2 input images, their boxes and masks (default 0; the weights' seed stays 0)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     from mpirun_kit.maskrcnn.ops import ops_available
 
@@ -132,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench_vs_torchvision: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
         return 64
-    samples = make_samples()
+    samples = make_samples(args.seed)
     dev = torch.device(args.device)
     with tempfile.TemporaryDirectory() as d:
         ours = build_ours(args.device, Path(d), args.score_thresh)
@@ -185,10 +191,11 @@ def main(argv: list[str] | None = None) -> int:
             return time.perf_counter() - t0, out
 
         results = {"device": str(dev), "torch": torch.__version__, "torchvision": tv_version,
-                   "score_thresh": args.score_thresh,
+                   "score_thresh": args.score_thresh, "seed": args.seed,
                    "denormals_flushed": ours.denormals_flushed, "runs": []}
         print(f"torch {torch.__version__}, torchvision {tv_version}, device {dev}, "
-              f"denormals {'flushed' if ours.denormals_flushed else 'kept'}, score threshold {args.score_thresh}", flush=True)
+              f"denormals {'flushed' if ours.denormals_flushed else 'kept'}, score threshold {args.score_thresh}, "
+              f"input seed {args.seed}", flush=True)
         for n in (args.threads if args.device == "cpu" else [torch.get_num_threads()]):
             torch.set_num_threads(n)
             run = {"threads": n, "train": {"ours": [], "torchvision": []}, "infer": {"ours": [], "torchvision": []},

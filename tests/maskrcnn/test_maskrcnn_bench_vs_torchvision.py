@@ -38,3 +38,12 @@ def test_the_score_threshold_reaches_our_side(tmp_path):
     """--score-thresh (both sides; 0: 100 detections per image each, the same inference work)."""
     assert bench.build_ours("cpu", tmp_path).cfg.model.roi_heads.score_thresh_test == 0.05  # the recipe's
     assert bench.build_ours("cpu", tmp_path / "z", 0.0).cfg.model.roi_heads.score_thresh_test == 0.0
+
+
+def test_another_seed_gives_other_inputs_of_the_same_kind():
+    """--seed: a second set of inputs (the run of record is owed one)."""
+    a, b = bench.make_samples(0), bench.make_samples(1)
+    assert not torch.equal(a[0]["image"], b[0]["image"]) and not torch.equal(a[0]["boxes"], b[0]["boxes"])
+    assert [s["boxes"].shape for s in b] == [(8, 4), (8, 4)]
+    assert bench.build_parser().parse_args(["--seed", "1"]).seed == 1
+    assert bench.build_parser().parse_args([]).seed == 0
