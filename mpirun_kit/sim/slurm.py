@@ -231,6 +231,14 @@ class SlurmCluster:
             raise SimError(f"Slurm programs not found: {', '.join(missing)}; install the Debian packages slurmctld "
                            "slurmd slurm-client munge (and slurmdbd mariadb-server for accounting): "
                            "bash ops/quickstart.sh setup does")
+        try:
+            return self._up()
+        except BaseException:
+            # nothing of a failed bring-up stays: its daemons stopped, its files (the key first) deleted
+            self.down()
+            raise
+
+    def _up(self) -> "SlurmCluster":
         self._write_files()
         for h in self.layout.hosts:
             self._host_run(h, ["mkdir", "-p", "/run/munge", "/run/slurm-pmix", "/run/mysqld"])

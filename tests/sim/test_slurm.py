@@ -145,3 +145,30 @@ def test_readme_slurm_example(tmp_path):
                              text=True).stdout
     assert str(root) not in daemons, daemons
     assert not root.exists(), sorted(root.rglob("*"))[:20]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the simulated cluster needs root")
+def test_a_failed_bring_up_leaves_no_daemon_and_no_munge_key(tmp_path, monkeypatch):
+    """SlurmCluster.up() failing after its daemons started (here: the nodes never become idle) stops
+    them and deletes what it wrote, the munge key first, before the error reaches the caller: a
+    failed `sim up --slurm` left the cluster's key and spools on disk (session 7's notes)."""
+    from mpirun_kit.sim import SimCluster
+    from mpirun_kit.sim.cluster import SimError
+    from mpirun_kit.sim.slurm import SlurmCluster
+
+    started = []
+
+    def never_idle(self, *args, **kwargs):
+        started.extend(self._procs)
+        assert plan_slurm(self.sim.layout).munge_key.exists()  # what the failure must remove
+        raise SimError("forced by the test: no node became idle")
+
+    monkeypatch.setattr(SlurmCluster, "wait_idle", never_idle)
+    with SimCluster(1, tmp_path / "sim", f"tsfail{os.getpid():x}"[:12]) as sim:
+        with pytest.raises(SimError, match="forced by the test"):
+            SlurmCluster(sim).up()
+        layout = plan_slurm(sim.layout)
+        assert len(started) >= 3  # munged, slurmctld, slurmd
+        assert all(p.poll() is not None for p in started), "a Slurm daemon outlived the failed bring-up"
+        assert not layout.munge_key.exists()
+        assert not any(d.exists() for d in layout.host_dirs)
