@@ -173,9 +173,10 @@ def _start(req: DoctorRequest, host: str, argv: list[str]):
     if host == req.local_host:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-    from ..exec.remote import start_remote
+    from ..exec.remote import bounded, start_remote
 
-    return start_remote(req.ssh_settings(), host, argv)
+    # the host ends the gather itself past the doctor's deadline (a root login's session would not)
+    return start_remote(req.ssh_settings(), host, bounded(argv, req.timeout_s))
 
 
 def _finish(proc: subprocess.Popen, deadline: Deadline) -> tuple[int | None, str, str]:

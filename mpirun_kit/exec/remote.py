@@ -278,6 +278,20 @@ def connect_hosts(hosts: list[str], connect: Callable[[str], Any], timeout_s: fl
     return clients, unreachable, bad_keys
 
 
+#: how long after we stop waiting a ``bounded`` command ends itself on its host
+HOST_TIMEOUT_MARGIN_S = 5.0
+
+
+def bounded(argv: Sequence[str], timeout_s: float, margin_s: float = HOST_TIMEOUT_MARGIN_S) -> list[str]:
+    """``argv`` under the host's own ``timeout`` (coreutils): SIGKILL ``margin_s`` after our ``timeout_s``.
+
+    Our side gives up first (and names the host); this ends what it left there.  Nothing else would for a
+    root login: sshd sends a command without a pty no SIGHUP when the session closes, and refuses the
+    "signal" request ``end_remote`` sends to root sessions.
+    """
+    return ["timeout", "--signal=KILL", f"{timeout_s + margin_s:g}", *[str(a) for a in argv]]
+
+
 def command_line(argv: Sequence[str]) -> str:
     """The string an ssh exec takes for ``argv``: each word quoted (``shlex.join``); the one place it is made."""
     return shlex.join([str(a) for a in argv])

@@ -660,9 +660,10 @@ class SshRunner(Runner):
             self._client = None
 
     def run(self, argv, *, input=None, timeout=60.0):
-        from ..exec.remote import start_remote
+        from ..exec.remote import bounded, start_remote
 
-        proc = start_remote(self.where, self.where["host"], argv, connect=self._connect)
+        # the login node ends the command itself past our deadline (a root login's session would not)
+        proc = start_remote(self.where, self.where["host"], bounded(argv, timeout), connect=self._connect)
         if input is not None:
             proc.channel.sendall(input.encode())
             proc.channel.shutdown_write()

@@ -51,7 +51,7 @@ from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import copy_prefixed
 # ssh sessions and the work on every host at once: exec/remote.py (paramiko, host keys verified).
 from ..exec import remote_host
-from ..exec.remote import (HostKeyError, connect_hosts, end_remote, on_every_host, paramiko_client, run_argv,
+from ..exec.remote import (HostKeyError, bounded, connect_hosts, end_remote, on_every_host, paramiko_client, run_argv,
                            run_on_hosts, start_session, wait_exit, write_argv, write_files)
 from ..exec.signals import SignalLatch
 from ..exec.supervisor import Stop, Supervisor, join_all
@@ -197,8 +197,8 @@ def preflight_command(python: str, timeout_s: float) -> list[str]:
     "signal" request that exec/remote.end_remote sends is refused for root logins).  On 14f00b4 a hung
     interpreter ran on after the preflight gave up.
     """
-    return ["timeout", "--signal=KILL", f"{timeout_s + PREFLIGHT_MARGIN_S:g}",
-            python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"]
+    return bounded([python, "-c", "import mpirun_kit, sys; sys.stdout.write(mpirun_kit.__version__)"], timeout_s,
+                   PREFLIGHT_MARGIN_S)
 
 
 def connect_all(req: SshRequest, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,

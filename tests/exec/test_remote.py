@@ -78,3 +78,49 @@ def test_a_remote_command_is_an_argv_joined_in_one_place():
 def test_on_every_host_visits_every_host(n):
     seen = on_every_host([(f"h{i}", i) for i in range(n)], lambda host, i: i * 2)
     assert seen == {f"h{i}": i * 2 for i in range(n)}
+
+
+def test_a_bounded_command_ends_itself_on_its_host_past_the_margin():
+    """``bounded``: the host's coreutils ``timeout`` kills the command ``margin_s`` after our deadline, since
+    neither a closed session nor ssh's signal request ends a root login's command (session 7's notes)."""
+    import subprocess
+
+    from mpirun_kit.exec.remote import HOST_TIMEOUT_MARGIN_S, bounded
+
+    assert bounded(["sbatch", "--parsable", 3], 60) == ["timeout", "--signal=KILL", f"{60 + HOST_TIMEOUT_MARGIN_S:g}",
+                                                         "sbatch", "--parsable", "3"]
+    assert bounded(["x"], 2.5, 0.5)[:3] == ["timeout", "--signal=KILL", "3"]
+    # run here as a host would: a command that would sleep 60 s is killed, and ``timeout`` with it (it signals
+    # its own process group), so the shell or sshd above sees SIGKILL
+    res = subprocess.run(bounded(["sleep", "60"], 0.1, 0.2), timeout=30)
+    assert res.returncode == -9
+
+
+def test_every_remote_command_of_the_slurm_runner_and_the_doctor_is_bounded(monkeypatch):
+    """The Slurm target's login-node runner and doctor's gather start their remote commands under ``bounded``
+    with their own deadlines (the ssh target's preflight already was)."""
+    from mpirun_kit.doctor import coordinate
+    from mpirun_kit.exec import remote
+    from mpirun_kit.targets.slurm import SshRunner
+    from mpirun_kit.targets.ssh import PREFLIGHT_MARGIN_S, preflight_command
+
+    started = []
+
+    class _Proc:
+        returncode, channel = 0, None
+
+        def communicate(self, timeout=None):
+            return "", ""
+
+    def fake_start(settings, host, command, **kwargs):
+        started.append((host, command))
+        return _Proc()
+
+    monkeypatch.setattr(remote, "start_remote", fake_start)
+    SshRunner({"host": "login1", "port": 22}).run(["squeue", "--json"], timeout=30)
+    req = coordinate.DoctorRequest(hosts=("algo-1", "algo-2"), local_host="algo-1", python="/usr/bin/python3",
+                                   timeout_s=40)
+    coordinate._start(req, "algo-2", ["/usr/bin/python3", "-m", "mpirun_kit.doctor", "gather"])
+    assert started == [("login1", remote.bounded(["squeue", "--json"], 30)),
+                       ("algo-2", remote.bounded(["/usr/bin/python3", "-m", "mpirun_kit.doctor", "gather"], 40))]
+    assert preflight_command("/usr/bin/python3", 25)[:3] == ["timeout", "--signal=KILL", f"{25 + PREFLIGHT_MARGIN_S:g}"]
