@@ -95,17 +95,17 @@ class RoIHeads(nn.Module):
         # RoIAlign runs in float32 even under AMP by the op's own autocast rule (ops/_autocast.py)
         return roi_align_packed(canvas, origins, rois.float(), (size, size), self.cfg.sampling_ratio, POOL_STRIDES)
 
-    def box_head(self, feats, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        x = self._pool(feats, rois, self.cfg.box_pool_size).flatten(1)
+    def box_head(self, packed, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self._pool(packed, rois, self.cfg.box_pool_size).flatten(1)
         # ReLUs in place (the linears' and the deconv's backward need their inputs, not their outputs)
         x = F.relu_(self.fc2(F.relu_(self.fc1(x))))
         return self.cls_score(x).float(), self.bbox_pred(x).float()
 
-    def mask_head(self, feats, rois: torch.Tensor, classes: torch.Tensor | None = None) -> torch.Tensor:
+    def mask_head(self, packed, rois: torch.Tensor, classes: torch.Tensor | None = None) -> torch.Tensor:
         """Mask logits [K, num_classes, M, M]; with ``classes`` ([K], 0-based), only each RoI's own
         class: [K, M, M] (inference, which reads one class per detection: the 1x1 predictor on
         one channel instead of all, 80x fewer of its FLOPs; issue #32)."""
-        x = self._pool(feats, rois, self.cfg.mask_pool_size)
+        x = self._pool(packed, rois, self.cfg.mask_pool_size)
         x = F.relu_(self.mask_deconv(self.mask_convs(x)))
         if classes is None:
             return self.mask_pred(x).float()
@@ -199,8 +199,8 @@ class RoIHeads(nn.Module):
     def forward_test(self, feats, proposals, image_sizes) -> list[dict[str, torch.Tensor]]:
         # P2..P5 tiled once for both heads, as in training: one RoIAlign call per head, in the
         # RoIs' order (the per-level split costs a cat and a gather of the pooled features; issue #32)
-        feats = pack_levels(feats[:4])
-        cls_logits, box_deltas = self.box_head(feats, _rois(proposals))
+        packed = pack_levels(feats[:4])
+        cls_logits, box_deltas = self.box_head(packed, _rois(proposals))
         scores_all = F.softmax(cls_logits, -1)
         k = self.num_classes
         out, start = [], 0
@@ -220,7 +220,7 @@ class RoIHeads(nn.Module):
             out.append({"boxes": boxes[keep], "scores": scores[keep], "labels": cls[keep] + 1})
         if sum(d["boxes"].shape[0] for d in out):
             labels = torch.cat([d["labels"] for d in out])
-            probs = self.mask_head(feats, _rois([d["boxes"] for d in out]), labels - 1).sigmoid()
+            probs = self.mask_head(packed, _rois([d["boxes"] for d in out]), labels - 1).sigmoid()
             for d, p in zip(out, probs.split([d["boxes"].shape[0] for d in out])):
                 d["mask_probs"] = p
         else:
