@@ -7,13 +7,19 @@ torchrun (``RANK``/``WORLD_SIZE``/``LOCAL_RANK``), in that order, and the rendez
 an MPI launch provides no address, ``init_distributed`` has rank 0 pick one and broadcasts it
 over MPI (mpi4py), so a bare ``mpirun -np N python -m mpirun_kit.maskrcnn.train`` works.
 Backends: gloo on CPU, NCCL on GPU, or Horovod when asked for and installed.
+``end_process(main)`` is how a rank's process ends: with main's exit code, without interpreter
+finalization (its docstring says why).
 """
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import socket
+import sys
+import traceback
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping, NoReturn
 
 from ..errors import LaunchError, SpecError
 
@@ -212,3 +218,43 @@ class Comm:
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def end_process(main: Callable[[], int | None]) -> NoReturn:
+    """Run a rank's ``main`` and end the process with its exit code, skipping interpreter finalization.
+
+    Why: torch's Gloo worker threads outlive ``destroy_process_group`` (a DDP model keeps the group
+    alive in C++), and one that releases a finished collective's tensor while the interpreter
+    finalizes must take the GIL, which CPython refuses it then: the thread unwinds through C++
+    that cannot unwind and the rank aborts (SIGABRT, exit 134 instead of its own code;
+    pytorch/pytorch#190489).  That turned a spot-interruption stop (143) into a crash in CI.
+
+    What still runs, in order: the ``atexit`` handlers (logging's flush, multiprocessing's join of
+    DataLoader workers, Horovod's shutdown; the threads can still take the GIL here),
+    ``MPI_Finalize`` when mpi4py initialised MPI (mpi4py would call it during finalization; without
+    it mpirun reports the rank "exited improperly"), a flush of stdout and stderr.  ``SystemExit``
+    becomes its code (a message goes to stderr, code 1); another exception prints its traceback, 1.
+    """
+    try:
+        code = main()
+    except SystemExit as exc:
+        code = exc.code
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    # only a look-up: a rank that never touched MPI must not initialise it just to finalise it
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+        mpi.Finalize()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            pass
+    os._exit(code)

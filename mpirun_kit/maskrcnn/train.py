@@ -36,7 +36,7 @@ from ..core.files import write_json_atomic
 from ..errors import MpirunKitError, SpecError
 from .config import (Config, add_config_flags, check_device_support, config_from_dict, config_to_dict, lr_at,
                      parse_overrides, resolve_config, resolve_schedule, scheduled_solver, step_host_syncs)
-from .dist import Comm, DistInfo, init_distributed, read_dist_env
+from .dist import Comm, DistInfo, end_process, init_distributed, read_dist_env
 
 log = logging.getLogger("mpirun_kit.maskrcnn.train")
 
@@ -673,4 +673,5 @@ def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # not sys.exit(main()): a rank ends without interpreter finalization (dist.end_process says why)
+    end_process(main)

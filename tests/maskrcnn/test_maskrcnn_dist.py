@@ -1,5 +1,10 @@
-"""dist.py: rank/world/local rank and rendezvous from each launcher's variables (pure)."""
+"""dist.py: rank/world/local rank and rendezvous from each launcher's variables (pure), and how a rank's
+process ends (end_process: real subprocesses and, for MPI_Finalize, a real mpirun)."""
 from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -56,3 +61,76 @@ def test_single_comm_is_identity():
     t = torch.tensor([1.0, 2.0])
     assert torch.equal(c.allreduce_sum(t), t) and c.gather_object({"a": 1}) == [{"a": 1}]
     assert c.broadcast_object(5) == 5
+
+
+# --- how a rank's process ends (dist.end_process) -------------------------------------------------
+# CI at 3e4fa64: rank 1 of the SIGTERM test aborted (134, not 143) in ProcessGroupGloo's worker
+# thread, which dropped a tensor's Python object while the interpreter was finalizing
+# (pytorch/pytorch#190489).  A 2-rank gloo script (DDP, gather_object, destroy_process_group,
+# sys.exit(143)), 3 pairs at a time on this machine: 1 rank of 90 aborted.  The remedy under test:
+# the rank never reaches interpreter finalization.
+
+_LATE = ("import os, sys\n"
+         "class Late:\n"
+         "    def __del__(self, _w=os.write):\n"
+         "        _w(1, b'interpreter finalized\\n')\n"
+         "late = Late()\n")
+
+
+def _python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_end_process_exits_with_mains_code_after_exit_handlers_and_without_finalization():
+    out = _python(_LATE + "import atexit\n"
+                  "from mpirun_kit.maskrcnn.dist import end_process\n"
+                  "atexit.register(lambda: print('exit handler ran'))\n"
+                  "def main():\n"
+                  "    print('unflushed', end='')\n"
+                  "    return 143\n"
+                  "end_process(main)\n")
+    assert out.returncode == 143, out
+    assert out.stdout.startswith("unflushed") and "exit handler ran" in out.stdout, out
+    assert "interpreter finalized" not in out.stdout, out
+
+
+@pytest.mark.parametrize("body, code, text", [
+    ("raise SystemExit(64)", 64, ""),
+    ("raise SystemExit('maskrcnn.train: error: bad')", 1, "maskrcnn.train: error: bad"),
+    ("return None", 0, ""),
+    ("raise RuntimeError('boom')", 1, "RuntimeError: boom"),
+])
+def test_end_process_turns_what_main_raises_into_the_exit_code(body, code, text):
+    out = _python("from mpirun_kit.maskrcnn.dist import end_process\n"
+                  f"def main():\n    {body}\n"
+                  "end_process(main)\n")
+    assert out.returncode == code, out
+    assert text in out.stderr, out
+
+
+def test_training_entry_ends_through_end_process():
+    # before: `sys.exit(main())`, and the interpreter finalized ("interpreter finalized" printed)
+    out = _python(_LATE + "import runpy\n"
+                  "sys.argv = ['train', '--config', 'demo', '--data-dir', 'd', '--output-dir', 'o', '--print-config']\n"
+                  "runpy.run_module('mpirun_kit.maskrcnn.train', run_name='__main__')\n")
+    assert out.returncode == 0, out
+    assert "solver:" in out.stdout and "interpreter finalized" not in out.stdout, out
+
+
+@pytest.mark.mpi
+def test_end_process_finalizes_mpi_so_mpirun_sees_a_clean_exit(tmp_path):
+    # mpi4py calls MPI_Finalize during interpreter finalization, which end_process skips; without
+    # its own Finalize, mpirun reports the ranks "exited improperly" and fails the job
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.fail("mpirun not found: install openmpi-bin (bash ops/quickstart.sh setup)")
+    script = tmp_path / "rank.py"
+    script.write_text("from mpi4py import MPI\n"
+                      "from mpirun_kit.maskrcnn.dist import end_process\n"
+                      "MPI.COMM_WORLD.Barrier()\n"
+                      "end_process(lambda: 0)\n")
+    out = subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, str(script)],
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out
+    assert "improperly" not in out.stdout + out.stderr, out
