@@ -141,8 +141,9 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         if workers and not workers_run_entrypoints and get_flavour(plan.mpi_flavour).uses_ssh:
             # `launch`: the other hosts' key directories over ssh, beside the sshd wait below (keyhost.py).
             handoff = _start_handoff(server, plan, job)
-        # srun starts ranks through each node's slurmd: no worker's sshd is needed (plan/mpi.py's srun row).
-        if workers and get_flavour(plan.mpi_flavour).uses_ssh:
+        # srun starts ranks, or mpirun's daemons inside a Slurm allocation, through each node's slurmd: no worker's
+        # sshd is needed then (LaunchPlan.worker_sshd).
+        if workers and plan.worker_sshd:
             say(out, f"master {plan.master}: waiting for sshd on {len(workers)} worker(s) "
                      f"(deadline {plan.ssh_deadline_s():g} s)", shown=progress)
             try:

@@ -45,6 +45,9 @@ class LaunchPlan:
     timeouts: Timeouts = field(default_factory=Timeouts)
     working_dir: str | None = None
     source: str = ""
+    #: the master waits for every worker's sshd before launching: mpirun starts its daemons over ssh
+    #: (not srun's direct launch, nor mpirun inside a Slurm allocation, whose daemons srun starts)
+    worker_sshd: bool = True
 
     @property
     def workers(self) -> tuple[str, ...]:
@@ -130,7 +133,8 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
         hosts=hosts, master=master, ranks=ranks, program=tuple(spec.program), env=env, env_dropped=dropped,
         mpi_flavour=flavour.name, daemons=flavour.daemons, argv=argv, conflicts=conflicts,
         network_interface=cluster.network_interface, result_port=spec.result_port, ssh_port=spec.ssh_port,
-        timeouts=spec.timeouts, working_dir=spec.working_dir, source=cluster.source)
+        timeouts=spec.timeouts, working_dir=spec.working_dir, source=cluster.source,
+        worker_sshd=flavour.uses_ssh and spec.daemons_via == "ssh")
 
 
 def to_dict(plan: LaunchPlan) -> dict:
@@ -160,7 +164,8 @@ def render(plan: LaunchPlan) -> str:
         "launch plan",
         f"  source     {plan.source}",
         f"  master     {plan.master} (result channel port {plan.result_port}, ssh port {plan.ssh_port})",
-        f"  mpi        {plan.mpi_flavour} (workers wait for {', '.join(plan.daemons)})",
+        f"  mpi        {plan.mpi_flavour} (workers wait for {', '.join(plan.daemons)})"
+        + ("" if plan.worker_sshd or plan.mpi_flavour == "srun" else "; srun starts them: no sshd wait"),
         f"  interface  {plan.network_interface or '(any)'}",
         f"  hosts      {len(plan.hosts)} hosts, {len(plan.ranks)} ranks",
     ]

@@ -74,6 +74,9 @@ class LaunchSpec:
     env_forward: tuple[str, ...] = key((), items=NAME)
     #: "srun": inside a Slurm job (plan/srun.py)
     mpi_flavour: str = key("auto", enum=("auto", "openmpi4", "openmpi5", "mpich", "srun"))
+    #: how mpirun starts its daemons on the other hosts: "ssh" (the master first waits for every worker's
+    #: sshd) or "slurm" (inside a Slurm allocation mpirun starts them with srun: no sshd is needed)
+    daemons_via: str = key("ssh", enum=("ssh", "slurm"))
     #: extra mpirun arguments, appended verbatim after the built ones.
     mpi_options: tuple[str, ...] = ()
     #: MCA parameters (Open MPI), name -> value; user values override built-in ones.

@@ -448,9 +448,16 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
     s = compiled.job.target.slurm
     if s.launch not in ("srun", "mpirun"):
         raise SpecError(f"target.slurm.launch is {s.launch!r}; expected 'srun' (direct launch, PMIx) or 'mpirun'")
+    if s.launch == "mpirun" and s.container_image:
+        # pyxis puts the ranks in the image through srun's options; mpirun's orted steps take none of ours
+        raise SpecError(f"target.slurm.container_image {s.container_image!r} needs launch: srun (pyxis starts the "
+                        "ranks' srun step in the image); with launch: mpirun the ranks would run outside it. "
+                        "Set target.slurm.launch: srun, or drop container_image and install the program on the nodes")
     run_dir = f"{s.workdir.rstrip('/')}/{run_id}"
     flavour = "srun" if s.launch == "srun" else compiled.launch.mpi_flavour
     launch = dataclasses.replace(compiled.launch, mpi_flavour=flavour,
+                                 # in the allocation Slurm starts what runs on the other nodes, never ssh
+                                 daemons_via="slurm",
                                  mpi_options=tuple(compiled.launch.mpi_options) + srun_options(compiled)
                                  if s.launch == "srun" else compiled.launch.mpi_options,
                                  # mpirun inside the allocation: the batch step's own allocation reaches it.

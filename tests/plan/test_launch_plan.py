@@ -65,6 +65,22 @@ def test_oversubscription_and_flavour_choice():
     assert (mpich.mpi_flavour, mpich.daemons, mpich.argv[0]) == ("mpich", ("hydra_pmi_proxy",), "mpiexec")
 
 
+def test_the_master_waits_for_worker_sshd_only_when_mpirun_starts_its_daemons_over_ssh():
+    # mpirun inside a Slurm allocation (daemons_via "slurm") starts its daemons with srun, as srun's own
+    # direct launch does: no worker's sshd is needed, so the master must not wait for one (entrypoint/master.py)
+    plan = build_launch_plan(SPEC, CLUSTER, ENVIRON, 0, python="/py")
+    assert (plan.worker_sshd, SPEC.daemons_via) == (True, "ssh")
+    in_slurm = build_launch_plan(LaunchSpec(**{**SPEC.__dict__, "daemons_via": "slurm"}), CLUSTER, ENVIRON, 0)
+    assert in_slurm.worker_sshd is False and in_slurm.argv[0] == "mpirun"
+    assert "  mpi        openmpi4 (workers wait for orted); srun starts them: no sshd wait" in render(in_slurm)
+    assert "no sshd wait" not in render(plan)
+    srun = build_launch_plan(LaunchSpec(**{**SPEC.__dict__, "mpi_flavour": "srun"}), CLUSTER,
+                             {**ENVIRON, "SLURM_JOB_ID": "7"}, 0)
+    assert srun.worker_sshd is False and "no sshd wait" not in render(srun)
+    with pytest.raises(SpecError, match="daemons_via"):
+        LaunchSpec.from_dict({"program": ["p"], "daemons_via": "rsh"})
+
+
 def test_render_redacts_and_shows_everything():
     plan = build_launch_plan(SPEC, CLUSTER, ENVIRON, 0, run_as_root=True, cpu_count=8, python="/py")
     text = render(plan)

@@ -133,7 +133,7 @@ def test_the_script_is_shown_whole_and_argv_items_are_quoted_once():
     import json
     spec = json.loads(files["/fsx/jobs/train-1/launch-spec.json"])
     assert spec["program"] == ["python3", "it's a script.py", "--flag", "a b"]
-    assert spec["mpi_flavour"] == "srun"
+    assert spec["mpi_flavour"] == "srun" and spec["daemons_via"] == "slurm"
     assert spec["mpi_options"] == ["--container-image=nvcr.io#nvidia/pytorch:24.01-py3", "--container-mounts=/fsx:/fsx"]
     # The entrypoint argv is quoted once, at the script boundary.
     ep = next(line for line in script.splitlines() if line.startswith("ep=("))
@@ -142,6 +142,21 @@ def test_the_script_is_shown_whole_and_argv_items_are_quoted_once():
         "/fsx/jobs/train-1/launch-spec.json", "--secret-file", "/fsx/jobs/train-1/job-secret", "--job", "train"]
     # retries with requeue: the script requeues itself after a retryable failure.
     assert 'if [ "$attempt" -lt 2 ]' in script and 'scontrol requeue "$SLURM_JOB_ID"' in script
+
+
+def test_launch_mpirun_keeps_mpirun_and_lets_slurm_start_its_daemons():
+    # mpirun inside the allocation: the flavour detected on the node, the allocation's variables forwarded
+    # to it, and no wait for the workers' sshd (its daemons start with srun: LaunchPlan.worker_sshd)
+    import json
+    text = SPEC.replace("    workdir: /fsx/jobs", "    workdir: /fsx/jobs\n    launch: mpirun")
+    # pyxis' image reaches only srun's own step: with mpirun the ranks would run outside it
+    with pytest.raises(SpecError, match=r"target.slurm.container_image 'nvcr.io#nvidia/pytorch:24.01-py3' needs "
+                                        r"launch: srun .* Set target.slurm.launch: srun, or drop container_image"):
+        dry_of(text)
+    dry = dry_of(text.replace("    container_image: nvcr.io#nvidia/pytorch:24.01-py3\n", ""))
+    spec = json.loads(dict(dry.files)["/fsx/jobs/train-1/launch-spec.json"])
+    assert (spec["mpi_flavour"], spec["daemons_via"], dry.request.launch) == ("auto", "slurm", "mpirun")
+    assert {"SLURM_JOB_ID", "SLURM_NODELIST"} <= set(spec["env_forward"])
 
 
 #: what Slurm 22.05 set in the batch step of `sbatch -N2 --ntasks-per-node=2` on the sim cluster (recorded there).

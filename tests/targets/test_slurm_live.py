@@ -7,6 +7,7 @@ mocked: sbatch, srun --mpi=pmix, Open MPI, the result channel and the rank wrapp
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -50,8 +51,14 @@ def prepare(text: str, job_id: str):
     return S.TARGET.prepare(compiled, SubmitOptions(wait=True, job_id=job_id))
 
 
-def run(text: str, job_id: str):
+def run(text: str, job_id: str, launch: dict | None = None):
+    """Submit ``text`` and wait; ``launch``: LaunchSpec keys replaced in the prepared run's launch-spec.json."""
     dry = prepare(text, job_id)
+    if launch:
+        path = f"{dry.request.run_dir}/launch-spec.json"
+        files = dict(dry.files)
+        files[path] = json.dumps({**json.loads(files[path]), **launch}) + "\n"
+        dry = dataclasses.replace(dry, files=tuple(files.items()))
     out, err = io.BytesIO(), io.BytesIO()
     outcome = S.TARGET.run(dry, SubmitOptions(wait=True), out=out, err=err)
     run_dir = Path(dry.request.run_dir)
@@ -417,11 +424,18 @@ def test_mpirun_as_the_second_launch_flavour_starts_its_daemons_with_srun(cluste
     # launch: mpirun: the master runs mpirun inside the allocation, for images whose MPI lacks PMIx; mpirun reads
     # the batch step's own SLURM_* variables, so Open MPI's plm:slurm starts its orted daemons with srun (no ssh
     # between the nodes); the result is the same.  plm_base_verbose makes mpirun say which launcher it chose.
+    # No worker's sshd is needed: the launch spec's ssh port is one nothing listens on (the sim nodes run sshd
+    # on 22), with a 4 s sshd deadline (2 s + 1 s per host).  Before daemons_via the master waited for that
+    # port and failed the job as unreachable.
     outcome, out, err, dry = run(spec(cluster, "mpirun", program(tmp_path, MPI_PROGRAM), slurm={"launch": "mpirun"},
-                                      env={"OMPI_MCA_plm_base_verbose": "5"}), "c4")
+                                      env={"OMPI_MCA_plm_base_verbose": "5"},
+                                      timeouts={"ssh_ready_s": 2}), "c4",
+                                 launch={"ssh_port": 9})
     assert outcome.exit_code == 0, err.decode(errors="replace")[-2000:]
     launch = json.loads(dict(dry.files)[f"{dry.request.run_dir}/launch-spec.json"])
     assert launch["mpi_flavour"] == "auto" and launch["mpi_options"] == []   # mpirun, detected on the node
+    assert launch["daemons_via"] == "slurm" and launch["ssh_port"] == 9
+    assert b"waiting for sshd" not in err, err.decode(errors="replace")[-2000:]
     lines = set(out.decode().splitlines())
     assert all(f"[{r} algo-{r // 2 + 1}] rank {r} of 4 on algo-{r // 2 + 1} sum 10" in lines for r in range(4)), out
     said = (out + err).decode(errors="replace")
