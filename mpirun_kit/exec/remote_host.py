@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import stat
 import sys
 from pathlib import Path
 
@@ -55,42 +54,17 @@ def unsafe_dir(run_dir: str, uid: int | None = None) -> str | None:
     symbolic link on the way must be ``uid``'s or root's (its owner may point it elsewhere), and the
     directories it leads to pass the same checks.  The same rule as the Slurm target's run directory.
     """
-    me = os.geteuid() if uid is None else uid
+    from ..core.private import swappable
 
-    def owner(st: os.stat_result) -> str:
-        import pwd
-
-        try:
-            return f"uid {st.st_uid} ({pwd.getpwuid(st.st_uid).pw_name})"
-        except KeyError:
-            return f"uid {st.st_uid}"
-
-    def problem(path: Path, st: os.stat_result, own: bool) -> str | None:
-        if stat.S_ISLNK(st.st_mode):
-            return (None if st.st_uid in (me, 0)
-                    else f"{path} is a symbolic link belonging to {owner(st)}, not to you or root")
-        if st.st_uid != me and (own or st.st_uid != 0):
-            return f"{path} belongs to {owner(st)}, not to you" + ("" if own else " or root")
-        if st.st_mode & 0o022 and (own or not st.st_mode & stat.S_ISVTX):
-            return f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
-        return None
-
-    for top in (Path(os.path.abspath(run_dir)), Path(os.path.realpath(run_dir))):
-        for i, d in enumerate((top, *top.parents)):
-            why = problem(d, os.lstat(d), own=i < 2)
-            if why:
-                return why
-    return None
+    return swappable(run_dir, uid, own=2)   # one home for the rule: core/private.py
 
 
 def _private(run_dir: str) -> int:
     """Make ``run_dir`` (0700, parents too) and check it (``unsafe_dir``): 0, or UNSAFE_DIR with one line on stderr."""
-    old = os.umask(0o077)
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-    finally:
-        os.umask(old)
-    why = unsafe_dir(run_dir)
+    from ..core.private import make_private
+
+    # Checked on the way down before each directory is made: never made through another user's link.
+    why = make_private(run_dir, own=2, exist_ok=True)
     if why:
         print(f"mpirun_kit: {why}", file=sys.stderr, flush=True)
         return UNSAFE_DIR
