@@ -271,13 +271,13 @@ def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLO
         desc = describe(client, job_name)
         state = (desc.get("TrainingJobStatus"), desc.get("SecondaryStatus"))
         if follower is not None:
-            follower.poll()
+            _poll(follower, job_name)
         if state != last:
             progress.done(f"sagemaker {job_name}: {state[0]} / {state[1]}")
             last = state
         if state[0] in TERMINAL:
             if follower is not None:
-                follower.poll()
+                _poll(follower, job_name)
             if desc.get("FailureReason"):
                 progress.done(f"failure reason: {desc['FailureReason']}")
             if final is not None:
@@ -290,6 +290,17 @@ def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLO
         clock.sleep(min(poll_s, deadline.remaining()))
 
 
+def _poll(follower: LogFollower, job_name: str) -> None:
+    from botocore.exceptions import ClientError
+
+    try:
+        follower.poll()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in EXPIRED_CODES:
+            raise expired_error(job_name, exc) from exc
+        raise
+
+
 def describe(client, job_name: str) -> dict:
     """describe_training_job with an actionable error for unknown names."""
     from botocore.exceptions import ClientError
@@ -297,8 +308,18 @@ def describe(client, job_name: str) -> dict:
     try:
         return client.describe_training_job(TrainingJobName=job_name)
     except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in EXPIRED_CODES:
+            raise expired_error(job_name, exc) from exc
         raise ClusterError(f"training job {job_name!r}: {exc.response.get('Error', {}).get('Message', exc)}; check "
                            "the name (`aws sagemaker list-training-jobs`) and the region") from exc
+
+
+def expired_error(job_name: str, exc: Exception) -> ClusterError:
+    """Following a job with credentials that expired: the job is not the problem, and it keeps running."""
+    return ClusterError(f"following training job {job_name}: AWS refused the request because the credentials "
+                        f"have expired ({exc}); the job keeps running. Renew them (`aws sso login`, or new keys) "
+                        f"and follow it again: `mpirun_kit status {job_name}`, `mpirun_kit logs {job_name} "
+                        "--follow`")
 
 
 def make_clients(region: str | None) -> tuple[Any, Any]:
@@ -307,19 +328,51 @@ def make_clients(region: str | None) -> tuple[Any, Any]:
     return boto3.client("sagemaker", region_name=region), boto3.client("logs", region_name=region)
 
 
-def make_client(service: str, region: str | None, credentials: dict | None = None) -> Any:
-    """A boto3 client; with ``credentials`` (an AssumeRole answer's), as that role session."""
+def make_client(service: str, region: str | None, credentials: Any = None) -> Any:
+    """A boto3 client; with ``credentials`` (an AssumeRole answer's dict, or botocore credentials such as
+    ``submit_credentials``' self-renewing ones), as that role session."""
     import boto3
 
-    kw = {} if credentials is None else {"aws_access_key_id": credentials["AccessKeyId"],
-                                         "aws_secret_access_key": credentials["SecretAccessKey"],
-                                         "aws_session_token": credentials["SessionToken"]}
-    return boto3.client(service, region_name=region, **kw)
+    if credentials is None or isinstance(credentials, dict):
+        kw = {} if credentials is None else {"aws_access_key_id": credentials["AccessKeyId"],
+                                             "aws_secret_access_key": credentials["SecretAccessKey"],
+                                             "aws_session_token": credentials["SessionToken"]}
+        return boto3.client(service, region_name=region, **kw)
+    import botocore.session
+    from botocore.credentials import CredentialProvider
+
+    class _Given(CredentialProvider):
+        METHOD = "mpirun-kit-submit-role"
+
+        def load(self):
+            return credentials
+    session = botocore.session.Session()
+    session.get_component("credential_provider").insert_before("env", _Given())
+    return boto3.session.Session(botocore_session=session, region_name=region).client(service)
 
 
 def _s3_split(uri: str) -> tuple[str, str]:
     bucket, _, key = uri[len("s3://"):].partition("/")
     return bucket, key
+
+
+#: a job name the submit role's trust accepts (cfn/sagemaker-role.yaml OwnJobNamesOnly, JobNameAlphabet): the
+#: caller's principal tag mpirun-kit-user, ``--``, the rest; lower-case letters, digits and hyphens only.
+OWNED_JOB_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*--[a-z0-9]+(-+[a-z0-9]+)*")
+
+
+def check_owned_name(job_name: str, role_arn: str) -> None:
+    """Refuse, before anything reaches AWS, a job name the submit role's trust refuses.
+
+    Raises:
+        SpecError: the name does not read ``<your mpirun-kit-user tag>--<name>`` in lower case.
+    """
+    if OWNED_JOB_NAME.fullmatch(job_name) is None or len(job_name) > 63:
+        raise SpecError(f"job name {job_name!r}: the submit role {role_arn} (target.sagemaker.submit_role) lets "
+                        "each person name only jobs that begin with their own IAM principal tag mpirun-kit-user "
+                        "and '--', in lower-case letters, digits and hyphens, at most 63 characters: submit with "
+                        f"--job-name YOURTAG--{job_name.lower().replace('--', '-')[:40]} (your administrator "
+                        "sets the tag on your IAM user or role)")
 
 
 def submit_session(sts: Any, role_arn: str, job_name: str) -> dict:
@@ -336,8 +389,45 @@ def submit_session(sts: Any, role_arn: str, job_name: str) -> dict:
                            "or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run `aws configure`") from exc
     except (BotoCoreError, ClientError) as exc:
         raise ClusterError(f"could not assume the submit role {role_arn} with the session tag {JOB_TAG}={job_name}: "
-                           f"{exc}; you need sts:AssumeRole and sts:TagSession on it (role stack output "
-                           "SubmitRoleArn), or drop target.sagemaker.submit_role") from exc
+                           f"{exc}; its trust admits only names that begin with your own IAM principal tag "
+                           f"mpirun-kit-user and '--' (is {job_name.split('--')[0]!r} your tag?), and you need "
+                           "sts:AssumeRole and sts:TagSession on it (role stack output SubmitRoleArn)") from exc
+
+
+#: the error codes of a request signed with credentials that have expired.
+EXPIRED_CODES = frozenset({"ExpiredToken", "ExpiredTokenException", "RequestExpired"})
+
+
+def submit_credentials(sts: Any, role_arn: str, job_name: str, *, clock: Clock = SYSTEM_CLOCK) -> Any:
+    """The submit role's session (``submit_session``) as botocore credentials that renew themselves.
+
+    A session lasts an hour (``SubmitRole`` MaxSessionDuration; AWS allows no more when your own credentials
+    are a role session), a job up to 28 days: before each request in the session's last 15 minutes botocore
+    assumes the role again with your own credentials, so ``submit --wait`` follows a 48-hour job and removes
+    its secret at the end.  ``clock.time()`` is the time the expiry is compared with.
+    """
+    from datetime import datetime, timezone
+
+    from botocore.credentials import RefreshableCredentials
+    from botocore.utils import parse_timestamp
+
+    def fetch(first: bool = False) -> dict:
+        try:
+            c = submit_session(sts, role_arn, job_name)
+        except ClusterError as exc:
+            if first:
+                raise
+            raise ClusterError(f"could not renew the submit role's session for training job {job_name} ({exc}); "
+                               "your own AWS credentials have probably expired. The job keeps running: renew "
+                               f"them (`aws sso login`, or new keys) and follow it with `mpirun_kit status "
+                               f"{job_name}` / `mpirun_kit logs {job_name} --follow`") from exc
+        exp = c["Expiration"]
+        return {"access_key": c["AccessKeyId"], "secret_key": c["SecretAccessKey"], "token": c["SessionToken"],
+                "expiry_time": exp.isoformat() if hasattr(exp, "isoformat") else str(exp)}
+    first = fetch(first=True)
+    return RefreshableCredentials(first["access_key"], first["secret_key"], first["token"],
+                                  parse_timestamp(first["expiry_time"]), refresh_using=fetch, method="assume-role",
+                                  time_fetcher=lambda: datetime.fromtimestamp(clock.time(), timezone.utc))
 
 
 def key_channel_uri(request: dict) -> str | None:
@@ -348,11 +438,15 @@ def key_channel_uri(request: dict) -> str | None:
     return None
 
 
-def put_job_keys(s3: Any, prefix_uri: str, job_name: str) -> tuple[str, bool]:
-    """Make the job's secret and upload it as ``<prefix>/job-secret``; (its URI, made here).
+def put_job_keys(s3: Any, prefix_uri: str, job_name: str) -> str:
+    """Make the job's secret and upload it as ``<prefix>/job-secret`` only if no object is there; its URI.
 
-    A secret already there (pre-staged with ops/make-job-keys.sh) is used as it is and not made again
-    (``made`` False: it is not ours to remove).  The object takes the bucket's default encryption.
+    The put is conditional (``IfNoneMatch='*'``, S3 answers 412 when the key exists): a secret submit did not
+    make (one planted under a name before its owner's submit, or left from an earlier job of the same name)
+    is never used, and the job is not created.  The object takes the bucket's default encryption.
+
+    Raises:
+        ClusterError: an object is already there, or the upload was refused.
     """
     import secrets
 
@@ -363,20 +457,20 @@ def put_job_keys(s3: Any, prefix_uri: str, job_name: str) -> tuple[str, bool]:
     bucket, prefix = _s3_split(prefix_uri)
     key = f"{prefix.rstrip('/')}/{SECRET_FILE_NAME}" if prefix else SECRET_FILE_NAME
     uri = f"s3://{bucket}/{key}"
-    try:
-        s3.head_object(Bucket=bucket, Key=key)
-        return uri, False
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
-            raise ClusterError(f"could not check for a pre-staged job secret at {uri}: {exc}") from exc
     secret = secrets.token_bytes(SECRET_BYTES)
     derive_material(secret, job_name)  # a name the keys cannot be derived for fails here, not on the hosts
     try:
-        s3.put_object(Bucket=bucket, Key=key, Body=format_secret(secret).encode())
+        s3.put_object(Bucket=bucket, Key=key, Body=format_secret(secret).encode(), IfNoneMatch="*")
     except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code"))
+        if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+            raise ClusterError(f"a job secret already exists at {uri} and this submit did not make it: job "
+                               f"{job_name} was not created. Someone may have planted it, or an earlier job of "
+                               "this name left it: choose another --job-name, or, if it is your own leftover, "
+                               f"remove it (`aws s3 rm {uri}`) and submit again") from exc
         raise ClusterError(f"could not upload the job secret to {uri}: {exc}; the submit role (or you) needs "
                            "s3:PutObject on the job's key prefix") from exc
-    return uri, True
+    return uri
 
 
 def delete_job_keys(s3: Any, uri: str) -> None:
@@ -426,7 +520,8 @@ def run(dry: DryRun[SageMakerRequest], *, wait: bool = False, clients: Callable[
     name, region = req["TrainingJobName"], dry.request.region
     creds = None
     if dry.request.submit_role:
-        creds = submit_session(aws("sts", region), dry.request.submit_role, name)
+        check_owned_name(name, dry.request.submit_role)
+        creds = submit_credentials(aws("sts", region), dry.request.submit_role, name, clock=clock)
         sm, logs = aws("sagemaker", region, creds), aws("logs", region, creds)
     else:
         sm, logs = clients(region)
@@ -436,14 +531,20 @@ def run(dry: DryRun[SageMakerRequest], *, wait: bool = False, clients: Callable[
         if src is None:
             raise SpecError(f"--resume-from {resume_from}: the job has no checkpoint.s3 to resume into")
         out.write(f"resuming from {resume_from}: {n} checkpoint object(s) copied from {src}\n")
-    keys_uri, made = None, False
+    keys_uri = None
     if key_channel_uri(req):
-        keys_uri, made = put_job_keys(aws("s3", region, creds), key_channel_uri(req), name)
-        out.write(f"job secret {'made and uploaded to' if made else 'pre-staged at'} {keys_uri}\n")
+        keys_uri = put_job_keys(aws("s3", region, creds), key_channel_uri(req), name)
+        out.write(f"job secret made and uploaded to {keys_uri}\n")
+    made = keys_uri is not None
 
     def remove_keys(why: str) -> None:
         if made and not keep_keys:
-            delete_job_keys(aws("s3", region, creds), keys_uri)
+            try:
+                delete_job_keys(aws("s3", region, creds), keys_uri)
+            except (BotoCoreError, ClientError, ClusterError) as exc:
+                out.write(f"could not remove the job secret {keys_uri} ({exc}); remove it: `aws s3 rm {keys_uri}` "
+                          f"(or `mpirun_kit stack sweep-keys`)\n")
+                return
             out.write(f"job secret {keys_uri} removed ({why})\n")
     try:
         resp = sm.create_training_job(**req)
@@ -474,6 +575,13 @@ def run(dry: DryRun[SageMakerRequest], *, wait: bool = False, clients: Callable[
         if made and not keep_keys:
             out.write(f"the job secret stays at {keys_uri}: `aws s3 rm {keys_uri}` after the job\n")
         return ExitCode.INTERRUPTED
+    except ClusterError as exc:
+        # Following stopped (credentials, a deadline), the job did not: its secret is still needed.
+        if made and not keep_keys:
+            raise ClusterError(f"{exc}. The job secret stays at {keys_uri} while the job runs: remove it after "
+                               f"the job (`aws s3 rm {keys_uri}`, or `mpirun_kit stack sweep-keys` for every "
+                               "ended job's)") from exc
+        raise
     remove_keys("the job has ended")
     return code
 

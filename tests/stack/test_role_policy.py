@@ -8,12 +8,16 @@ from the request context, and condition operators): allowed when an Allow statem
 policies matches and no Deny does.  moto is not used: its IAM enforcement ignores conditions and policy
 variables.
 
+The evaluator compares policy variables inside condition *values* literally; ``bind`` substitutes them
+from the request context first, as IAM does (a statement whose variable has no value matches nothing), so
+the submit role's trust (the job tag must begin with the caller's principal tag ``mpirun-kit-user``) is
+decided here.  Trust policies are evaluated as policies: their ``Principal`` is not (the test gives the
+context of a principal the trust names).
+
 What this evaluator cannot check (each stays for a real account; docs/threat-model.md lists them):
-  - policy variables inside condition *values* (the ListBucket ``s3:prefix`` and the KMS
-    ``kms:EncryptionContext:aws:s3:arn`` statements): it compares them literally, so only their deny
-    side is shown here, and their text is checked instead;
-  - trust policies (who may assume the roles, ``aws:SourceArn``, ``sts:TagSession``) and whether
-    SageMaker really chains the session tag (SessionChainingConfig);
+  - the KMS ``kms:EncryptionContext:aws:s3:arn`` statements: their text is checked instead;
+  - who may assume the roles (``Principal``, ``aws:SourceArn``) and whether SageMaker really chains the
+    session tag (SessionChainingConfig) as an ``aws:RequestTag`` of the execution role's AssumeRole;
   - bucket policies, KMS key policies, SCPs, permission boundaries, session policies;
   - case: it matches resources case-insensitively, AWS matches S3 keys case-sensitively.
 
@@ -95,9 +99,66 @@ def role_policies(params=PARAMS) -> dict[str, list[dict]]:
 POLICIES = role_policies()
 
 
+def _like(pattern: str, value: str) -> bool:
+    """IAM's StringLike: ``*`` and ``?`` are wildcards, every other character literal.  principalmapper 1.1.5
+    escapes only ``.``, ``$`` and ``^``, so its ``*+*`` matched every value (``+`` read as a regex quantifier);
+    this replaces its comparison, nothing else of it."""
+    return re.fullmatch("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern),
+                        value, flags=re.DOTALL) is not None
+
+
+lps._expand_str_and_compare = _like
+
+
+def trust_policies(params=PARAMS) -> dict[str, dict]:
+    """Role logical id -> its trust policy (AssumeRolePolicyDocument), rendered."""
+    t = load_template(str(REPO / "cfn" / "sagemaker-role.yaml"))
+    conditions = {"HasKmsKey": bool(params.get("KmsKeyArn"))}
+    return {lid: render(res["Properties"]["AssumeRolePolicyDocument"], params, conditions)
+            for lid, res in t.resources.items() if res["Type"] == "AWS::IAM::Role"}
+
+
+TRUST = trust_policies()
+_VAR = re.compile(r"\$\{([^}]+)\}")
+
+
+def bind(doc: dict, context: dict) -> dict:
+    """``doc`` with the policy variables of its condition values taken from ``context`` (IAM's substitution,
+    which the evaluator does not do); a statement with a variable the context lacks is left out (IAM: it
+    matches nothing)."""
+    out = []
+    for st in doc["Statement"]:
+        missing = []
+
+        def sub(v):
+            if isinstance(v, list):
+                return [sub(x) for x in v]
+            if not isinstance(v, str):
+                return v
+
+            def one(m):
+                if m.group(1) not in context:
+                    missing.append(m.group(1))
+                    return m.group(0)
+                return str(context[m.group(1)])
+            return _VAR.sub(one, v)
+        cond = {op: {k: sub(v) for k, v in kv.items()} for op, kv in (st.get("Condition") or {}).items()}
+        if not missing:
+            out.append({**st, **({"Condition": cond} if cond else {})})
+    return {**doc, "Statement": out}
+
+
+def decide(docs: list[dict], action: str, resource: str, context: dict) -> bool:
+    ctx = CaseInsensitiveDict(context)
+    docs = [bind(d, context) for d in docs]
+    if any(lps.policy_has_matching_statement(d, "Deny", action, resource, ctx) for d in docs):
+        return False
+    return any(lps.policy_has_matching_statement(d, "Allow", action, resource, ctx) for d in docs)
+
+
 def allowed(role: str, action: str, resource: str, **context: str) -> bool:
     ctx = CaseInsensitiveDict(context)
-    docs = POLICIES[role]
+    docs = [bind(d, context) for d in POLICIES[role]]
     if any(lps.policy_has_matching_statement(d, "Deny", action, resource, ctx) for d in docs):
         return False
     return any(lps.policy_has_matching_statement(d, "Allow", action, resource, ctx) for d in docs)
@@ -170,3 +231,65 @@ def test_statements_the_evaluator_cannot_decide_name_the_tag():
     for s in kms:
         arns = s["Condition"]["StringLike"]["kms:EncryptionContext:aws:s3:arn"]
         assert all(f"${{{TAG}}}" in a or a.endswith("/mpirun-kit/data/*") for a in ([arns] if isinstance(arns, str) else arns))
+
+
+USER = "aws:PrincipalTag/mpirun-kit-user"
+
+
+def may_assume_submit(user: str | None, job_tag: str) -> bool:
+    """Whether a principal of the account with principal tag mpirun-kit-user=``user`` (None: untagged) may
+    assume the submit role with the session tag mpirun-kit-job=``job_tag`` (AssumeRole and TagSession)."""
+    ctx = {"aws:RequestTag/mpirun-kit-job": job_tag, "aws:TagKeys": ["mpirun-kit-job"]}
+    if user is not None:
+        ctx[USER] = user
+    role = f"arn:aws:iam::{ACCOUNT}:role/SubmitRole"
+    return all(decide([TRUST["SubmitRole"]], a, role, ctx) for a in ("sts:AssumeRole", "sts:TagSession"))
+
+
+def test_a_job_name_belongs_to_the_user_whose_tag_begins_it():
+    """Finding 1 (issue 37): the trust accepted any tag value, so anyone could pose as any job."""
+    assert may_assume_submit("alice", "alice--maskrcnn-1")
+    assert may_assume_submit("team2", "team2--job-b")
+    for user, tag in (("alice", "bob--maskrcnn-1"),   # another user's job
+                      ("team2", "team2-job-b"),       # no '--': team2-job could be another user's tag
+                      ("team2", "team2--"),           # no name after the owner
+                      ("alice", "alice"),
+                      (None, "alice--maskrcnn-1"),    # a principal without mpirun-kit-user assumes nothing
+                      ("", "--maskrcnn-1")):
+        assert not may_assume_submit(user, tag), (user, tag)
+
+
+@pytest.mark.parametrize("tag", ["alice--job-b/checkpoints", "alice--job:b", "alice--job.b", "alice--job_b",
+                                 "alice--job b", "alice--Job-b", "alice--job=b", "alice--job+b", "alice--j@b",
+                                 "alice--job-"])
+def test_tag_values_outside_the_job_name_alphabet_are_refused(tag):
+    """A '/' in the tag widened keys/<tag>/ and jobs/<tag>/ to another job's sub-prefix; upper case is not
+    what SageMaker's lower-case ARNs name."""
+    assert not may_assume_submit("alice", tag)
+    ctx = {"aws:RequestTag/mpirun-kit-job": tag, "aws:SourceAccount": ACCOUNT,
+           "aws:SourceArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{tag.lower()}"}
+    role = f"arn:aws:iam::{ACCOUNT}:role/ExecutionRole"
+    assert not decide([TRUST["ExecutionRole"]], "sts:TagSession", role, ctx)
+    ok = dict(ctx, **{"aws:RequestTag/mpirun-kit-job": "alice--job-b"})
+    assert decide([TRUST["ExecutionRole"]], "sts:TagSession", role, ok)
+
+
+@pytest.mark.parametrize("action,resource", [
+    ("sagemaker:DescribeTrainingJob", f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/bob--job-b"),
+    ("sagemaker:StopTrainingJob", f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/bob--job-b"),
+    ("sagemaker:CreateTrainingJob", f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/bob--job-b"),
+    ("s3:GetObject", obj("keys/bob--job-b/job-secret")),
+    ("s3:PutObject", obj("keys/bob--job-b/job-secret")),
+    ("s3:DeleteObject", obj("keys/bob--job-b/job-secret")),
+    ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs:log-stream:"
+                          "bob--job-b/algo-1-1700000000"),
+])
+def test_no_session_alice_may_get_reaches_bobs_job(action, resource):
+    """Every tag alice's trust lets her carry (here the ones an attacker would try) is denied on bob's job; her
+    own job's request is allowed (the statement is the one that decides)."""
+    tries = ["alice--job-b", "alice--bob--job-b", "bob--job-b", "alice--job-b/../bob--job-b", "alice--x"]
+    carried = [t for t in tries if may_assume_submit("alice", t)]
+    assert carried == ["alice--job-b", "alice--bob--job-b", "alice--x"]
+    for tag in carried:
+        assert not allowed("SubmitRole", action, resource, **job(tag)), tag
+    assert allowed("SubmitRole", action, resource.replace("bob--job-b", "alice--job-b"), **job("alice--job-b"))

@@ -125,7 +125,7 @@ def clients(url: str, region: str) -> dict:
     return {name: boto3.client(name, **kw) for name in ("cloudformation", "s3", "sagemaker", "ec2", "efs", "fsx")}
 
 
-VALUES_SET = ("REGION", "ZONE1", "ZONE2", "ZONE3", "BUCKET", "DATA")
+VALUES_SET = ("REGION", "ZONE1", "ZONE2", "ZONE3", "BUCKET", "DATA", "ME")
 #: (region, zone ids 1-3 as the page takes them, the names moto gives them, zones, a default region or None)
 REGIONS = {
     "us-west-2": (("usw2-az1", "usw2-az2", "usw2-az3"), ("us-west-2b", "us-west-2a", "us-west-2c"), 2, None),
@@ -178,7 +178,7 @@ def test_the_walkthrough_on_another_account(patched_moto, region, tmp_path):
     request = json.loads(dry[dry.index("{"):dry.rindex("}") + 1])["CreateTrainingJob"]
     assert check_request("sagemaker", "CreateTrainingJob", request) == ()
     name = request["TrainingJobName"]
-    assert re.fullmatch(r"maskrcnn-r50-fpn-1x-\d{8}-\d{6}", name)
+    assert re.fullmatch(r"alice--maskrcnn-r50-fpn-1x-\d{8}-\d{6}", name)
     assert request["AlgorithmSpecification"]["TrainingImage"] == \
         f"{ACCOUNT}.dkr.ecr.{region}.amazonaws.com/mpirun-kit:0.1.0"
     assert request["RoleArn"].startswith(f"arn:aws:iam::{ACCOUNT}:role/")

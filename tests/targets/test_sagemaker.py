@@ -361,6 +361,10 @@ PER_JOB = (SPEC.replace("s3: s3://bucket/extra", "s3: s3://bucket/mpirun-kit/key
 
 def moto_aws(url):
     def make(service, region, credentials=None):
+        if credentials is not None and not isinstance(credentials, dict):  # submit_credentials' renewing ones
+            frozen = credentials.get_frozen_credentials()
+            credentials = {"AccessKeyId": frozen.access_key, "SecretAccessKey": frozen.secret_key,
+                           "SessionToken": frozen.token}
         kw = {} if credentials is None else {"aws_access_key_id": credentials["AccessKeyId"],
                                              "aws_secret_access_key": credentials["SecretAccessKey"],
                                              "aws_session_token": credentials["SessionToken"]}
@@ -394,16 +398,39 @@ def test_submit_makes_the_jobs_keys_under_its_own_prefix_and_removes_them_after(
     assert _keys(s3, "mrcnn-b") == [] and _keys(s3, "mrcnn-a") != []
 
 
-def test_a_prestaged_secret_is_used_and_left_alone(moto):
+def test_a_secret_submit_did_not_make_is_refused_and_left_alone(moto):
+    """Issue 37, finding 1: an object planted under a job's key prefix before its owner's submit was used as
+    "pre-staged"; now the put is conditional (IfNoneMatch, which the moto server enforces) and the job is not
+    created."""
     aws = moto_aws(moto)
     s3 = aws("s3", "us-west-2")
     s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
-    s3.put_object(Bucket="bucket", Key="mpirun-kit/keys/mrcnn-p/job-secret", Body=b"staged")
+    s3.put_object(Bucket="bucket", Key="mpirun-kit/keys/mrcnn-p/job-secret", Body=b"planted")
     out = io.StringIO()
     dry = T.dryrun(compiled(PER_JOB), job_name="mrcnn-p")
-    assert T.run(dry, wait=True, clients=moto_clients(moto), aws=aws, out=out, clock=FakeClock()) == 0
-    assert "job secret pre-staged at s3://bucket/mpirun-kit/keys/mrcnn-p/job-secret" in out.getvalue()
-    assert s3.get_object(Bucket="bucket", Key="mpirun-kit/keys/mrcnn-p/job-secret")["Body"].read() == b"staged"
+    with pytest.raises(ClusterError, match=r"a job secret already exists at s3://bucket/mpirun-kit/keys/mrcnn-p/"
+                                           r"job-secret and this submit did not make it: job mrcnn-p was not "
+                                           r"created\..*choose another --job-name.*aws s3 rm"):
+        T.run(dry, wait=True, clients=moto_clients(moto), aws=aws, out=out, clock=FakeClock())
+    assert s3.get_object(Bucket="bucket", Key="mpirun-kit/keys/mrcnn-p/job-secret")["Body"].read() == b"planted"
+    sm = moto_clients(moto)("us-west-2")[0]
+    assert sm.list_training_jobs()["TrainingJobSummaries"] == []
+
+
+@pytest.mark.parametrize("name", ["mrcnn-t", "Alice--mrcnn", "alice--Mrcnn", "alice-mrcnn", "alice---mrcnn"])
+def test_with_a_submit_role_a_name_without_its_owner_is_refused_before_aws(name):
+    """Issue 37, findings 1 and 8: the trust admits only <mpirun-kit-user>--<name> in lower case; the refusal
+    comes before AssumeRole (no client is made)."""
+    text = PER_JOB.replace("    tags: {team: vision}\n", "    tags: {team: vision}\n"
+                           "    submit_role: arn:aws:iam::123456789012:role/mrk-submit\n")
+    dry = T.dryrun(compiled(text), job_name=name)
+
+    def no_aws(*a, **k):
+        raise AssertionError("nothing may reach AWS")
+    with pytest.raises(SpecError, match=rf"job name '{re.escape(name)}': the submit role arn:aws:iam::123456789012:"
+                                        r"role/mrk-submit .* begin with their own IAM principal tag mpirun-kit-user "
+                                        r"and '--'.*--job-name YOURTAG--"):
+        T.run(dry, aws=no_aws, clients=no_aws, out=io.StringIO())
 
 
 def test_keys_are_removed_when_the_job_is_refused():
@@ -411,11 +438,8 @@ def test_keys_are_removed_when_the_job_is_refused():
     calls = []
 
     class S3:
-        def head_object(self, **kw):
-            from botocore.exceptions import ClientError
-            raise ClientError({"Error": {"Code": "404"}}, "HeadObject")
-
         def put_object(self, **kw):
+            assert kw["IfNoneMatch"] == "*"
             calls.append(("put", kw["Key"]))
 
         def delete_object(self, **kw):
@@ -482,9 +506,9 @@ def test_submit_role_session_is_tagged_with_the_job_name(moto):
                 return real(**kw)
             client.assume_role = assume_role
         return client
-    dry = T.dryrun(compiled(text), job_name="mrcnn-t")
+    dry = T.dryrun(compiled(text), job_name="alice--mrcnn-t")
     assert dry.request.CreateTrainingJob["SessionChainingConfig"] == {"EnableSessionTagChaining": True}
     assert T.run(dry, aws=spy, out=io.StringIO(), keep_keys=True) == 0
-    assert seen[:2] == [("sts", False), [{"Key": "mpirun-kit-job", "Value": "mrcnn-t"}]]
+    assert seen[:2] == [("sts", False), [{"Key": "mpirun-kit-job", "Value": "alice--mrcnn-t"}]]
     assert ("sagemaker", True) in seen and ("s3", True) in seen
     assert "SessionChainingConfig" not in T.dryrun(compiled(PER_JOB), job_name="x").request.CreateTrainingJob
