@@ -7,6 +7,13 @@ and start time, so a reused pid is never taken for it; ``running``; the result),
 the lifecycle verbs.  Several processes use the store at once (two submits, a detached
 supervisor, a ``cancel``): every write is one short transaction and SQLite's own lock
 serialises them (``timeout`` below bounds the wait for it).
+
+Another user of the host must not be able to change a job (issue #39): the state directory and ``jobs.db``
+are refused when another user owns or can write them, and each run directory is made 0700 and refused,
+before anything is written in it, when it or a directory above it could be swapped (core/private.py).  A
+record's supervisor is taken to be the process it names only when that process proves it is
+(``supervisor_problem``: start time, owner and command line), so a record can never make ``cancel`` signal
+a stranger.
 """
 from __future__ import annotations
 
@@ -18,11 +25,13 @@ import pwd
 import re
 import secrets
 import sqlite3
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..core.private import make_private, make_private_dir, owner
 from ..errors import NoSuchJobError, SpecError
 
 #: seconds a write waits for another process's transaction (SQLite's busy timeout).
@@ -128,6 +137,54 @@ def process_start(pid: int) -> int | None:
     return int(fields[19]) if len(fields) > 19 else None
 
 
+def process_uid(pid: int) -> int | None:
+    """The real uid of process ``pid`` (/proc/PID/status), None when there is no such process."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def process_argv(pid: int) -> list[str]:
+    """The command line of process ``pid`` ([] when there is none or it cannot be read)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def is_mpirun_kit(argv: list[str]) -> bool:
+    """The command line is mpirun_kit's own (``mpirun_kit ...`` or ``python -m mpirun_kit.cli.main ...``): a
+    job's supervisor is always one (submit, or its detached copy run-detached)."""
+    return any(a == "mpirun_kit" or a.startswith("mpirun_kit.") or os.path.basename(a) == "mpirun_kit"
+               for a in argv[:4])
+
+
+#: ``supervisor_problem``'s first value: the process is gone, or is another user's, or is no supervisor.
+GONE, OTHER_USER, NOT_SUPERVISOR = "gone", "other-user", "not-supervisor"
+
+
+def supervisor_problem(pid: int | None, start: int | None) -> tuple[str, str] | None:
+    """None when process ``pid`` is the job's live supervisor: the start time recorded (a reused pid is not
+    it), this user's process, and an mpirun_kit command; else (GONE | OTHER_USER | NOT_SUPERVISOR, why).
+    ``cancel`` signals only a process that passes (a record could name any pid of the host)."""
+    if pid is None or start is None or process_start(pid) != start:
+        return GONE, f"its supervisor (pid {pid}) is gone"
+    uid = process_uid(pid)
+    if uid is None:
+        return GONE, f"its supervisor (pid {pid}) is gone"
+    if uid != os.geteuid():
+        return OTHER_USER, (f"its supervisor (pid {pid}) runs as {owner(uid)}, not as you ({owner(os.geteuid())}): "
+                            f"only that user can cancel it")
+    if not is_mpirun_kit(process_argv(pid)):
+        return NOT_SUPERVISOR, (f"the record names pid {pid}, which is not an mpirun_kit process "
+                                f"({' '.join(process_argv(pid))[:80]!r}): its supervisor is gone")
+    return None
+
+
 def make_job_id(name: str) -> str:
     """``NAME-xxxxxx``: the spec's name (lowercase letters, digits, hyphens; at most 40) and 6 random hex digits."""
     slug = _SLUG.sub("-", name.lower()).strip("-")[:40] or "job"
@@ -140,10 +197,30 @@ class RecordStore:
     def __init__(self, state_dir: str | os.PathLike):
         self.dir = Path(state_dir)
         self.db = self.dir / DB_FILE
+        self._checked = False
+
+    def _check(self) -> None:
+        """The state directory made (0700) and, with ``jobs.db``, refused when another user owns or can write it:
+        whoever can change the records decides what ``cancel`` signals and what ``run-detached`` runs."""
+        why = make_private(self.dir, exist_ok=True)
+        if not why:
+            try:
+                st = os.lstat(self.db)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022):
+                why = (f"{self.db} is {'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'a file'} of "
+                       f"{owner(st.st_uid)} with mode {stat.S_IMODE(st.st_mode):o}")
+        if why:
+            raise SpecError(f"job records: {self.dir} is refused: {why}, so another user could change your job "
+                            f"records; set --state-dir or MPIRUN_KIT_STATE_DIR to a directory of your own that only "
+                            f"you can write (the default is ~/.local/state/mpirun_kit)")
+        self._checked = True
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not self._checked:
+                self._check()
             con = sqlite3.connect(self.db, timeout=LOCK_WAIT_S, isolation_level=None)
             con.execute("CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, "
                         + ", ".join(c for c in _COLUMNS if c != "job_id") + ")")  # no type: values keep theirs
@@ -163,9 +240,10 @@ class RecordStore:
             job_id = make_job_id(name)
             run_dir = None
             if runs_root is not None:
-                run_dir = Path(runs_root).resolve() / job_id
+                run_dir = Path(os.path.abspath(runs_root)) / job_id
                 try:
-                    run_dir.mkdir(parents=True, exist_ok=False)
+                    # 0700, refused before anything is written when another user could swap it (issue #39)
+                    make_private_dir(run_dir, "run directory")
                 except FileExistsError:
                     continue   # a directory left by another store, or a collision: never reuse it
             rec = JobRecord(job_id, name, target, spec=spec, run_dir=str(run_dir) if run_dir else None,

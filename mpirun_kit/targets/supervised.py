@@ -21,9 +21,10 @@ import signal
 from typing import Iterator
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
-from ..errors import ClusterError, ExitCode
+from ..core.private import open_private, read_private
+from ..errors import ClusterError, ExitCode, SpecError
 from ..exec.supervisor import stop_process
-from ..records import JobRecord, JobState, process_start
+from ..records import OTHER_USER, JobRecord, JobState, supervisor_problem
 from .base import JobStatus
 
 #: seconds past the job's grace period a supervisor may take to stop its job (the launcher's report, a sim
@@ -35,11 +36,9 @@ FOLLOW_POLL_S = 0.2
 
 
 def supervisor_alive(record: JobRecord) -> bool:
-    """The process recorded as the job's supervisor still runs (same pid, same start time)."""
-    if record.supervisor_pid is None:
-        return False
-    start = process_start(record.supervisor_pid)
-    return start is not None and start == record.supervisor_start
+    """The process recorded as the job's supervisor still runs (same pid, same start time) and proves it is one:
+    this user's mpirun_kit process (records.supervisor_problem: a record may name any pid of the host)."""
+    return supervisor_problem(record.supervisor_pid, record.supervisor_start) is None
 
 
 def state_of(exit_code: int, *, cancelled: bool) -> JobState:
@@ -56,7 +55,8 @@ def read_result(record: JobRecord) -> dict | None:
     if record.run_dir is None:
         return None
     try:
-        return json.loads(record.path("result").read_text())
+        # never through a link, only a file of this user's (core/private.py): else the status shown is forged
+        return json.loads(read_private(record.path("result"), "job's result"))
     except (OSError, ValueError):
         return None
 
@@ -89,7 +89,10 @@ def status_of(record: JobRecord, state: JobState, **result) -> JobStatus:
 def cancel(record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
     """SIGTERM to the job's supervisor, which stops the job on every host; SIGKILL to its process group if it
     is still there ``grace_s + CANCEL_MARGIN_S`` later.  Returns the job's status once the supervisor is gone."""
-    if record.state.terminal or not supervisor_alive(record):
+    problem = None if record.state.terminal else supervisor_problem(record.supervisor_pid, record.supervisor_start)
+    if problem and problem[0] == OTHER_USER:   # another user's job: say so, signal nothing
+        raise SpecError(f"job {record.job_id}: {problem[1]}")
+    if record.state.terminal or problem:
         return describe(record)
     pid = record.supervisor_pid
     grace = float(record.details.get("grace_s") or DEFAULT_GRACE_S)
@@ -139,7 +142,7 @@ def logs(record: JobRecord, *, rank: int | None = None, follow: bool = False,
     while True:
         running = follow and supervisor_alive(record) and not record.state.terminal
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(open_private(path, "job's output"), "rb") as f:   # no link, only this user's file
                 f.seek(pos)
                 chunk = f.read()
         except FileNotFoundError:
