@@ -118,6 +118,67 @@ def check_spec(job: S.JobSpec, pos: dict | None = None) -> list[Finding]:
     if job.retries and target == "ssh":
         add(("retries",), "retries are supported by targets local, sim and sagemaker; set 0 for ssh")
     out.extend(_check_macros(job, pos))
+    out.extend(Finding(line_of(pos, path), render_path(path), msg) for path, msg in string_problems(job))
+    return out
+
+
+#: the kernel's limit on one argument or environment string, NUL included (MAX_ARG_STRLEN: 32 pages of 4 KiB).
+MAX_ARG_STRLEN = 131072
+#: fields whose strings may span lines (a ``python -c`` program, a description, a multi-line env value): a tab
+#: and a newline belong there; every other string of a spec is one line without control characters.
+_MULTILINE = {("description",), ("program", "command"), ("program", "args"), ("env",), ("hyperparameters",)}
+
+
+def _spec_strings(value, path: Path_) -> Iterable[tuple[Path_, str, bool]]:
+    """Every string of a spec dataclass as (key path, text, is a pair's name), data channels by their name."""
+    import dataclasses
+
+    if isinstance(value, str):
+        yield path, value, False
+    elif dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            if f.name != "source":
+                yield from _spec_strings(getattr(value, f.name), path + (f.name,))
+    elif isinstance(value, tuple):
+        for i, v in enumerate(value):
+            if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):   # Pairs: (name, value)
+                yield path + (v[0],), v[0], True
+                yield from _spec_strings(v[1], path + (v[0],))
+            else:
+                yield from _spec_strings(v, path + (getattr(v, "name", i),))
+
+
+def string_problems(job: S.JobSpec) -> list[tuple[Path_, str]]:
+    """(key path, why) for each string that could break out of the argv or script it reaches: a NUL anywhere
+    (no argv or environment can hold one), a control character in a one-line value (a newline in an #SBATCH
+    value starts a shell line of the batch script; a trailing one passes a pattern ending in ``$``), an
+    environment string or argument longer than the kernel passes.  compile.py asks again once
+    ``${stack:...}`` outputs are in."""
+    out = []
+    for path, text, is_name in _spec_strings(job, ()):
+        multiline = not is_name and any(path[:len(m)] == m for m in _MULTILINE)
+        bad = next((i for i, c in enumerate(text) if (ord(c) < 32 or ord(c) == 127)
+                    and not (multiline and c in "\t\n")), None)
+        if bad is not None:
+            c = text[bad]
+            name = {"\0": "a NUL character (\\0)", "\n": "a newline (\\n)", "\r": "a carriage return (\\r)",
+                    "\t": "a tab (\\t)"}.get(c, f"a control character ({c!r})")
+            where = "a name" if is_name else "this value"
+            allowed = "" if c == "\0" or not multiline else " (a tab or newline may be; no other control character)"
+            out.append((path, f"holds {name} at character {bad + 1}; {where} must be text without control "
+                              f"characters{allowed}: a NUL cannot reach a program, and a line break or other control "
+                              "character could start a new line of the script or command it goes into"))
+            continue
+        if path[:1] == ("env",) and not is_name:
+            size = len(f"{path[1]}={text}".encode()) + 1
+        elif path[:2] in (("program", "args"), ("program", "command")):
+            size = len(text.encode()) + 1
+        else:
+            continue
+        if size > MAX_ARG_STRLEN:
+            out.append((path, f"is {size} bytes {'as NAME=VALUE ' if path[0] == 'env' else ''}(with its NUL); the "
+                              f"kernel passes at most {MAX_ARG_STRLEN} bytes per argument or environment string "
+                              "(MAX_ARG_STRLEN): put the value in a file and pass its path"))
     return out
 
 

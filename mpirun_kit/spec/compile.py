@@ -252,6 +252,13 @@ def compile_job(job: S.JobSpec, *, python: str = "python3", resolver: StackResol
         SpecError: unresolved stack outputs, or an inconsistency found after resolution.
     """
     job = resolve_stack_refs(job, resolver)
+    from .checks import string_problems
+    from .findings import render_path
+
+    bad = string_problems(job)   # a stack output can fill any string: it must not break out either (issue #39)
+    if bad:
+        raise SpecError(f"{job.source}: with its ${{stack:...}} outputs put in, "
+                        + "; ".join(f"{render_path(p)}: {why}" for p, why in bad))
     warnings: list[str] = []
     itype = job.resources.instance_type
     table_gpus = presets.gpus_for_instance(itype) if itype else None
