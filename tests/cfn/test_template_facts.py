@@ -121,7 +121,8 @@ def test_the_role_scopes_each_job_to_its_own_prefix_by_session_tag():
     assert sts["ReadWriteOwnJob"]["Resource"]["Fn::Sub"].endswith(f"/${{Prefix}}/jobs/{tag}/*")
     assert not any(str(st.get("Resource", "")).endswith("/${Prefix}/*'}") for st in sts.values())
     trust = _t("sagemaker-role.yaml").resources["ExecutionRole"]["Properties"]["AssumeRolePolicyDocument"]
-    (t,) = trust["Statement"]
+    t, alphabet = trust["Statement"]   # the Allow, and the Deny of tags outside the job-name alphabet (issue 37)
+    assert (alphabet["Sid"], alphabet["Effect"]) == ("JobNameAlphabet", "Deny")
     assert t["Action"] == ["sts:AssumeRole", "sts:TagSession"]
     assert t["Condition"]["ArnLike"]["aws:SourceArn"] == {
         "Fn::Sub": "arn:${AWS::Partition}:sagemaker:${AWS::Region}:${AWS::AccountId}:training-job/*"}
@@ -141,3 +142,20 @@ def test_inter_container_encryption_is_off_and_explained():
     assert build_request(compiled, "j-1")["EnableInterContainerTrafficEncryption"] is False
     threat = (REPO / "docs" / "threat-model.md").read_text()
     assert "**Inter-container traffic encryption is off**" in threat and "IPsec" in threat
+
+
+def test_fsx_refuses_a_link_that_covers_the_secrets_and_checkpoints():
+    """Issue 37, finding 3: the template accepted S3DataPath=s3://BUCKET/mpirun-kit, which covers every
+    job's keys/ and jobs/; only `plan` refused it, so a stack deployed by hand linked every secret to every
+    host that mounts the file system.  The refusal is in the template (AllowedPattern, which CloudFormation
+    applies and `stack deploy` checks locally)."""
+    import re
+
+    pattern = re.compile(_t("fsx.yaml").parameter("S3DataPath").allowed_pattern)
+    for covering in ("s3://mrk-data/mpirun-kit", "s3://mrk-data/mpirun-kit/", "s3://mrk-data/mpirun-kit/keys",
+                     "s3://mrk-data/mpirun-kit/keys/alice--x/", "s3://mrk-data/mpirun-kit/jobs", "s3://mrk-data/mpirun-kit/jobs/a/checkpoints",
+                     "s3://mrk-data/teams/vision/keys/", "s3://mrk-data/teams/vision/jobs", "s3://mrk-data/keys", "s3://mrk-data/jobs/x"):
+        assert not pattern.fullmatch(covering), covering
+    for ok in ("s3://mrk-data/datasets", "s3://mrk-data/mpirun-kit/data", "s3://mrk-data/mpirun-kit/data/coco/", "s3://mrk-data/mpirun-kitten",
+               "s3://mrk-data/datasets/monkeys", "s3://mrk-data/datasets/jobs-2024"):
+        assert pattern.fullmatch(ok), ok

@@ -341,3 +341,14 @@ def test_stack_down_refuses_while_training_jobs_run_in_its_subnets(cli, cf, ec2,
         "(`mpirun_kit stop NAME`), or pass --force")
     assert [s["StackName"] for s in cf.list_stacks(StackStatusFilter=["CREATE_COMPLETE"])["StackSummaries"]] == \
         ["mrk-vpc"]
+
+
+@pytest.mark.parametrize("link", ["s3://team-bucket/mpirun-kit", "s3://team-bucket/mpirun-kit/keys/"])
+def test_deploy_refuses_an_fsx_link_over_the_secrets_before_any_call(cli, cf, on_moto, link):
+    """Issue 37, finding 3: `stack deploy` checks the template's refusal before calling AWS (no stack)."""
+    r = cli("stack", "deploy", "mrk-fsx", "--template", "cfn/fsx.yaml", "--param", "SubnetId=subnet-0123",
+            "--param", "SecurityGroupId=sg-0123", "--param", f"S3DataPath={link}", "--yes", *FAST)
+    assert r.rc == 64, r.err
+    assert f"parameter S3DataPath='{link}' does not match AllowedPattern" in r.err
+    assert "never the role stack's keys/ or jobs/" in r.err
+    assert cf.list_stacks()["StackSummaries"] == []
