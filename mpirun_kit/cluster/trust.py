@@ -47,13 +47,33 @@ def _refuse(path: Path, what: str, target: Path, why: str, is_dir: bool) -> Spec
         f"in directories no one else can write: remove it and write it again yourself, or {fix}")
 
 
+def _refuse_links(path: Path, what: str) -> Path:
+    """A symbolic link on the way to ``path`` (``path`` itself included) is read as its owner points it: only this
+    user's or root's are followed (os.stat sees through them).  Returns the absolute path.
+
+    Raises:
+        SpecError: one is another user's.
+    """
+    full = Path(os.path.abspath(path))
+    for d in (full, *full.parents):
+        try:
+            st = os.lstat(d)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (os.geteuid(), 0):
+            raise _refuse(Path(path), what, d, f"a symbolic link of {_owner(st.st_uid)}", True)
+    return full
+
+
 def check_ancestors(path: Path, what: str) -> None:
-    """Every directory above ``path`` must be this user's or root's and writable by no one else (sticky ok).
+    """Every directory above ``path`` must be this user's or root's and writable by no one else (sticky ok), and
+    every symbolic link on the way to it (``path`` itself included) this user's or root's.
 
     Raises:
         SpecError: one is not; the message names it, its owner and mode, and the remedy.
     """
-    for d in Path(os.path.abspath(path)).parents:
+    full = _refuse_links(path, what)
+    for d in (*full.parents, *Path(os.path.realpath(path)).parents):
         try:
             st = os.stat(d)
         except OSError:
@@ -71,6 +91,7 @@ def read_plan_input(path: Path, what: str) -> str:
         SpecError: another user could have written it.
     """
     path = Path(path)
+    _refuse_links(path, what)   # before the open: a link of another user's is never followed
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
