@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -125,6 +126,19 @@ class Machine:
         from .probe import detect_efa
 
         return self._once("efa", lambda: detect_efa(self._sys, run=self._run))
+
+    def library_cache(self) -> str:
+        """The dynamic loader's cache, ``ldconfig -p`` through the runner (the doctor's library facts); empty
+        where ldconfig is missing, hangs or cannot run (the doctor then sees only LD_LIBRARY_PATH's libraries)."""
+
+        def read() -> str:
+            ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+            try:
+                return self._run([ldconfig, "-p"])
+            except (OSError, TimeoutError):
+                return ""
+
+        return self._once("library_cache", read)
 
     def cpu_count(self) -> int:
         return os.cpu_count() or 1

@@ -24,8 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..core.programs import cli_argv
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, MpirunKitError, SpecError
+from ..exec.command import spawn
 from ..workloads import allreduce as ar
 from .checks import AllreduceResult, Check, Expectations, check_allreduce, check_cluster, check_host
 from .facts import HostFacts
@@ -98,7 +100,7 @@ class DoctorRequest:
         return self.python if host == self.local_host else (self.remote_python or self.python)
 
     def gather_argv(self, host: str) -> list[str]:
-        argv = [self.python_on(host), "-m", "mpirun_kit.cli.main", "doctor", "--gather-only", "--as-host", host,
+        argv = [*cli_argv(self.python_on(host)), "doctor", "--gather-only", "--as-host", host,
                 "--hosts", ",".join(self.hosts), "--ssh-dir", self.ssh_dir, "--ssh-port", str(self.ssh_port)]
         for m in self.mounts:
             argv += ["--mount", m]
@@ -171,8 +173,7 @@ Starter = Callable[[DoctorRequest, str, list[str]], object]
 
 def _start(req: DoctorRequest, host: str, argv: list[str]):
     if host == req.local_host:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        return spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     from ..exec.remote import bounded, start_remote
 
     # the host ends the gather itself past the doctor's deadline (a root login's session would not)

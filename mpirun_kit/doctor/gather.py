@@ -20,7 +20,6 @@ import re
 import shutil
 import socket
 import stat
-import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -143,15 +142,10 @@ def _gpu_facts(sys_root: Path, nvml) -> tuple[str, tuple[GpuFact, ...]]:
         nvml.nvmlShutdown()
 
 
-def _library_paths(environ: Mapping[str, str]) -> list[str]:
-    """Where the loader and torch find libraries: ldconfig's cache, LD_LIBRARY_PATH, pip NVIDIA wheels."""
-    paths: list[str] = []
-    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
-    try:
-        out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=10, check=False).stdout
-        paths += parse_ldconfig(out)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.debug("ldconfig -p failed: %s", exc)
+def _library_paths(environ: Mapping[str, str], library_cache: str) -> list[str]:
+    """Where the loader and torch find libraries: ldconfig's cache (``Machine.library_cache``'s text),
+    LD_LIBRARY_PATH, pip NVIDIA wheels."""
+    paths: list[str] = list(parse_ldconfig(library_cache))
     dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
     dirs += ["/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "/opt/amazon/ofi-nccl/lib", "/opt/amazon/efa/lib"]
     # torch from pip loads NCCL from the nvidia-nccl wheel by rpath, not through ldconfig.
@@ -241,12 +235,14 @@ def gather_host(host: str, *, peers: Sequence[str] = (), mounts: Sequence[str] =
         nvml: the pynvml module (injected in tests); imported when None.
     """
     from ..spec.presets import STALE_ENV
-    from ..cluster.probe import detect_efa
+    from ..cluster.local import Machine
     from ..exec.command import command_runner
 
+    # This machine's commands (fi_info, ldconfig) are read through the one reader, cluster/local.Machine.
+    machine = Machine(command_runner(timeout_s=10.0, clock=clock), sys_root=sys_root)
     nvml_state, gpus = _gpu_facts(sys_root, nvml)
-    efa = detect_efa(sys_root, run=command_runner(timeout_s=10.0, clock=clock))
-    libs = _ofi_nccl_version(classify_libs(_library_paths(environ)), efa_manifest)
+    efa = machine.efa()
+    libs = _ofi_nccl_version(classify_libs(_library_paths(environ, machine.library_cache())), efa_manifest)
     if mounts:
         mount_facts = tuple(_mount(m, True) for m in mounts)
     else:

@@ -1,6 +1,15 @@
-"""Run a short command for its output: the one process runner that reading this machine is handed.
+"""The one process runner for commands (supervised jobs start through supervisor.py's ``start_process``).
 
-Place in the data flow: cluster/local.py (``Machine``) and cluster/probe.py read this machine's facts
+Every process mpirun_kit starts is started here or by the supervisor (tests/test_process_starts.py fails on
+a ``Popen``/``subprocess.run``/``os.system`` anywhere else):
+
+* ``run(argv, ...)``: a command to its end, for its exit code and output (``ip netns list``, ``sbatch``,
+  ``py-spy dump``, ``mount``), within a deadline on the injected clock; ``check`` raises on a failure.
+* ``spawn(argv, ...)``: a process this one talks to while it runs (the key hand-off's ssh sessions, a sim
+  host's command, the rank wrapper's ptracer), handed back as the ``Popen`` the caller reads and reaps.
+* ``run_for_output(argv)``: stdout and stderr together, cancellable: below.
+
+Place in the data flow of ``run_for_output``: cluster/local.py (``Machine``) and cluster/probe.py read this machine's facts
 (``mpirun --version``, ``fi_info -p efa``) but sit below exec/ in the layers, so they take the
 runner as an argument (``cluster.local.Runner``: argv -> combined output); the CLI and the
 entrypoint build it here with ``command_runner``.  Every run has a deadline on the injected clock
@@ -10,7 +19,8 @@ and may be cancelled (the entrypoint passes its SignalLatch): the child is kille
 from __future__ import annotations
 
 import subprocess
-from typing import Callable, Sequence
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 
@@ -22,6 +32,77 @@ POLL_S = 0.1
 
 class Cancelled(Exception):
     """``cancelled()`` was true while the command ran; it was killed."""
+
+
+@dataclass(frozen=True)
+class Completed:
+    """How ``run``'s command ended: its exit code (Popen's: -N for signal N) and its output (text, or bytes
+    with ``text=False``)."""
+
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str | bytes
+    stderr: str | bytes
+
+
+class CommandFailed(OSError):
+    """``run(..., check=True)``: the command exited non-zero; the ``Completed`` is ``.completed``."""
+
+    def __init__(self, completed: Completed):
+        err = completed.stderr if isinstance(completed.stderr, str) else completed.stderr.decode(errors="replace")
+        super().__init__(f"{' '.join(completed.argv)} exited with code {completed.returncode}: "
+                         f"{err.strip()[-400:] or 'no output on stderr'}")
+        self.completed = completed
+
+
+def spawn(argv: Sequence[str], **popen) -> subprocess.Popen:
+    """Start ``argv`` and hand back its ``Popen`` (``popen``: Popen's own arguments, pipes, env, session).
+
+    For a process the caller talks to while it runs; one run to its end is ``run``, a job under
+    supervision is supervisor.start_process.
+
+    Raises:
+        OSError: it cannot be started (FileNotFoundError: no such program).
+    """
+    return subprocess.Popen(list(argv), **popen)
+
+
+def run(argv: Sequence[str], *, input: str | bytes | None = None, timeout_s: float | None = COMMAND_TIMEOUT_S,
+        env: Mapping[str, str] | None = None, cwd: str | None = None, text: bool = True, check: bool = False,
+        stdout: int | None = subprocess.PIPE, stderr: int | None = subprocess.PIPE,
+        clock: Clock = SYSTEM_CLOCK) -> Completed:
+    """Run ``argv`` to its end: its exit code and output.
+
+    ``input`` goes to its stdin (otherwise stdin is /dev/null); ``stdout``/``stderr``: PIPE (captured, the
+    default), DEVNULL, or None (ours); ``timeout_s`` None: no deadline.
+
+    Raises:
+        FileNotFoundError: no such program (the caller names what to install).
+        OSError: it could not be started.
+        TimeoutError: it did not end within ``timeout_s`` on ``clock`` (killed).
+        CommandFailed: ``check`` and it exited non-zero.
+    """
+    kw = {"text": True, "errors": "replace"} if text else {}
+    proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                            stdout=stdout, stderr=stderr, env=dict(env) if env is not None else None, cwd=cwd, **kw)
+    deadline = Deadline(clock, timeout_s)
+    while True:
+        try:
+            # A kernel wait, not a sleep: the command's end is seen at once; a retry after a timeout keeps
+            # what was read and written so far (subprocess's documented contract).
+            out, err = proc.communicate(input, timeout=POLL_S if timeout_s is not None else None)
+            break
+        except subprocess.TimeoutExpired:
+            if deadline.expired():
+                proc.kill()
+                proc.communicate()
+                raise TimeoutError(f"{' '.join(argv)} did not end within {timeout_s:g} s (killed)") from None
+    empty = "" if text else b""
+    done = Completed(tuple(argv), proc.returncode, out if out is not None else empty,
+                     err if err is not None else empty)
+    if check and done.returncode != 0:
+        raise CommandFailed(done)
+    return done
 
 
 def run_for_output(argv: Sequence[str], *, timeout_s: float = COMMAND_TIMEOUT_S, cancelled: Callable[[], object] =

@@ -26,18 +26,14 @@ from __future__ import annotations
 
 import collections
 import enum
-import errno
 import logging
 import math
-import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import BinaryIO, Callable, Collection, Mapping, Protocol, Sequence
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
@@ -246,31 +242,6 @@ def supervise(argv: Sequence[str], cwd: str | None = None, *, deadline_s: float 
     if ended.stop is not None:
         return ended.stop.exit_code, ended.stop
     return exit_code_of(ended.returncode if ended.returncode is not None else -signal.SIGKILL), None
-
-
-#: a last resort where util-linux's setpriv is missing: pdeathsig.py run as a script sets the
-#: signal, checks the parent is still the one that started it, then execs the launcher.
-_PDEATHSIG_SCRIPT = str(Path(__file__).with_name("pdeathsig.py"))
-
-
-def with_parent_death_signal(argv: list[str], signum: int, path: str | None) -> list[str]:
-    """``argv`` run so that it gets ``signum`` when this process dies (PR_SET_PDEATHSIG).
-
-    Set by a tiny exec helper rather than a ``preexec_fn``: Python code between fork and
-    exec in a multi-threaded parent can deadlock (a lock held by another thread at fork).
-    ``setpriv --pdeathsig`` (util-linux, in every Debian/Ubuntu image) is a C binary that
-    costs ~1 ms; the Python helper is the fallback.  The launcher is looked up on PATH
-    first so a missing one still fails as an OSError, not as the helper's exit 127.
-
-    Raises:
-        FileNotFoundError: ``argv[0]`` is not found on ``path``.
-    """
-    if shutil.which(argv[0], path=path) is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-    setpriv = shutil.which("setpriv")
-    if setpriv is not None:
-        return [setpriv, "--pdeathsig", signal.Signals(signum).name, "--", *argv]
-    return [sys.executable, "-I", "-S", _PDEATHSIG_SCRIPT, str(int(signum)), str(os.getpid()), *argv]
 
 
 def _kill_after(drain: Deadline, grace_s: float) -> float:

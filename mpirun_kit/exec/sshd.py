@@ -21,6 +21,7 @@ from pathlib import Path
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, LaunchError, SpecError
 from .ssh import banner_probe
+from .supervisor import start_process
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def start_sshd(port: int = 22, config: str | None = None, timeout_s: float = 10.
             log.info("sshd: %s %s from %s kept (mpirun_kit's default would be %s)", key, ours,
                      config or DEFAULT_CONFIG, value)
     argv = sshd_argv(exe, port, config, config_text)
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    proc = start_process(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = Deadline(clock, timeout_s)
     while True:
         if proc.poll() is not None:

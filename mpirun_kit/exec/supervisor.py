@@ -43,6 +43,7 @@ from typing import Callable, Protocol, Sequence
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ExitCode
+from .pdeathsig import with_parent_death_signal
 
 #: how often the loop looks at the child (and at stop requests).
 TICK_S = 0.05
@@ -212,15 +213,13 @@ def start_process(argv: Sequence[str], *, env: dict | None = None, cwd: str | No
                   parent_death_signal: int | None = None, **popen) -> subprocess.Popen:
     """Start ``argv`` in its own session (process group), so a stop reaches all it starts and a terminal's
     signals reach only us (we forward them); with ``parent_death_signal``, it gets that signal if we die
-    (PR_SET_PDEATHSIG, process.with_parent_death_signal).
+    (PR_SET_PDEATHSIG, pdeathsig.with_parent_death_signal).
 
     Raises:
         OSError: it cannot be started (missing, not executable).
     """
     full = list(argv)
     if parent_death_signal is not None:
-        from .process import with_parent_death_signal
-
         # No env: the child inherits ours, and shutil.which searches our PATH (path=None) as exec will.
         full = with_parent_death_signal(full, parent_death_signal, env.get("PATH") if env is not None else None)
     # start_new_session is done by subprocess's C code, not a Python preexec_fn: nothing Python runs

@@ -169,11 +169,12 @@ def read_threads(pid: int, *, local_values: bool = False) -> tuple[list[dict], s
     return (threads, how) if threads else ([], f"{why}; {why_native}")
 
 
-def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -> tuple[list[dict], str]:
+def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool,
+                   clock: Clock = SYSTEM_CLOCK) -> tuple[list[dict], str]:
     """(threads with frames innermost first, how), or ([], why not).
 
     py-spy first; without it, the program's own faulthandler dump when it uses mpirun_kit.progress (Python
-    frames), else a native stack tool."""
+    frames), else a native stack tool; the wait for that dump (2 s) is on ``clock``."""
     pyspy = find_pyspy()
     if pyspy or not (stack_file and faulthandler_ready):
         threads, how = read_threads(pid)
@@ -187,12 +188,12 @@ def collect_stacks(pid: int, stack_file: str | None, faulthandler_ready: bool) -
         os.kill(pid, signal.SIGUSR1)
     except OSError as exc:
         return [], f"cannot signal the program ({exc.strerror})"
-    deadline = Deadline(SYSTEM_CLOCK, 2.0)
+    deadline = Deadline(clock, 2.0)
     while not deadline.expired():
-        SYSTEM_CLOCK.sleep(0.05)
+        clock.sleep(0.05)
         size = os.path.getsize(stack_file) if os.path.exists(stack_file) else 0
         if size > before:
-            SYSTEM_CLOCK.sleep(0.1)  # let faulthandler finish writing every thread
+            clock.sleep(0.1)  # let faulthandler finish writing every thread
             with open(stack_file, errors="replace") as f:
                 f.seek(before)
                 return _frames_from_faulthandler(f.read()), "faulthandler"
@@ -445,7 +446,7 @@ class Relay:
 
     def _dump(self) -> None:
         with self._ptrace:
-            threads, how = collect_stacks(self.pid, self.stack_file, self.faulthandler_ready)
+            threads, how = collect_stacks(self.pid, self.stack_file, self.faulthandler_ready, self.clock)
         reply = {"event": "stacks", "threads": threads, "how": how[:300]}
         while len(json.dumps(reply)) > MAX_LINE - 400 and any(t["frames"] for t in threads):
             for t in threads:

@@ -23,8 +23,9 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
+
+from ..exec.command import run
 
 #: how long one stack read may take.
 READ_TIMEOUT_S = 8.0
@@ -133,8 +134,8 @@ def find_tool(name: str, path_var: str) -> str | None:
 
 def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, errors="replace")
-    except subprocess.TimeoutExpired:
+        p = run(argv, timeout_s=timeout)
+    except TimeoutError:
         return -1, "", f"{os.path.basename(argv[0])} took longer than {timeout:g} s"
     except OSError as exc:
         return -1, "", f"{os.path.basename(argv[0])} failed: {exc.strerror}"

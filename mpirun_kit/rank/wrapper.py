@@ -43,6 +43,7 @@ import time
 from ..core.clock import SYSTEM_CLOCK, Deadline
 from ..exec.channel.keys import KEY_WAIT_S, take_rank_key, wait_siblings
 from ..exec.channel.rank_link import RankLink
+from ..exec.command import spawn
 from ..exec.pdeathsig import set_parent_death_signal
 from ..exec.signals import signal_name
 from ..plan.contract import PINNING_VAR, RESULT_ADDR_VAR, RUN_NONCE_VAR, local_size_text, rank_identity
@@ -205,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Under Yama's ptrace_scope 1 the relay's stack readers (this wrapper's children) may trace the program
         # only if it names this wrapper its tracer before exec (observe/ptracer.py); elsewhere it starts as is.
-        child = subprocess.Popen(ptracer.argv(argv, os.getpid(), ptracer.scope(), env.get("PATH", os.defpath)),
-                                 env=env, pass_fds=(progress_w,))
+        child = spawn(ptracer.argv(argv, os.getpid(), ptracer.scope(), env.get("PATH", os.defpath)),
+                      env=env, pass_fds=(progress_w,))
     except OSError as exc:
         return early_exit(127, f"cannot start {argv[0]!r}: {exc.strerror}")
     finally:

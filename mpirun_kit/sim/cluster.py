@@ -26,6 +26,8 @@ from typing import Callable, Mapping, Sequence
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, SpecError
 from ..core.files import write_atomic
+from ..exec.command import run as run_command, spawn
+from ..exec.supervisor import start_process
 from .layout import (HOST_IFNAME, HOST_OPT_ML, NETNS_PREFIX, SimHost, SimLayout, plan_layout, render_hosts_file,
                      render_known_hosts, render_resource_config, render_ssh_client_config,
                      render_sshd_config)
@@ -118,7 +120,7 @@ def sweep_orphans(report=None, clock: Clock = SYSTEM_CLOCK) -> list[str]:
 
 
 def _run(argv: Sequence[str]) -> None:
-    res = subprocess.run(list(argv), capture_output=True, text=True)
+    res = run_command(argv)
     if res.returncode != 0:
         raise SimError(f"`{' '.join(argv)}` failed (exit {res.returncode}): {res.stderr.strip()}")
 
@@ -128,12 +130,12 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def _netns_names() -> list[str]:
-    res = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    res = run_command(["ip", "netns", "list"])
     return [line.split()[0] for line in res.stdout.splitlines() if line.strip()]
 
 
 def _netns_pids(netns: str) -> list[int]:
-    res = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True)
+    res = run_command(["ip", "netns", "pids", netns])
     return [int(p) for p in res.stdout.split() if p.isdigit()]
 
 
@@ -151,7 +153,7 @@ def _kill_netns(names: Sequence[str], clock: Clock, timeout: float = 10.0) -> No
                 pass
     psutil.wait_procs(procs, timeout=timeout)
     for ns in names:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        run_command(["ip", "netns", "del", ns])
 
 
 def list_clusters() -> list[str]:
@@ -235,12 +237,13 @@ class SimProcess:
     host: str
     popen: subprocess.Popen
     log_path: Path | None = None
+    clock: Clock = SYSTEM_CLOCK     # the cluster's: waits for the program to appear take it
 
     @property
     def pid(self) -> int:
         """Pid (in the machine's PID namespace) of the program itself."""
         import psutil  # here, not at the top: submit imports this module for sweep_orphans alone
-        end = Deadline(SYSTEM_CLOCK, 5.0)
+        end = Deadline(self.clock, 5.0)
         while True:
             try:
                 kids = psutil.Process(self.popen.pid).children()
@@ -251,7 +254,7 @@ class SimProcess:
             if self.popen.poll() is not None or end.expired():
                 raise SimError(f"program on {self.host} is not running (nsenter exited "
                                f"{self.popen.returncode})")
-            SYSTEM_CLOCK.sleep(0.01)
+            self.clock.sleep(0.01)
 
     def send_signal(self, sig: int) -> None:
         os.kill(self.pid, sig)
@@ -420,11 +423,11 @@ class SimCluster:
             kwargs.setdefault("stderr", subprocess.STDOUT)
         kwargs.setdefault("stdin", subprocess.DEVNULL)
         try:
-            proc = subprocess.Popen(cmd, env=dict(env) if env is not None else self.default_env(), **kwargs)
+            proc = spawn(cmd, env=dict(env) if env is not None else self.default_env(), **kwargs)
         finally:
             if log_path is not None:
                 f.close()
-        return SimProcess(host=host, popen=proc, log_path=log_path)
+        return SimProcess(host=host, popen=proc, log_path=log_path, clock=self.clock)
 
     def run(self, host: str, argv: Sequence[str], env: Mapping[str, str] | None = None,
             timeout: float = 60.0) -> subprocess.CompletedProcess:
@@ -591,13 +594,13 @@ class SimCluster:
         if self.owner is not None:
             # The owner's death SIGKILLs unshare (ip execs it), whose --kill-child SIGKILLs the host's PID 1,
             # and with it every process of the host: nothing of a job runs on once its submit is gone.
-            from ..exec.process import with_parent_death_signal
-
-            argv = with_parent_death_signal(argv, signal.SIGKILL, self._init_env()["PATH"])
+            death = signal.SIGKILL
+        else:
+            death = None
         logf = open(h.dir / "hostinit.log", "wb")
         try:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env=self._init_env())
+            return start_process(argv, env=self._init_env(), parent_death_signal=death, stdin=subprocess.DEVNULL,
+                                 stdout=logf, stderr=subprocess.STDOUT)
         finally:
             logf.close()
 

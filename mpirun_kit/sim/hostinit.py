@@ -24,10 +24,11 @@ import sys
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..core.files import write_atomic
+from ..exec.command import run, spawn
 
 
 def _mount(*argv: str) -> None:
-    subprocess.run(["mount", *argv], check=True)
+    run(["mount", *argv], check=True)   # CommandFailed (an OSError) names the mount and its stderr
 
 
 def _wait_listening(address: str, port: int, timeout: float, clock: Clock = SYSTEM_CLOCK) -> bool:
@@ -54,8 +55,7 @@ def setup(cfg: dict) -> int | None:
     if not cfg.get("start_sshd", True):
         return None
     log = open(cfg["sshd_log"], "ab")
-    proc = subprocess.Popen([cfg["sshd"], "-D", "-e", "-f", cfg["sshd_config"]],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    proc = spawn([cfg["sshd"], "-D", "-e", "-f", cfg["sshd_config"]], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     return proc.pid
 
 

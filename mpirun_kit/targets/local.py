@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..core.programs import cli_argv
 from ..errors import CannotStartError, ExitCode
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..exec.process import supervise
@@ -100,7 +101,7 @@ def dryrun(compiled: CompiledJob, *, run_dir: Path, python: str, result_port: in
     """
     slots = compiled.hosts[0].slots
     spec_path = Path(run_dir) / SPEC_FILE
-    argv = [python, "-m", "mpirun_kit.cli.main", "launch", "--hosts", f"localhost:{slots}",
+    argv = [*cli_argv(python), "launch", "--hosts", f"localhost:{slots}",
             "--spec", str(spec_path), "--opt-ml", str(run_dir)] + (["-v"] if verbose else ["-q"] if quiet else [])
     # A port per run: two local jobs (or a job and a test) must not share a result channel.
     spec = dataclasses.replace(compiled.launch, result_port=result_port)

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..core.programs import cli_argv
 from ..core import verbosity
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..errors import ClusterError, ExitCode, SpecError
@@ -463,7 +464,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
                                  # mpirun inside the allocation: the batch step's own allocation reaches it.
                                  env_forward=tuple(dict.fromkeys((*compiled.launch.env_forward, *ALLOCATION_VARS)))
                                  if s.launch == "mpirun" else compiled.launch.env_forward)
-    entry = [python, "-m", "mpirun_kit.cli.main", "entrypoint", *verbosity.entrypoint_flags(verbose, quiet),
+    entry = [*cli_argv(python), "entrypoint", *verbosity.entrypoint_flags(verbose, quiet),
              "--no-sshd", "--spec", f"{run_dir}/launch-spec.json", "--secret-file", f"{run_dir}/job-secret",
              "--job", compiled.job.name]
     nodes = len(compiled.hosts)
@@ -593,12 +594,14 @@ class LocalRunner(Runner):
     """sbatch on this machine's PATH (a login node)."""
 
     def run(self, argv, *, input=None, timeout=60.0):
+        from ..exec.command import run
+
         try:
-            res = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+            res = run(argv, input=input, timeout_s=timeout)
         except FileNotFoundError as exc:
             raise ClusterError(f"{argv[0]} not found: run submit on a Slurm login node, or set target.slurm.login "
                                "(user@host) or target.slurm.sim") from exc
-        except subprocess.TimeoutExpired as exc:
+        except TimeoutError as exc:
             raise ClusterError(f"`{shlex.join(argv[:4])}` gave no answer within {timeout:g} s; is slurmctld up?") from exc
         return res.returncode, res.stdout, res.stderr
 

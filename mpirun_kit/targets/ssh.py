@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core.programs import cli_argv
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import copy_prefixed
 # ssh sessions and the work on every host at once: exec/remote.py (paramiko, host keys verified).
@@ -124,7 +125,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
     hostfile = "".join(f"{h.name} slots={h.slots}\n" for h in compiled.hosts)
     commands = {}
     for h in compiled.hosts:
-        argv = [s.python, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile",
+        argv = [*cli_argv(s.python), "entrypoint", "--no-sshd", "--hostfile",
                 f"{workdir}/hostfile", "--current-host", h.name, "--spec", f"{workdir}/launch-spec.json",
                 "--opt-ml", f"{workdir}/{h.name}", *verbosity.entrypoint_flags(verbose, quiet)]
         # remote_host start records the entrypoint's pid (it execs it) so a cancel signals exactly that process,

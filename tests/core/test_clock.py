@@ -1,5 +1,7 @@
 """core/clock.py: every wait takes the injected clock.  Nothing in the package calls ``time.sleep`` or reads
-``time.monotonic`` but the clock itself (issue 31 item 3); the allow-list says why for each other file."""
+``time.monotonic`` but the clock itself (issue 31 item 3); the allow-list says why for each other file.  Nor
+does a wait name the real clock where it should take the injected one (``SYSTEM_CLOCK.sleep``,
+``Deadline(SYSTEM_CLOCK, ...)``: issue 38 item 4): SYSTEM_CLOCK is only a default, handed in from the top."""
 from __future__ import annotations
 
 import ast
@@ -31,7 +33,17 @@ def direct_clock_uses(source: str) -> list[str]:
     found += [f"line {n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
               if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in aliases
               and n.attr in DIRECT]
+    found += [f"line {n.lineno}: SYSTEM_CLOCK.{n.attr}" for n in ast.walk(tree)
+              if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "SYSTEM_CLOCK"
+              and n.attr in DIRECT]
+    found += [f"line {n.lineno}: Deadline(SYSTEM_CLOCK, ...)" for n in ast.walk(tree)
+              if isinstance(n, ast.Call) and _name(n.func) in ("Deadline", "Backoff") and n.args
+              and isinstance(n.args[0], ast.Name) and n.args[0].id == "SYSTEM_CLOCK"]
     return sorted(found)
+
+
+def _name(func: ast.expr) -> str | None:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
 def test_the_check_finds_each_form():
@@ -39,6 +51,12 @@ def test_the_check_finds_each_form():
     assert direct_clock_uses("import time as t\nx = t.monotonic()\n") == ["line 2: t.monotonic"]
     assert direct_clock_uses("from time import sleep, time\n") == ["line 1: from time import sleep"]
     assert direct_clock_uses("import time\nstamp = time.time()\nclock.sleep(1)\n") == []
+    # the real clock named in a wait instead of the injected one
+    assert direct_clock_uses("SYSTEM_CLOCK.sleep(0.1)\n") == ["line 1: SYSTEM_CLOCK.sleep"]
+    assert direct_clock_uses("d = Deadline(SYSTEM_CLOCK, 2.0)\n") == ["line 1: Deadline(SYSTEM_CLOCK, ...)"]
+    assert direct_clock_uses("d = clock_mod.Deadline(SYSTEM_CLOCK, 2.0)\n") == ["line 1: Deadline(SYSTEM_CLOCK, ...)"]
+    # ... but a default, handed down, is the injection itself
+    assert direct_clock_uses("def f(clock=SYSTEM_CLOCK):\n    Deadline(clock, 1).expired()\n") == []
 
 
 def test_no_wait_bypasses_the_injected_clock():

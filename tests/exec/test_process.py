@@ -125,11 +125,11 @@ def test_real_mpirun_line_printed_in_two_writes_comes_out_whole(tmp_path):
 # test passed without a launcher to signal, 10 s later, whatever the helper did.
 PARENT = """\
 import os, shutil, signal, subprocess, sys, time
-from mpirun_kit.exec import process
+from mpirun_kit.exec import pdeathsig
 if sys.argv[1] == "no-setpriv":
     real = shutil.which
-    process.shutil.which = lambda n, path=None: None if n == "setpriv" else real(n, path=path)
-argv = process.with_parent_death_signal(["sleep", "60"], signal.SIGTERM, os.environ["PATH"])
+    pdeathsig.shutil.which = lambda n, path=None: None if n == "setpriv" else real(n, path=path)
+argv = pdeathsig.with_parent_death_signal(["sleep", "60"], signal.SIGTERM, os.environ["PATH"])
 p = subprocess.Popen(argv)
 print(p.pid, os.path.basename(argv[0]), flush=True)
 time.sleep(60)

@@ -228,7 +228,7 @@ def test_a_stop_is_handled_while_a_stack_dump_runs(tmp_path, monkeypatch):
 
     dumping, finish = _threading.Event(), _threading.Event()
 
-    def slow_dump(pid, stack_file, ready):
+    def slow_dump(pid, stack_file, ready, clock):
         dumping.set()
         finish.wait(20)
         return [], "slow"

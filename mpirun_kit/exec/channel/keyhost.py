@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..command import spawn
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,7 @@ def start(hosts_ranks: Mapping[str, Sequence[int]], seeds: Mapping[str, bytes], 
     for host, ranks in hosts_ranks.items():
         argv = ssh_argv(host, ssh_port, remote_argv(python, run_nonce_hex, host, job, ranks, hold_s))
         try:
-            p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+            p = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             h.failed[host] = f"cannot run ssh ({exc.strerror})"
             continue
@@ -116,8 +116,9 @@ def wait_ready(h: Handoff, deadline: Deadline, clock: Clock = SYSTEM_CLOCK) -> H
     return h
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The remote end: ``NONCE HOST JOB RANKS HOLD_S``, the seed's hex on stdin's first line."""
+def main(argv: list[str] | None = None, clock: Clock = SYSTEM_CLOCK) -> int:
+    """The remote end: ``NONCE HOST JOB RANKS HOLD_S``, the seed's hex on stdin's first line; the hold's
+    deadline is on ``clock``."""
     from .keys import remove_key_dir, write_key_dir
 
     nonce, host, job, ranks, hold = (argv if argv is not None else sys.argv[1:])[:5]
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(READY, flush=True)
         # Held until the master closes our stdin (the job ended, or the master died), or hold_s passed.
-        deadline = Deadline(SYSTEM_CLOCK, float(hold))
+        deadline = Deadline(clock, float(hold))
         while deadline.remaining() > 0:
             r, _, _ = select.select([sys.stdin.buffer], [], [], min(deadline.remaining(), 60.0))
             if r and not os.read(sys.stdin.fileno(), 4096):
