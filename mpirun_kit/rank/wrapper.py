@@ -145,9 +145,13 @@ def channel_link(env: dict, rank: int, host: str, wait_s: float = KEY_WAIT_S,
     key, job, directory = got
     left = wait_siblings(directory, deadline, clock)
     if left:
+        # Never start the program while a sibling's key is on disk: it could read it and report for that rank
+        # (issue #39).  Hold until they took theirs; if one never does, the job stops (mpirun's SIGTERM, or
+        # our parent's death: die_with_parent), which ends this wait.
         print(f"mpirun_kit.rank: rank {rank} on {host}: {len(left)} other rank(s) of this host did not take their "
-              f"key file within {wait_s:g} s ({', '.join(sorted(left)[:4])}); starting anyway", file=sys.stderr,
-              flush=True)
+              f"key file within {wait_s:g} s ({', '.join(sorted(left)[:4])}); the program waits until they have "
+              "(started now, it could read their keys)", file=sys.stderr, flush=True)
+        wait_siblings(directory, Deadline(clock, None), clock)
     return RankLink(addr, rank, key, job), ""
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from channel_kit import make_server, rank_env, remove_keys
+from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+from mpirun_kit.exec.channel.keys import host_tag, take_rank_key
 from mpirun_kit.plan.contract import RESULT_ADDR_VAR, RUN_NONCE_VAR
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.mpi]
@@ -38,30 +40,41 @@ def key_base() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else "/tmp"
 
 
-# Another user on the host: makes every key path it can derive from the run nonce (the greeting carries it),
-# and swaps a FIFO in for rank 1's key file wherever it can reach one, for as long as the job may run.
+# Another user on the host: plants today's layout (exec/channel/keys.py: base/mpirun_kit-keys-NONCE-HOSTTAG-PID-
+# TOKEN/rank-N.key, the name every part of which it can derive or choose) before the job: a 0777 directory of its
+# own holding a FIFO for rank 0, a symlink for rank 1's key and a well-formed fake key for rank 1 (were it taken,
+# rank 1 would sign with a key the master does not know and its reports would be lost); then swaps a FIFO in
+# for rank 1's key file wherever it can reach one, for as long as the job may run.
 PLANTER = r"""
 import os, sys, time
-base, nonce = sys.argv[1], sys.argv[2]
-old = os.path.join(base, f"mpirun_kit-keys-{nonce}", "hostx")
-os.makedirs(old, mode=0o777)
+base, nonce, tag = sys.argv[1], sys.argv[2], sys.argv[4]
+prefix = f"mpirun_kit-keys-{nonce}-{tag}-"
+planted = os.path.join(base, prefix + "1-" + "0" * 32)
+os.mkdir(planted)
+os.chmod(planted, 0o777)
+os.mkfifo(os.path.join(planted, "rank-0.key"), 0o666)
+os.symlink("/etc/hostname", os.path.join(planted, "rank-1.key"))
+fake = os.path.join(base, prefix + "2-" + "1" * 32)
+os.mkdir(fake, 0o700)
+fd = os.open(os.path.join(fake, "rank-1.key"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, ("ab" * 32 + "\njob\n").encode())
+os.close(fd)
 print("planted", flush=True)
 swapped = 0
 end = time.monotonic() + float(sys.argv[3])
 while time.monotonic() < end:
     for name in os.listdir(base):
-        if not name.startswith(f"mpirun_kit-keys-{nonce}"):
+        if not name.startswith(prefix) or name.endswith(("0" * 32, "1" * 32)):
             continue
-        for sub in ("hostx", ""):
-            p = os.path.join(base, name, sub, "rank-1.key")
-            try:
-                if os.path.isfile(p) and not os.path.islink(p):
-                    os.unlink(p)
-                    os.mkfifo(p, 0o666)
-                    swapped += 1
-                    print("swapped", p, flush=True)
-            except OSError:
-                pass
+        p = os.path.join(base, name, "rank-1.key")
+        try:
+            if os.path.isfile(p) and not os.path.islink(p):
+                os.unlink(p)
+                os.mkfifo(p, 0o666)
+                swapped += 1
+                print("swapped", p, flush=True)
+        except OSError:
+            pass
     time.sleep(0.002)
 """
 
@@ -69,11 +82,14 @@ while time.monotonic() < end:
 def test_another_user_cannot_block_a_rank_through_dev_shm(tmp_path):
     needs_root_and_mpirun()
     server = make_server({0: "hostx", 1: "hostx"})
-    planter = subprocess.Popen(NOBODY + [PY, "-c", PLANTER, key_base(), server.run_nonce.hex(), "40"],
+    # The host's key directory first, so the planted ones are newer: a directory listing (tmpfs: newest first)
+    # shows them to the wrappers before the real one, and only the ownership check keeps them out.
+    env = {**os.environ, "MPIRUN_KIT_HOSTS": "hostx:2", **rank_env(server)}
+    planter = subprocess.Popen(NOBODY + [PY, "-c", PLANTER, key_base(), server.run_nonce.hex(), "40",
+                                         host_tag("hostx")],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert planter.stdout.readline().strip() == "planted"
-        env = {**os.environ, "MPIRUN_KIT_HOSTS": "hostx:2", **rank_env(server)}
         time.sleep(0.3)                      # the attacker has had its chance at the files before mpirun starts
         argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", RESULT_ADDR_VAR,
                 "-x", "MPIRUN_KIT_HOSTS", "-x", RUN_NONCE_VAR, PY, "-m", "mpirun_kit.rank", "--", PY, "-c", "print(1)"]
@@ -89,7 +105,9 @@ def test_another_user_cannot_block_a_rank_through_dev_shm(tmp_path):
         out = planter.communicate()[0]
         server.close()
         remove_keys(server)
-        shutil.rmtree(os.path.join(key_base(), f"mpirun_kit-keys-{server.run_nonce.hex()}"), ignore_errors=True)
+        for name in os.listdir(key_base()):
+            if name.startswith(f"mpirun_kit-keys-{server.run_nonce.hex()}"):
+                shutil.rmtree(os.path.join(key_base(), name), ignore_errors=True)
     assert "swapped" not in out, out
 
 
@@ -190,3 +208,30 @@ def test_a_ranks_program_cannot_read_a_sibling_wrappers_key_from_its_memory(nobo
         server.close()
         subprocess.run(["rm", "-rf", wrote.stdout.strip()])
     assert seen.startswith("denied: "), seen
+
+
+def test_a_program_never_starts_while_a_late_siblings_key_file_is_on_disk():
+    """Issue #39, item 5: rank 1's wrapper starts after rank 0's key wait is over.  Before, rank 0 said 'starting
+    anyway' and its program ran while rank-1.key was on disk, free to read it and report for rank 1.  Now rank
+    0's wrapper holds its program until rank 1 took its key (or the job stops)."""
+    import threading
+
+    from mpirun_kit.rank.wrapper import channel_link
+
+    server = make_server({0: "hostx", 1: "hostx"})
+    env = rank_env(server)
+    done = {}
+    t = threading.Thread(target=lambda: done.update(link=channel_link(env, 0, "hostx", wait_s=0.3)), daemon=True)
+    try:
+        t.start()
+        t.join(1.5)   # five times its key wait
+        held = t.is_alive()
+        got = take_rank_key(server.run_nonce.hex(), "hostx", 1, Deadline(SYSTEM_CLOCK, 5))   # rank 1, late
+        t.join(10)
+        assert held, "rank 0's program would have started with rank 1's key file on disk"
+        assert got is not None and not t.is_alive() and done["link"][0] is not None, done
+    finally:
+        if done.get("link") and done["link"][0] is not None:
+            done["link"][0].close()
+        server.close()
+        remove_keys(server)
