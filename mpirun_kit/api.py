@@ -1,12 +1,15 @@
-"""The Python API: ``submit``, ``status``, ``jobs``, ``cancel`` and ``logs`` as library calls that return values.
+"""The Python API: the job service (service/) re-exported, and one-call forms of its verbs.
 
-Place in the data flow: the same path as the `mpirun_kit` commands (cli/submit.py's ``begin``,
-``supervise`` and ``start_detached``; the job's target for the lifecycle), without the printing: a
-call returns a ``JobStatus`` (targets/base.py) or lines, and raises the one exception hierarchy
-(errors.MpirunKitError: ``SpecError`` for a bad spec or an unknown job, ``ClusterError`` for an
-unreachable host or platform...).  The job records are the CLI's (the same store: ``state_dir``, else
-``$MPIRUN_KIT_STATE_DIR``, ``$XDG_STATE_HOME/mpirun_kit``, ``~/.local/state/mpirun_kit``), so a job
-submitted here is seen by `mpirun_kit jobs` and the other way round.
+Place in the data flow: beside the CLI, above the job service, never through the CLI.  The service
+is typed throughout: ``JobService(store).submit(SubmitRequest(spec)) -> JobHandle``, then ``wait``,
+``describe``, ``cancel``, ``logs`` and ``list`` (torchx's Runner); ``service()`` makes one over the
+CLI's record store.  The functions below (``submit``, ``status``, ``jobs``, ``cancel``, ``logs``) are
+that, one call each, returning a ``JobStatus`` (targets/base.py) or lines and raising the one exception
+hierarchy (errors.MpirunKitError: ``SpecError`` for a bad spec or an unknown job, ``ClusterError`` for
+an unreachable host or platform...).  The job records are the CLI's (the same store: ``state_dir``,
+else ``$MPIRUN_KIT_STATE_DIR``, ``$XDG_STATE_HOME/mpirun_kit``, ``~/.local/state/mpirun_kit``), so a
+job submitted here is seen by `mpirun_kit jobs` and the other way round.  Like the CLI, this module is
+a front door: it reads the environment (the state directory, ``AWS_ENDPOINT_URL``) and passes it down.
 
     from mpirun_kit import api
 
@@ -18,25 +21,30 @@ submitted here is seen by `mpirun_kit jobs` and the other way round.
 """
 from __future__ import annotations
 
-import argparse
 import os
-import time
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
-from .records import JobState
+from .records import JobState, RecordStore, default_state_dir
+from .service.requests import JobHandle, SubmitRequest
+from .service.runner import JobService
 from .targets.base import JobStatus
 
-__all__ = ["submit", "status", "jobs", "cancel", "logs", "JobStatus", "JobState"]
+__all__ = ["JobService", "SubmitRequest", "JobHandle", "JobStatus", "JobState", "service",
+           "submit", "status", "jobs", "cancel", "logs"]
 
 
-def _args(spec: str | os.PathLike | None = None, *, state_dir: str | os.PathLike | None = None,
-          **kw) -> argparse.Namespace:
-    """The namespace cli/submit.py's functions read, as the command line would fill it."""
-    base = {"spec": str(spec) if spec is not None else None, "target": None, "region": None, "stack_output": [],
-            "json": False, "dry_run": False, "wait": False, "job_name": None, "keep_keys": False,
-            "resume_from": None, "detach": False, "quiet": True, "verbose": 0,
-            "state_dir": str(state_dir) if state_dir is not None else None}
-    return argparse.Namespace(**{**base, **kw})
+def service(state_dir: str | os.PathLike | None = None, *, environ: Mapping[str, str] | None = None) -> JobService:
+    """The job service over the record store in ``state_dir`` (None: the CLI's default, from ``environ``, this
+    process's environment unless given), reading stack outputs at ``AWS_ENDPOINT_URL`` when that is set."""
+    env = os.environ if environ is None else environ
+    endpoint = env.get("AWS_ENDPOINT_URL") or None
+
+    def aws(name: str, region: str | None):
+        import boto3
+
+        return boto3.client(name, region_name=region, endpoint_url=endpoint)
+
+    return JobService(RecordStore(state_dir or default_state_dir(env)), aws=aws)
 
 
 def submit(spec: str | os.PathLike, *, target: str | None = None, detach: bool = True,
@@ -52,19 +60,10 @@ def submit(spec: str | os.PathLike, *, target: str | None = None, detach: bool =
     Raises:
         SpecError: the spec is invalid (every problem listed); ClusterError: a host or AWS is unreachable.
     """
-    from .cli.submit import begin, compile_for_submit, start_detached, supervise
-    from .targets import get_target
-
-    args = _args(spec, state_dir=state_dir, target=target, region=region, stack_output=list(stack_outputs),
-                 job_name=job_name, detach=detach)
-    compiled = compile_for_submit(args, report=lambda line: None)
-    tgt = get_target(compiled.job.target.type)
-    store, rec, dry, opts = begin(args, compiled, tgt)
-    if detach:
-        start_detached(store, rec)
-    else:
-        supervise(store, rec, tgt, dry, opts, started=time.time(), tee=False)
-    return status(rec.job_id, state_dir=store.dir)
+    svc = service(state_dir)
+    handle = svc.submit(SubmitRequest(str(spec), target=target, region=region, stack_outputs=tuple(stack_outputs),
+                                      job_name=job_name, detach=detach))
+    return svc.describe(handle)
 
 
 def status(job_id: str, *, state_dir: str | os.PathLike | None = None) -> JobStatus:
@@ -73,43 +72,23 @@ def status(job_id: str, *, state_dir: str | os.PathLike | None = None) -> JobSta
     Raises:
         SpecError: no such job in the records (an ambiguous prefix names the candidates).
     """
-    from .cli.jobs import describe_job
-
-    return describe_job(*_record(job_id, state_dir))
+    return service(state_dir).describe(job_id)
 
 
 def jobs(*, states: Sequence[JobState | str] = (), spec: str | None = None, target: str | None = None,
          limit: int | None = 50, state_dir: str | os.PathLike | None = None) -> list[JobStatus]:
     """The recorded jobs, newest first, each as its target describes it now (``states``, ``spec``: filters)."""
-    from .cli.common_flags import store_of
-    from .targets import get_target
-
-    records = store_of(_args(state_dir=state_dir)).list(spec=spec, target=target)
-    wanted = {JobState(s) for s in states}
-    out = [s for r in records for s in get_target(r.target).list([r]) if not wanted or s.state in wanted]
-    return out[:limit] if limit else out
+    return service(state_dir).list(states=states, spec=spec, target=target, limit=limit)
 
 
 def cancel(job_id: str, *, state_dir: str | os.PathLike | None = None) -> JobStatus:
     """Stop the job on every host (SIGTERM, its grace period, SIGKILL); its status once nothing of it runs
     (SageMaker: once StopTrainingJob was accepted).  A job that already ended is left as it is."""
-    from .cli.jobs import cancel_job
-
-    return cancel_job(*_record(job_id, state_dir))[0]
+    return service(state_dir).cancel(job_id)[0]
 
 
 def logs(job_id: str, *, rank: int | None = None, follow: bool = False,
          state_dir: str | os.PathLike | None = None) -> Iterator[str]:
     """The job's output lines, each behind ``[rank host]`` (``rank``: only that rank's); with ``follow``, new
     lines as they come until the job ends."""
-    _, rec = _record(job_id, state_dir)
-    from .targets import get_target
-
-    return get_target(rec.target).logs(rec, rank=rank, follow=follow)
-
-
-def _record(job_id: str, state_dir):
-    from .cli.common_flags import store_of
-
-    store = store_of(_args(state_dir=state_dir))
-    return store, store.get(job_id)
+    return service(state_dir).logs(job_id, rank=rank, follow=follow)

@@ -47,3 +47,11 @@ def wait_for(predicate, what: str, limit_s: float = 120.0):
             return value
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def local_spec(tmp_path: Path, name: str, command: str) -> str:
+    """A local job spec file named ``name``: 2 ranks of ``command`` (YAML flow list), a 3 s grace period."""
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(f"apiVersion: mpirun_kit/v1\nkind: Job\nname: {name}\nresources: {{processes_per_host: 2}}\n"
+                 f"program: {{command: {command}}}\ntimeouts: {{grace_s: 3}}\n")
+    return str(p)

@@ -5,20 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from jobs_kit import LONG, mrk, wait_for
+from jobs_kit import LONG, local_spec as spec, mrk, wait_for
 
 from mpirun_kit import api
 from mpirun_kit.errors import SpecError
 from mpirun_kit.records import JobState
 
 pytestmark = pytest.mark.mpi
-
-
-def spec(tmp_path, name: str, command: str) -> str:
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(f"apiVersion: mpirun_kit/v1\nkind: Job\nname: {name}\nresources: {{processes_per_host: 2}}\n"
-                 f"program: {{command: {command}}}\ntimeouts: {{grace_s: 3}}\n")
-    return str(p)
 
 
 def test_submit_in_the_foreground_returns_how_it_ended(tmp_path, capfd):

@@ -1,6 +1,6 @@
 """What the commands that compile a job spec (plan, submit) share: its flags, what 64 and 69 mean for
 them, our one-line stderr notes (``say``, which the stack commands use too), the SageMaker quota
-preflight.
+preflight (service/compile.py's), the record store and the job service the job commands call.
 
 Place in the data flow: argument parsing only; cli/resolve.py compiles the spec these flags name.
 One home, so submit does not borrow from the plan command's module.
@@ -51,23 +51,10 @@ def say(args, line: str) -> None:
 
 
 def quota_preflight(compiled) -> tuple[str | None, str | None]:
-    """(shortfall line, note) for a SageMaker job's training-instance quota (stack/quotas.py); (None, None)
-    for other targets.  The note says why the quota was not read (no credentials, no Service Quotas)."""
-    job = compiled.job
-    if job.target.type != "sagemaker":
-        return None, None
-    import boto3
+    """(shortfall line, note) for a SageMaker job's quota: service/compile.py's, imported when asked (boto3)."""
+    from ..service.compile import quota_preflight as preflight
 
-    from ..stack.quotas import training_preflight
-
-    region = job.target.sagemaker.region
-    try:
-        sq = boto3.client("service-quotas", region_name=region)
-        sm = boto3.client("sagemaker", region_name=region)  # the account's in-progress jobs use the quota too
-    except Exception as exc:  # noqa: BLE001 - botocore's no-region error: the note says it
-        return None, f"quota not checked ({exc})"
-    return training_preflight(sq, job.resources.instance_type, len(compiled.hosts), spot=job.spot.enabled,
-                              region=region, sm=sm)
+    return preflight(compiled)
 
 
 def add_state_dir_arg(p) -> None:
@@ -82,3 +69,12 @@ def store_of(args):
     from ..records import RecordStore, default_state_dir
 
     return RecordStore(getattr(args, "state_dir", None) or default_state_dir(os.environ))
+
+
+def service_of(args):
+    """The job service (service/runner.py) over ``store_of(args)``, with the CLI's AWS clients (cli/resolve.py
+    ``aws_client``: ``AWS_ENDPOINT_URL``) and our notes on stderr (``say``)."""
+    from ..service.runner import JobService
+    from .resolve import aws_client
+
+    return JobService(store_of(args), aws=aws_client, report=lambda line: say(args, line))

@@ -1,8 +1,9 @@
 """`mpirun_kit jobs|status|logs|cancel|stop`: follow the jobs `submit` recorded, on every target.
 
-Argument parsing and printing only: the record comes from the store (records/), the work from the
-job's target (targets/base.py ``Target.describe``, ``cancel``, ``logs``, ``list``; the defaults in
-targets/supervised.py for local, sim and ssh, SageMaker's and Slurm's own calls for theirs).
+Argument parsing and printing only: the job service (service/runner.py ``JobService``: ``list``,
+``describe``, ``logs``, ``cancel``) reads the record from the store and has the job's target do the
+work (targets/base.py; the defaults in targets/supervised.py for local, sim and ssh, SageMaker's and
+Slurm's own calls for theirs).
 A name the store does not know may be a SageMaker training job's name, as before records existed (a
 job submitted elsewhere, or by the SageMaker SDK): SageMaker is asked once, and when it knows the name
 ``status``, ``logs`` and ``stop``/``cancel`` work on that training job (targets/sagemaker.py).  When it
@@ -32,24 +33,24 @@ def check_job_name(name: str) -> str:
 
 
 def _record(args):
-    """(store, the job's record, None), or (store, None, SageMaker's description of the training job) when the
+    """(the job service, the job's record, None), or (the service, None, SageMaker's description of the training job) when the
     records do not hold ``args.name`` and SageMaker knows it.
 
     Raises:
         NoSuchJobError: neither does (a mistyped id, mostly); with ``--json`` its JSON is printed first.
         SpecError: a prefix several job ids share.
     """
-    from .common_flags import store_of
+    from .common_flags import service_of
 
     if args.name.startswith("-") or not args.name:
         raise SpecError(f"training job name {args.name!r} is not valid; expected a job id (`mpirun_kit jobs` "
                         "lists them) or a SageMaker training job name")
-    store = store_of(args)
+    svc = service_of(args)
     try:
-        return store, store.get(args.name), None
+        return svc, svc.get(args.name), None
     except NoSuchJobError as missing:
         try:
-            return store, None, _sagemaker_job(args, missing)
+            return svc, None, _sagemaker_job(args, missing)
         except NoSuchJobError as none:
             if getattr(args, "json", False):
                 print(json.dumps({"job_id": args.name, "found": False, "records": none.db,
@@ -97,12 +98,6 @@ class _UnaskedJobError(NoSuchJobError):
     exit_code = ExitCode.UNREACHABLE
 
 
-def _target(rec):
-    from ..targets import get_target
-
-    return get_target(rec.target)
-
-
 def _clients(args):
     from ..targets.sagemaker import make_clients
 
@@ -123,27 +118,16 @@ def job_ids(parsed_args=None, **_) -> list[str]:
 # -- jobs ------------------------------------------------------------------------------------------
 
 def _jobs(args) -> int:
-    from ..records import JobState
-    from ..targets import get_target
-    from .sim import sweep_orphans
-    from .common_flags import store_of
+    from .common_flags import service_of
 
-    sweep_orphans()   # sim clusters left by a submit killed with SIGKILL go now, each said on stderr (H2)
-    store = store_of(args)
-    states = [JobState(s) for s in args.state] if args.state else None
-    records = store.list(spec=args.spec, target=args.target, limit=args.limit if not states else None)
-    by_target: dict[str, list] = {}
-    for r in records:
-        by_target.setdefault(r.target, []).append(r)
-    statuses = {s.job_id: s for t, recs in by_target.items() for s in get_target(t).list(recs)}
-    rows = [statuses[r.job_id] for r in records if r.job_id in statuses]
-    if states:
-        rows = [s for s in rows if s.state in states][:args.limit or None]
+    svc = service_of(args)
+    rows = svc.list(states=args.state or (), spec=args.spec, target=args.target, limit=args.limit)
+    store = svc.store
     if args.json:
         print(json.dumps([s.to_dict() for s in rows], sort_keys=True))
         return 0
     if not rows:
-        print("no jobs recorded" + (" matching the filters" if states or args.spec or args.target else "")
+        print("no jobs recorded" + (" matching the filters" if args.state or args.spec or args.target else "")
               + f" ({store.db})", file=sys.stderr)
         return 0
     print(f"{'JOB ID':<28} {'STATE':<10} {'TARGET':<10} {'EXIT':>4}  {'CREATED':<19}  SPEC")
@@ -157,10 +141,12 @@ def _jobs(args) -> int:
 # -- status ----------------------------------------------------------------------------------------
 
 def _status(args) -> int:
-    store, rec, desc = _record(args)
+    from ..service.lifecycle import status_code
+
+    svc, rec, desc = _record(args)
     if rec is None:
         return _sagemaker_status(args, desc)
-    status = describe_job(store, rec)
+    status = svc.describe(rec.job_id)
     if args.json:
         print(status.to_json())
     else:
@@ -174,27 +160,6 @@ def _status(args) -> int:
             if v is not None:
                 print(f"{k:<11} {v}")
     return status_code(status)
-
-
-def describe_job(store, rec):
-    """The job's status from its target, its end written to the record when the record did not know it yet
-    (a lost job, a SageMaker job that ended)."""
-    status = _target(rec).describe(rec)
-    if status.state != rec.state and status.state.terminal:
-        store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
-                     reason=status.reason, root_cause=status.root_cause)
-    return status
-
-
-def status_code(status) -> int:
-    """``status``'s exit code: 0 while the job is pending or running, else the job's own (70: lost)."""
-    from ..records import JobState
-
-    if not status.state.terminal:
-        return 0
-    if status.state == JobState.LOST:
-        return ExitCode.LAUNCH_FAILED
-    return int(status.exit_code or 0)
 
 
 def _sagemaker_status(args, desc: dict) -> int:
@@ -217,17 +182,18 @@ def _sagemaker_status(args, desc: dict) -> int:
 # -- logs ------------------------------------------------------------------------------------------
 
 def _logs(args) -> int:
-    store, rec, _ = _record(args)
+    from ..service.lifecycle import status_code
+
+    svc, rec, _ = _record(args)
     if rec is None:
         return _sagemaker_logs(args)
-    target = _target(rec)
     out = sys.stdout
-    for line in target.logs(rec, rank=args.rank, follow=args.follow):
+    for line in svc.logs(rec.job_id, rank=args.rank, follow=args.follow):
         out.write(line + "\n")
         out.flush()
     if not args.follow:
         return 0
-    return status_code(target.describe(store.get(rec.job_id)))
+    return status_code(svc.describe(rec.job_id))
 
 
 def _sagemaker_logs(args) -> int:
@@ -243,42 +209,21 @@ def _sagemaker_logs(args) -> int:
 # -- cancel / stop -----------------------------------------------------------------------------------
 
 def _cancel(args) -> int:
-    store, rec, _ = _record(args)
+    svc, rec, _ = _record(args)
     if rec is None:
         return _sagemaker_stop(args)
-    status, ended_before = cancel_job(store, rec)
+    status, ended_before = svc.cancel(rec.job_id)
     if ended_before:
         _say(args, rec.job_id, status, f"job {rec.job_id} already ended ({status.state.value}); nothing to cancel")
         return 0
-    platform = _target(rec).platform
+    from ..service.lifecycle import target_of
+
+    platform = target_of(rec).platform
     _say(args, rec.job_id, status, f"job {rec.job_id}: {status.state.value}"
          + (f" (exit code {status.exit_code})" if status.exit_code is not None else "")
          + ("; the platform stops it on every host" if platform and not status.state.terminal else
             "; nothing of it is left running"))
     return 0
-
-
-def cancel_job(store, rec):
-    """Cancel the job ``rec`` through its target -> (its status after, whether it had ended before).
-
-    The record says a cancel was asked for first, so the supervisor records the end as cancelled; a
-    supervisor killed after the grace period wrote no end, so it is written here."""
-    from ..records import JobState
-
-    target = _target(rec)
-    before = describe_job(store, rec)
-    if before.state.terminal:
-        return before, True
-    rec = store.update(rec.job_id, cancel_requested=True)
-    status = target.cancel(rec)
-    if status.state == JobState.LOST or not (target.platform or status.state.terminal):
-        store.finish(rec.job_id, state=JobState.CANCELLED, exit_code=status.exit_code or ExitCode.SIGKILL,
-                     source="user", reason="cancelled (`mpirun_kit cancel`): its supervisor was killed after the "
-                                           "grace period")
-    elif status.state.terminal:
-        store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
-                     reason=status.reason, root_cause=status.root_cause)
-    return target.describe(store.get(rec.job_id)) if not target.platform else status, False
 
 
 def _say(args, job_id: str, status, text: str) -> None:

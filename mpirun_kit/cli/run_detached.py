@@ -1,7 +1,8 @@
 """`mpirun_kit run-detached ID` (internal): the detached copy of `submit`, started by `submit --detach`.
 
-Argument parsing only: it runs the request `submit` recorded in the job's run directory under
-submit.py's ``supervise``, in a session of its own, and writes the job's end to its record.
+Argument parsing only: the job service (service/runner.py ``JobService.run_recorded``) runs the request
+`submit` recorded in the job's run directory, in this session of its own, and writes the job's end to
+its record.
 """
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from .main import add_command, exit_codes
 
 
 def _supervise(args) -> int:
-    from .submit import run_detached
+    from .common_flags import service_of
 
-    return run_detached(args)
+    return service_of(args).run_recorded(args.job_id).exit_code
 
 
 def register(subparsers) -> None:

@@ -18,14 +18,9 @@ def _root(args) -> Path:
 
 
 def sweep_orphans() -> list[str]:
-    """Tear down the sim clusters whose `submit` died by SIGKILL (sim/cluster.py), each said on stderr; run by
-    every `sim`, `submit` and `jobs` command.  Root only (the namespaces are root's); cheap when none is
-    recorded."""
-    import os
-
-    if os.geteuid() != 0:
-        return []
-    from ..sim.cluster import sweep_orphans as sweep
+    """Tear down the sim clusters whose `submit` died by SIGKILL (service/lifecycle.py ``sweep_orphans``), each
+    said on stderr; run by every `sim` command (the job service runs it before every submit and job listing)."""
+    from ..service.lifecycle import sweep_orphans as sweep
 
     return sweep(report=lambda line: print(f"mpirun_kit: {line}", file=sys.stderr))
 

@@ -26,7 +26,7 @@ from sagemaker_specs import OUTPUTS, SECRET_SPEC  # noqa: E402  (a helper module
 def test_the_detached_supervisors_dry_run_keeps_the_targets_redaction_hook(tmp_path):
     """load_request rebuilt the DryRun without its hook: the SageMaker request then showed through the generic
     one (a null submit_role, KmsKeyId-like names hidden), not as `submit --dry-run` and plan.txt show it."""
-    from mpirun_kit.cli.submit import load_request, record_request
+    from mpirun_kit.service.runs import load_request, record_request
     from mpirun_kit.records import RecordStore
     from mpirun_kit.targets import get_target
     from mpirun_kit.targets.base import SubmitOptions
