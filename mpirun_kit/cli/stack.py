@@ -1,4 +1,5 @@
-"""`mpirun_kit stack deploy|outputs|delete|list`: CloudFormation stacks from cfn/.
+"""`mpirun_kit stack deploy|outputs|delete|down|bucket|sweep-keys|list`: CloudFormation stacks from cfn/,
+and the role stack's bucket.
 
 argparse -> mpirun_kit.stack -> exit code.  This module is where the boto3 client is
 built (``--endpoint-url`` / ``AWS_ENDPOINT_URL``, ``--region``), where stdin is asked
@@ -133,6 +134,41 @@ def register(subparsers: Any) -> None:
     deletion(dn, timeout_help="seconds to wait per stack (default 3600)",
              json_help="print the result as JSON: {deleted, retained}")
     dn.set_defaults(func=_down)
+
+    def bucket_of(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("role_stack", nargs="?", default="mrk-role",
+                        help="the role stack whose bucket and prefix (outputs RoleBucket, RolePrefix) are meant "
+                        "(default mrk-role)")
+        sp.add_argument("--bucket", help="the bucket, instead of the role stack's RoleBucket")
+        sp.add_argument("--prefix", help="the key prefix, instead of the role stack's RolePrefix")
+        common(sp)
+
+    b = add_command(sub, "bucket", help="check the role stack's bucket: TLS only, no public access, versioning, "
+                    "expiring job secrets",
+                    description="Check the bucket the role stack's jobs write to (its RoleBucket) for Block Public "
+                    "Access, a bucket policy denying requests without TLS (aws:SecureTransport), versioning, and "
+                    "a lifecycle rule that expires PREFIX/keys/ (secrets nobody removed); print each missing guard "
+                    "with the command that adds it. Changes nothing.",
+                    examples=["mpirun_kit stack bucket mrk-role --region us-west-2",
+                              "mpirun_kit stack bucket --bucket my-team-bucket --prefix mpirun-kit"],
+                    codes=_codes(ok="every guard is in place", declined="a guard is missing (each printed with "
+                                 "its remedy)", bad="bad stack name, or no AWS region configured", aws=_AWS))
+    bucket_of(b)
+    b.set_defaults(func=_bucket)
+
+    sw = add_command(sub, "sweep-keys", help="delete the job secrets of training jobs that have ended",
+                     description="List PREFIX/keys/<job>/ in the role stack's bucket and delete the secrets of "
+                     "training jobs that have ended (Completed, Failed, Stopped), and of jobs SageMaker does not "
+                     "know after an hour (a submit that never created its job). Running jobs' secrets stay. "
+                     "For jobs submitted without --wait; a lifecycle rule (`stack bucket`) is the backstop.",
+                     examples=["mpirun_kit stack sweep-keys mrk-role --region us-west-2 --yes",
+                               "mpirun_kit stack sweep-keys --bucket my-team-bucket --prefix mpirun-kit --dry-run"],
+                     codes=_codes(ok="swept (or nothing to sweep)", bad="bad stack name, no --yes without a "
+                                  "terminal, or no AWS region configured", aws=_AWS))
+    bucket_of(sw)
+    sw.add_argument("--yes", action="store_true", help="delete without asking (needed without a terminal)")
+    sw.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+    sw.set_defaults(func=_sweep_keys)
 
     ls = add_command(sub, "list", help="list stacks (not deleted ones)",
                      description="List the stacks of the account and region that are not deleted: name, status, "
@@ -368,6 +404,66 @@ def _down(args: argparse.Namespace) -> int:
     for k in kept:
         print(f"kept: {k.resource_type} {k.physical_id} (stack {k.stack_name}, {k.logical_id}: {k.why}). Delete "
               f"it once you no longer need it: {k.delete_command(region)}")
+    return 0
+
+
+def _role_bucket(args: argparse.Namespace) -> tuple[str, str]:
+    """(bucket, prefix): --bucket/--prefix, else the role stack's RoleBucket/RolePrefix outputs."""
+    if args.bucket and args.prefix:
+        return args.bucket, args.prefix
+    from ..stack import get_outputs
+    from ..stack.request import check_stack_name
+
+    outputs = get_outputs(check_stack_name(args.role_stack), _client(args))
+    missing = [k for k in ("RoleBucket", "RolePrefix") if k not in outputs]
+    if missing:
+        raise SpecError(f"stack {args.role_stack} has no output {' or '.join(missing)}: it is not a role stack "
+                        "(cfn/sagemaker-role.yaml); name the role stack, or pass --bucket and --prefix")
+    return args.bucket or outputs["RoleBucket"], args.prefix or outputs["RolePrefix"]
+
+
+def _bucket(args: argparse.Namespace) -> int:
+    from ..stack.bucket import bucket_findings
+
+    bucket, prefix = _role_bucket(args)
+    findings = bucket_findings(_client(args, "s3"), bucket, prefix, region=_region(args))
+    for line in findings:
+        print(line)
+    if not findings:
+        print(f"bucket {bucket}: Block Public Access on, TLS required, versioning on, {prefix}/keys/ expires")
+    return 1 if findings else 0
+
+
+def _sweep_keys(args: argparse.Namespace) -> int:
+    from botocore.exceptions import ClientError
+
+    from ..stack.bucket import sweep_job_keys
+
+    bucket, prefix = _role_bucket(args)
+    if not args.yes and not args.dry_run and not sys.stdin.isatty():
+        raise SpecError("stack sweep-keys: stdin is not a terminal, so nobody can confirm the deletion; rerun with "
+                        "--yes (or --dry-run to list)")
+    sm = _client(args, "sagemaker")
+
+    def status_of(job: str) -> str | None:
+        try:
+            return sm.describe_training_job(TrainingJobName=job)["TrainingJobStatus"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("ValidationException", "ResourceNotFound"):
+                return None
+            raise
+    s3 = _client(args, "s3")
+    found = sweep_job_keys(s3, bucket, prefix, status_of, now=time.time(), delete=False)
+    if found and not args.dry_run and not args.yes and not _ask(f"delete {len(found)} job secret(s)?"):
+        _err("stack sweep-keys: nothing deleted")
+        return 1
+    if found and not args.dry_run:
+        found = sweep_job_keys(s3, bucket, prefix, status_of, now=time.time())
+    verb = "would delete" if args.dry_run else "deleted"
+    for key, why in found:
+        print(f"{verb} s3://{bucket}/{key} ({why})")
+    if not found:
+        print(f"no job secret to sweep under s3://{bucket}/{prefix.strip('/')}/keys/")
     return 0
 
 
