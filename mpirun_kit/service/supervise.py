@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..core import verbosity
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
+from ..core.private import open_private, read_private
 from ..errors import LaunchError, MpirunKitError, translate
 from ..records import RUN_FILES, JobRecord, JobState, RecordStore, process_start
 from ..targets.outcome import Outcome
@@ -38,6 +39,8 @@ def supervise(store: RecordStore, sub: Submission, *, started: float, tee: bool 
     store.update(rec.job_id, supervisor_pid=os.getpid(), supervisor_start=process_start(os.getpid()),
                  state=JobState.RUNNING, started_at=time.time())
     sys.stdout.flush()
+    if tee:   # made here, 0600, where nothing is (never through a link): FdTee appends to it
+        os.close(open_private(Path(rec.run_dir) / RUN_FILES["output"], "job's output", create=True))
     copy = FdTee(_stdout_fd(), Path(rec.run_dir) / RUN_FILES["output"]) if tee else None
     outcome = None
     try:
@@ -82,8 +85,10 @@ def start_detached(store: RecordStore, rec: JobRecord, *, level: int | None = No
     # the CLI's `run-detached` command: argument parsing around ``run_recorded``
     argv = cli_argv(sys.executable, *flags, "run-detached", rec.job_id, "--state-dir", str(store.dir))
     store.update(rec.job_id, detached=True)
-    with open(os.devnull, "rb") as stdin, open(run / RUN_FILES["output"], "ab") as out, \
-            open(run / RUN_FILES["log"], "ab") as err:
+    # Both made here, 0600, where nothing is: never opened through a link (core/private.py, issue #39).
+    with open(os.devnull, "rb") as stdin, \
+            os.fdopen(open_private(run / RUN_FILES["output"], "job's output", create=True), "ab") as out, \
+            os.fdopen(open_private(run / RUN_FILES["log"], "supervisor's log", create=True), "ab") as err:
         proc = spawn(argv, stdin=stdin, stdout=out, stderr=err, start_new_session=True, close_fds=True)
     deadline = Deadline(clock, DETACH_START_S)
     while True:
@@ -95,7 +100,8 @@ def start_detached(store: RecordStore, rec: JobRecord, *, level: int | None = No
         code = proc.poll()
         if code is None:
             proc.send_signal(signal.SIGTERM)
-        tail = (run / RUN_FILES["log"]).read_text(errors="replace").strip().splitlines()[-3:]
+        log = read_private(run / RUN_FILES["log"], "supervisor's log").decode(errors="replace")
+        tail = log.strip().splitlines()[-3:]
         raise LaunchError(f"job {rec.job_id}: the detached supervisor did not start the job within "
                           f"{DETACH_START_S:g}s{f' (it exited {code})' if code is not None else ''}: "
                           f"{' / '.join(tail) or 'no output'}; see {run / RUN_FILES['log']}")
