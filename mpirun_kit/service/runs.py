@@ -9,6 +9,7 @@ report and timeline a target left elsewhere.  records.RUN_FILES names every file
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -20,6 +21,9 @@ from ..records import RUN_FILES, JobRecord, JobState, RecordStore
 from ..targets.base import DryRun, SubmitOptions, Target, plain
 from ..targets.outcome import Outcome
 from .requests import SubmitRequest, Submission
+
+#: the record's ``details`` key for the sha256 of the request.json submit wrote (load_request checks it).
+REQUEST_DIGEST = "request_sha256"
 
 
 def begin(store: RecordStore, req: SubmitRequest, compiled, target: Target,
@@ -60,20 +64,36 @@ def record_request(store: RecordStore, rec: JobRecord, target: Target, compiled,
     run = Path(rec.run_dir)
     # The resolved spec holds the env's real values (secret-looking ones too: the ranks need them): only this user reads it.
     write_atomic(run / RUN_FILES["spec"], compiled.launch.to_json() + "\n", mode=0o600)
-    write_atomic(run / RUN_FILES["plan"], dry.render())
+    write_atomic(run / RUN_FILES["plan"], dry.render(), mode=0o600)
     saved = {"target": dry.target, "job": dry.job, "request": plain(dry.request), "files": [list(f) for f in dry.files],
              "notes": list(dry.notes), "warnings": list(dry.warnings), "opts": dataclasses.asdict(opts)}
     # As sent, secrets included: only this user reads it (the detached supervisor runs from it).
     write_atomic(run / RUN_FILES["request"], json.dumps(saved, indent=1, sort_keys=True, default=str), mode=0o600)
+    digest = hashlib.sha256((run / RUN_FILES["request"]).read_bytes()).hexdigest()
     native, details = target.handle(dry)
+    # The request's digest stays in the record: load_request runs only the request this submit wrote (issue #39).
+    details = {**details, REQUEST_DIGEST: digest}
     return store.update(rec.job_id, native=native, details=details)
 
 
 def load_request(rec: JobRecord) -> tuple[Target, DryRun, SubmitOptions]:
     """The DryRun and SubmitOptions ``record_request`` saved for the job ``rec`` (the detached supervisor's input)."""
+    from ..core.private import read_private, swappable
+    from ..errors import SpecError
     from ..targets import get_target
 
-    saved = json.loads((Path(rec.run_dir) / RUN_FILES["request"]).read_text())
+    # Only what this user can prove is theirs: a run directory no one else could swap, a request file of
+    # theirs (no link), the very request whose digest submit kept in the record (issue #39).
+    path = Path(rec.run_dir) / RUN_FILES["request"]
+    why = swappable(rec.run_dir)
+    if why:
+        raise SpecError(f"job {rec.job_id}: its run directory {rec.run_dir} is refused: {why}, so another user could "
+                        "have swapped its request; nothing was run: submit the job again")
+    data = read_private(path, "job's request")
+    if hashlib.sha256(data).hexdigest() != rec.details.get(REQUEST_DIGEST):
+        raise SpecError(f"job {rec.job_id}: {path} is not the request submit wrote (its sha256 differs from the "
+                        "one in the job's record); nothing was run: submit the job again")
+    saved = json.loads(data)
     target = get_target(saved["target"])
     # The target's own redaction hook again: whatever this copy prints shows what `submit --dry-run` showed.
     dry = DryRun(saved["target"], saved["job"], target.request_from(saved["request"]),
@@ -96,7 +116,7 @@ def end_record(store: RecordStore, rec: JobRecord, outcome: Outcome | None, targ
         store.finish(rec.job_id, state=JobState.FAILED, exit_code=int(ExitCode.LAUNCH_FAILED), source="launcher",
                      reason="submit failed before the job ended; see its log")
         return
-    write_atomic(run / RUN_FILES["result"], outcome_json(outcome, rec) + "\n")
+    write_atomic(run / RUN_FILES["result"], outcome_json(outcome, rec) + "\n", mode=0o600)
     for key, src in (("failure", outcome.failure_file),
                      ("timeline", ((outcome.timeline or {}).get("launch") or {}).get("file"))):
         dst = run / RUN_FILES[key]
