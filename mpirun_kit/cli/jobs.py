@@ -130,12 +130,30 @@ def _jobs(args) -> int:
         print("no jobs recorded" + (" matching the filters" if args.state or args.spec or args.target else "")
               + f" ({store.db})", file=sys.stderr)
         return 0
-    print(f"{'JOB ID':<28} {'STATE':<10} {'TARGET':<10} {'EXIT':>4}  {'CREATED':<19}  SPEC")
+    now = time.time()
+    print(f"{'JOB ID':<28} {'STATE':<10} {'TARGET':<10} {'EXIT':>4}  {'CREATED':<19}  {'ELAPSED':>9} "
+          f"{'NODES':>5}  {'USER':<10} SPEC")
     for s in rows:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created_at or 0))
         code = "-" if s.exit_code is None else str(s.exit_code)
-        print(f"{s.job_id:<28} {s.state.value:<10} {s.target:<10} {code:>4}  {created:<19}  {s.spec or '-'}")
+        nodes = "-" if s.nodes is None else str(s.nodes)
+        print(f"{s.job_id:<28} {s.state.value:<10} {s.target:<10} {code:>4}  {created:<19}  "
+              f"{elapsed(s, now):>9} {nodes:>5}  {s.user or '-':<10} {s.spec or '-'}")
     return 0
+
+
+def elapsed(status, now: float) -> str:
+    """``jobs``' ELAPSED (squeue's TIME): started -> ended, or -> ``now`` while it runs, as [D-]HH:MM:SS; ``-``
+    before it started."""
+    if status.started_at is None:
+        return "-"
+    end = status.ended_at if status.ended_at is not None else (now if not status.state.terminal else None)
+    if end is None:
+        return "-"
+    secs = max(0, int(end - status.started_at))
+    days, rest = divmod(secs, 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
 
 
 # -- status ----------------------------------------------------------------------------------------
@@ -308,7 +326,8 @@ def register(subparsers) -> None:
         subparsers, "jobs", help="list the jobs `submit` recorded, newest first (any target)",
         description="List recorded jobs, newest first: job id, state (refreshed from the job's supervisor or "
                     "platform: a job whose supervisor died without a result shows as lost), target, exit code, "
-                    "when it was submitted and its spec. --state and --spec filter; --json prints one JSON list.",
+                    "when it was submitted, how long it ran ([D-]HH:MM:SS, up to now while it runs), the nodes it "
+                    "was planned on, who submitted it and its spec. --state and --spec filter; --json prints one JSON list.",
         examples=["mpirun_kit jobs", "mpirun_kit jobs --state running --state pending",
                   "mpirun_kit jobs --spec jobs/allreduce-bench.yaml --json"],
         codes=exit_codes(ExitCode.BAD_INPUT, notes={0: "listed (also when none matched)",

@@ -388,6 +388,18 @@ def result_from_message(msg: dict) -> JobResult:
                                                              cause=result.kind)
 
 
+def read_result_file(path) -> JobResult | None:
+    """The whole ``JobResult`` a master wrote to ``path`` (``<opt_ml>/output/result.json``, RESULT_FILE); None when
+    there is none or it is not a result of this version.  Targets read this, not the failure file's cut-down
+    head, wherever the file can be reached (failures, hang, tail and the uncut reason are only here)."""
+    from pathlib import Path
+
+    try:
+        return JobResult.from_dict(json.loads(Path(path).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 def exit_code_from_failure(text: str) -> int | None:
     """The exit code in the failure file's head (``result_from_failure``); None when the first line is not ours."""
     head = result_from_failure(text)

@@ -46,7 +46,8 @@ RUN_FILES = {
     "log": "submit.log",          # the supervisor's own lines (a detached job's stderr)
     "failure": "output/failure",  # the launcher's failure report, root cause first
     "timeline": "output/timeline.json",
-    "result": "result.json",      # the Outcome (`submit --json`'s last line)
+    "outcome": "outcome.json",    # the Outcome, wrapping the JobResult (`submit --json`'s last line)
+    "result": "result.json",      # the outcome's name before outcome.json: read for records made before, never written
 }
 
 

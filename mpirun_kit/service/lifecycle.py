@@ -6,6 +6,7 @@ not know yet (a lost job, a platform job that ended) is written back to the reco
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 from ..errors import ExitCode
@@ -22,11 +23,16 @@ def target_of(rec: JobRecord) -> Target:
 def describe_job(store: RecordStore, rec: JobRecord) -> JobStatus:
     """The job's status from its target, its end written to the record when the record did not know it yet
     (a lost job, a SageMaker job that ended)."""
-    status = target_of(rec).describe(rec)
+    status = with_record(target_of(rec).describe(rec), rec)
     if status.state != rec.state and status.state.terminal:
         store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
                      reason=status.reason, root_cause=status.root_cause)
     return status
+
+
+def with_record(status: JobStatus, rec: JobRecord) -> JobStatus:
+    """``status`` with what the record alone knows, whatever the target: its planned nodes and who submitted it."""
+    return dataclasses.replace(status, nodes=rec.details.get("nodes"), user=rec.details.get("user"))
 
 
 def cancel_job(store: RecordStore, rec: JobRecord) -> tuple[JobStatus, bool]:
@@ -47,7 +53,7 @@ def cancel_job(store: RecordStore, rec: JobRecord) -> tuple[JobStatus, bool]:
     elif status.state.terminal:
         store.finish(rec.job_id, state=status.state, exit_code=status.exit_code, source=status.source,
                      reason=status.reason, root_cause=status.root_cause)
-    return target.describe(store.get(rec.job_id)) if not target.platform else status, False
+    return with_record(target.describe(store.get(rec.job_id)) if not target.platform else status, rec), False
 
 
 def list_jobs(store: RecordStore, *, states=None, spec: str | None = None, target: str | None = None,
@@ -62,7 +68,7 @@ def list_jobs(store: RecordStore, *, states=None, spec: str | None = None, targe
     for r in records:
         by_target.setdefault(r.target, []).append(r)
     statuses = {s.job_id: s for t, recs in by_target.items() for s in get_target(t).list(recs)}
-    rows = [statuses[r.job_id] for r in records if r.job_id in statuses]
+    rows = [with_record(statuses[r.job_id], r) for r in records if r.job_id in statuses]
     if wanted:
         rows = [s for s in rows if s.state in wanted][:limit or None]
     return rows

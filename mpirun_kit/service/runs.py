@@ -3,7 +3,7 @@
 Place in the data flow: ``begin`` makes the record (records/: a job id, a run directory of its own) and
 writes the request into it (``record_request``: the resolved spec, the plan, the request as sent, which
 ``load_request`` reads back for the detached supervisor); ``end_record`` writes how the job ended
-(``outcome_json``: the Outcome with the job id, ``submit --json``'s last line) and copies the failure
+(``outcome_json``: the Outcome with the job id, ``submit --json``'s last line, as ``outcome.json``) and copies the failure
 report and timeline a target left elsewhere.  records.RUN_FILES names every file.
 """
 from __future__ import annotations
@@ -73,7 +73,20 @@ def record_request(store: RecordStore, rec: JobRecord, target: Target, compiled,
     native, details = target.handle(dry)
     # The request's digest stays in the record: load_request runs only the request this submit wrote (issue #39).
     details = {**details, REQUEST_DIGEST: digest}
+    # what `jobs` shows beside the target's own details (squeue's NODES and USER): the planned hosts, the submitter
+    details = {**details, "nodes": len(compiled.hosts), "user": submitter()}
     return store.update(rec.job_id, native=native, details=details)
+
+
+def submitter() -> str:
+    """This process's user name (its uid when the password database has none)."""
+    import os
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def load_request(rec: JobRecord) -> tuple[Target, DryRun, SubmitOptions]:
@@ -116,7 +129,7 @@ def end_record(store: RecordStore, rec: JobRecord, outcome: Outcome | None, targ
         store.finish(rec.job_id, state=JobState.FAILED, exit_code=int(ExitCode.LAUNCH_FAILED), source="launcher",
                      reason="submit failed before the job ended; see its log")
         return
-    write_atomic(run / RUN_FILES["result"], outcome_json(outcome, rec) + "\n", mode=0o600)
+    write_atomic(run / RUN_FILES["outcome"], outcome_json(outcome, rec) + "\n", mode=0o600)
     for key, src in (("failure", outcome.failure_file),
                      ("timeline", ((outcome.timeline or {}).get("launch") or {}).get("file"))):
         dst = run / RUN_FILES[key]
@@ -132,8 +145,7 @@ def end_record(store: RecordStore, rec: JobRecord, outcome: Outcome | None, targ
 
 def outcome_json(outcome: Outcome, rec: JobRecord) -> str:
     """``submit --json``'s last line: the Outcome, with the job id and run directory of its record."""
-    return json.dumps({**json.loads(outcome.to_json()), "job_id": rec.job_id, "run_dir": rec.run_dir},
-                      sort_keys=True)
+    return json.dumps({**outcome.to_dict(), "job_id": rec.job_id, "run_dir": rec.run_dir}, sort_keys=True)
 
 
 def error_outcome(target_name: str | None, compiled, target: Target | None, exc, started: float) -> Outcome:

@@ -28,9 +28,9 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TextIO, TypeVar
 from ..core import verbosity
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..errors import ExitCode
-from ..records import JobRecord, JobState
+from ..records import JobRecord
 from ..redact import redact_value
-from .outcome import Outcome, error_outcome
+from .outcome import JobStatus, Outcome, error_outcome  # noqa: F401 - JobStatus: the lifecycle verbs' value
 
 #: a target's request type: a frozen dataclass of JSON-ready fields, one per target (local's ``LocalRequest``,
 #: sim's, ssh's, sagemaker's, slurm's ``SlurmRequest``), declared as the target's ``request_type``.
@@ -186,34 +186,6 @@ class SubmitOptions:
     verbosity: int = verbosity.VERBOSE
 
 
-@dataclass(frozen=True)
-class JobStatus:
-    """What ``describe`` says about a job: its state, and once it ended, its result as ``submit --json`` has it
-    (exit code, source, reason, root cause).  ``native``: the target's own name for the job."""
-
-    job_id: str
-    name: str
-    target: str
-    state: JobState
-    exit_code: int | None = None
-    source: str | None = None
-    reason: str | None = None
-    root_cause: dict | None = None
-    native: str | None = None
-    run_dir: str | None = None
-    spec: str | None = None
-    created_at: float | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    detail: str | None = None           # the platform's own words (SageMaker's secondary status), if any
-
-    def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "state": self.state.value}
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-
 class Target(ABC, Generic[R]):
     """Where a compiled job runs, and how a job started there is followed afterwards.
 
@@ -243,7 +215,7 @@ class Target(ABC, Generic[R]):
     #: waiting, the job runs on there and ``describe`` asks the platform, not the record.
     platform = False
     #: its dry runs' redaction hook (``DryRun.redact``), which a DryRun rebuilt from the run directory gets again
-    #: (cli/submit.load_request: the detached supervisor's); a target whose request has secrets of its own shape
+    #: (service/runs.load_request: the detached supervisor's); a target whose request has secrets of its own shape
     #: sets its own, and its ``dryrun`` passes the same.
     redact: Callable[[Any], Any] = staticmethod(redact_value)
 

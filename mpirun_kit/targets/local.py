@@ -23,6 +23,7 @@ from ..core.programs import cli_argv
 from ..errors import CannotStartError, ExitCode
 from ..core.clock import SYSTEM_CLOCK, Clock
 from ..exec.process import supervise
+from ..exec.result import RESULT_FILE, read_result_file
 from ..exec.signals import SignalLatch
 from ..exec.supervisor import Stop, signal_stop
 from ..spec.compile import CompiledJob
@@ -166,6 +167,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, level: int = verbos
         # A report left by an earlier run must not be taken for this one's.
         failure.unlink(missing_ok=True)
         (failure.parent / "timeline.json").unlink(missing_ok=True)
+        (failure.parent / RESULT_FILE).unlink(missing_ok=True)
         if latch.received:   # stopped between attempts: nothing more is started
             stops.append(signal_stop(latch.received))
             return stops[-1].exit_code
@@ -180,9 +182,11 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, level: int = verbos
         code = retrying(attempt, req.retries, progress, permanent=STOPPED | {ExitCode.for_signal(1)})
     received = [s.signal for s in stops if s.signal]
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
+    # The whole result beside the failure file (failures, hang, tail, the uncut reason), not the file's head.
     return outcome_of("local", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
-                      interrupted=received[0] if received else None, attempts=len(attempts), started=started, ended=time.time(), hosts={"localhost": code},
-                      launch=launch_timeline(failure.parent))
+                      interrupted=received[0] if received else None, attempts=len(attempts), started=started,
+                      ended=time.time(), hosts={"localhost": code}, launch=launch_timeline(failure.parent),
+                      result=read_result_file(failure.parent / RESULT_FILE))
 
 
 def run(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK) -> int:

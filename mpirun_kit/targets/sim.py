@@ -26,6 +26,7 @@ from typing import BinaryIO
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import FileTail
 from ..exec.process import exit_code_of
+from ..exec.result import RESULT_FILE, read_result_file
 from ..exec.signals import SignalLatch
 from ..exec.supervisor import Stop, Supervisor, signal_group
 from ..spec.launch_spec import LAUNCH_SPEC_HYPERPARAMETER
@@ -269,9 +270,11 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | Non
     codes, opt_ml, attempts = last["codes"], last["opt_ml"], last["attempts"]
     failure = opt_ml / "output" / "failure"
     text = failure.read_text(errors="replace") if code != 0 and failure.is_file() else None
+    # The master's whole result beside the failure file (failures, hang, tail, the uncut reason), not its head.
     outcome = outcome_of("sim", dry.job, code, failure_text=text, failure_file=str(failure) if text else None,
                          interrupted=latch.received, attempts=attempts, started=started, ended=time.time(),
-                         hosts=codes, launch=launch_timeline(failure.parent))
+                         hosts=codes, launch=launch_timeline(failure.parent),
+                         result=read_result_file(failure.parent / RESULT_FILE))
     if req.root is None and code == 0 and outcome.timeline and "launch" in outcome.timeline:
         outcome.timeline["launch"].pop("file")  # removed with the temporary root below
     if req.root is None:

@@ -2,7 +2,7 @@
 
 Place in the data flow: ``submit`` (in the foreground, or its detached copy) is the job's
 supervisor; its pid and start time are in the job's record, its output in the run directory
-(records.RUN_FILES), its result in ``result.json`` when it ends.  From those alone:
+(records.RUN_FILES), how it ended in ``outcome.json`` (``result.json`` in a run directory made before).  From those alone:
 
 * ``describe``: the record's state, unless its supervisor is gone: then the result it left, or
   ``lost`` when it left none (SIGKILL, a reboot);
@@ -23,9 +23,10 @@ from typing import Iterator
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..core.private import open_private, read_private
 from ..errors import ClusterError, ExitCode, SpecError
+from ..exec.result import JobResult
 from ..exec.supervisor import stop_process
 from ..records import OTHER_USER, JobRecord, JobState, supervisor_problem
-from .base import JobStatus
+from .outcome import JobStatus
 
 #: seconds past the job's grace period a supervisor may take to stop its job (the launcher's report, a sim
 #: cluster's tear-down) before ``cancel`` SIGKILLs it.
@@ -51,18 +52,33 @@ def state_of(exit_code: int, *, cancelled: bool) -> JobState:
 
 
 def read_result(record: JobRecord) -> dict | None:
-    """The Outcome the supervisor left in the run directory (``submit --json``'s line), None if none."""
+    """The Outcome the supervisor left in the run directory (``submit --json``'s line), None if none: its
+    ``outcome.json``, else the ``result.json`` a run directory made before the rename holds."""
     if record.run_dir is None:
         return None
+    for key in ("outcome", "result"):
+        try:
+            # never through a link, only a file of this user's (core/private.py): else the status shown is forged
+            return json.loads(read_private(record.path(key), "job's result"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def job_result(outcome: dict | None) -> JobResult | None:
+    """The JobResult an outcome file wraps (exec/result.py), None when it holds none (a platform's end, an older file)."""
     try:
-        # never through a link, only a file of this user's (core/private.py): else the status shown is forged
-        return json.loads(read_private(record.path("result"), "job's result"))
-    except (OSError, ValueError):
+        return JobResult.from_dict((outcome or {}).get("result"))
+    except (ValueError, TypeError, KeyError):
         return None
 
 
 def describe(record: JobRecord) -> JobStatus:
     state, result = record.state, None
+    if state.terminal and state != JobState.LOST:
+        return status_of(record, state, result=job_result(read_result(record)))
     if not state.terminal and not supervisor_alive(record):
         result = read_result(record)
         if result is None:
@@ -74,7 +90,7 @@ def describe(record: JobRecord) -> JobStatus:
                        f"{record.supervisor_pid}) ended without a result: killed, or the machine restarted")
     if result is not None:
         return status_of(record, state, exit_code=result["exit_code"], source=result.get("source"),
-                       reason=result.get("reason"), root_cause=result.get("root_cause"))
+                         reason=result.get("reason"), root_cause=result.get("root_cause"), result=job_result(result))
     return status_of(record, state)
 
 

@@ -54,7 +54,7 @@ def test_two_submissions_of_one_spec_at_once_get_two_ids_and_two_directories(tmp
         assert run.parent == tmp_path / "spec" / "runs" / "twice"
         assert r["timeline"]["launch"]["file"] == str(run / "output" / "timeline.json")
         assert (run / "output.log").read_text().count("] done") == 2
-        for name in ("spec.json", "plan.txt", "request.json", "result.json", "output/timeline.json"):
+        for name in ("spec.json", "plan.txt", "request.json", "outcome.json", "output/timeline.json"):
             assert (run / name).is_file(), name
         assert oct((run / "request.json").stat().st_mode & 0o777) == "0o600"
     listed = json.loads(mrk("jobs", "--json", check=0).stdout)
@@ -224,3 +224,27 @@ def test_a_job_submitted_from_another_directory_writes_nothing_there(tmp_path):
              "the detached job to end")
     assert list(cwd.iterdir()) == []
     assert (tmp_path / "spec" / "runs" / "here" / "mine.txt").read_text() == "x\n"
+
+
+def test_jobs_shows_elapsed_nodes_and_user(tmp_path, capsys):
+    """Issue 40 item 7: squeue and sacct show the time a job ran, its nodes and its user; `jobs` had none."""
+    from mpirun_kit.cli.jobs import elapsed
+    from mpirun_kit.cli.main import main
+    from mpirun_kit.records import JobState, RecordStore
+    from mpirun_kit.targets.outcome import JobStatus
+
+    store = RecordStore(tmp_path / "state")
+    rec = store.create("cols", "local", spec=None, runs_root=tmp_path / "runs", details={"nodes": 3, "user": "alice"})
+    store.update(rec.job_id, started_at=1000.0)
+    store.finish(rec.job_id, state=JobState.FAILED, exit_code=2, now=1000.0 + 86400 + 3723)
+    assert main(["jobs", "--state-dir", str(store.dir)]) == 0
+    header, row = capsys.readouterr().out.splitlines()
+    assert header.split() == ["JOB", "ID", "STATE", "TARGET", "EXIT", "CREATED", "ELAPSED", "NODES", "USER", "SPEC"]
+    assert row.split()[:3] == [rec.job_id, "failed", "local"]
+    assert row.split()[-4:] == ["1-01:02:03", "3", "alice", "-"]
+    assert json.loads(main(["jobs", "--json", "--state-dir", str(store.dir)]) or capsys.readouterr().out)[0][
+        "user"] == "alice"
+    # not started yet: no time; running: up to now
+    status = JobStatus("j", "j", "local", JobState.RUNNING, started_at=10.0)
+    assert elapsed(status, now=75.0) == "00:01:05"
+    assert elapsed(JobStatus("j", "j", "local", JobState.PENDING), now=75.0) == "-"

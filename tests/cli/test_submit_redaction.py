@@ -51,7 +51,7 @@ SECRETS = ("supersecretvalue123", "tokval98765")
 @pytest.mark.mpi
 def test_a_detached_submit_shows_no_secret_and_keeps_it_only_in_private_files(tmp_path):
     """A spec env value under a secret-looking name (AWS_SECRET_ACCESS_KEY, MY_TOKEN): nothing `submit --detach`
-    prints, nor plan.txt, submit.log, output.log or result.json, holds it; the files that must (the request as
+    prints, nor plan.txt, submit.log, output.log or outcome.json, holds it; the files that must (the request as
     sent, the resolved spec, the launcher's launch spec) are 0600 (spec.json and launch-spec.json were 0644)."""
     spec = tmp_path / "spec" / "s.yaml"
     spec.parent.mkdir()

@@ -1,8 +1,11 @@
 """service/runner.py: ``JobService``, typed in and out, with real mpirun and ranks on this machine."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
-from jobs_kit import local_spec as spec
+from jobs_kit import local_spec as spec, mrk
 
 from mpirun_kit.records import JobState, RecordStore
 from mpirun_kit.service.requests import JobHandle, SubmitRequest
@@ -20,6 +23,11 @@ def test_submit_returns_a_handle_that_every_verb_takes(tmp_path):
     assert (status.state, status.exit_code, status.source) == (JobState.FAILED, 4, "job")
     assert status.root_cause == {"rank": 1, "host": "localhost", "exit_code": 4, "signal": None}
     assert svc.describe(handle.job_id) == status
+    # the whole JobResult the master wrote, wrapped (issue 38): `status --json` carries it as exec/result.py has it
+    written = json.loads((Path(handle.run_dir) / "output" / "result.json").read_text())
+    assert status.result.to_dict() == written and written["failures"] and written["launcher"]["tail"]
+    shown = json.loads(mrk("status", handle.job_id, "--json", "--state-dir", str(svc.store.dir), check=4).stdout)
+    assert shown["result"] == written
     # (what the ranks print reaches output.log through this process's fd 1, which pytest's capture bypasses:
     # tests/test_api.py reads a detached job's lines)
     assert all(isinstance(line, str) for line in svc.logs(handle))

@@ -41,7 +41,7 @@ def test_the_supervisor_records_itself_then_the_end(tmp_path):
     assert (seen[0].state, seen[0].supervisor_pid) == (JobState.RUNNING, os.getpid())
     rec = store.get(sub.record.job_id)
     assert (rec.state, rec.exit_code, rec.source) == (JobState.FAILED, 3, "job")
-    assert json.loads(rec.path("result").read_text())["job_id"] == rec.job_id
+    assert json.loads(rec.path("outcome").read_text())["job_id"] == rec.job_id
 
 
 def test_an_error_of_ours_while_running_still_ends_the_record(tmp_path):

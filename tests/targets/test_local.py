@@ -208,7 +208,7 @@ def test_a_program_that_cannot_start_exits_127_not_the_usage_code(command, why, 
     assert json.loads(out)["exit_code"] == 127
     # refused before anything ran: the run directory has the record's files, no launch spec, and says 127
     assert not (run / "launch-spec.json").exists()
-    assert json.loads((run / "result.json").read_text())["exit_code"] == 127
+    assert json.loads((run / "outcome.json").read_text())["exit_code"] == 127
     # a dry run is a value: it prints the request and checks nothing on this machine
     assert main(["submit", str(spec), "--dry-run"]) == 0
 

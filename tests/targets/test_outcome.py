@@ -78,3 +78,40 @@ def test_platform_interrupt_and_error():
     assert outcome_of(None, None, 64, error=("launcher", "bad spec")).reason == "bad spec"
     ok = outcome_of("local", "j", 0, started=0.0, ended=1.5, hosts={"localhost": 0})
     assert (ok.source, ok.timeline["duration_s"], ok.timeline["started_at"]) == ("job", 1.5, "1970-01-01T00:00:00Z")
+
+
+def _full_result():
+    from mpirun_kit.exec.result import JobResult, RankFailure
+
+    cause = RankFailure(1, "localhost", 4, None, 12.5)
+    return JobResult(4, cause, (cause,), reason="", launcher_code=4, tail=("mpirun: rank 1 exited 4",),
+                     rejections={"stale": 1}, hang={"at": 1.0, "ranks": [1]})
+
+
+def test_the_whole_result_wins_over_the_failure_files_head_and_is_wrapped():
+    """targets/local.py read the failure file's head (no failures, hang or tail; the reason cut at 200 characters)
+    where the whole result.json lay beside it: the Outcome now wraps the JobResult itself."""
+    result = _full_result()
+    o = outcome_of("local", "j", 4, failure_text="garbage, not a head", result=result)
+    assert (o.source, o.reason, o.root_cause) == ("job", "rank 1 on localhost exited with code 4",
+                                                  {"rank": 1, "host": "localhost", "exit_code": 4, "signal": None})
+    assert o.result is result
+    assert o.to_dict()["result"] == result.to_dict()   # through JobResult's one serializer
+
+
+def test_a_result_of_another_code_is_not_this_ends():
+    assert outcome_of("local", "j", 143, result=_full_result(), interrupted="SIGTERM").result is None
+
+
+def test_status_json_carries_every_key_of_the_job_result():
+    """Issue 38's done-when: a field added to JobResult reaches `status --json` by touching exec/result.py (its
+    ``to_dict``/``from_dict``) and nothing else: the status wraps the result and serializes it with to_dict."""
+    import json
+
+    from mpirun_kit.records import JobState
+    from mpirun_kit.targets.outcome import JobStatus
+
+    result = _full_result()
+    status = json.loads(JobStatus("j-1", "j", "local", JobState.FAILED, exit_code=4, result=result).to_json())
+    assert status["result"] == json.loads(result.to_json())
+    assert set(status["result"]) == set(result.to_dict())
