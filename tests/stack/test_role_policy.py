@@ -293,3 +293,14 @@ def test_no_session_alice_may_get_reaches_bobs_job(action, resource):
     for tag in carried:
         assert not allowed("SubmitRole", action, resource, **job(tag)), tag
     assert allowed("SubmitRole", action, resource.replace("bob--job-b", "alice--job-b"), **job("alice--job-b"))
+
+
+@pytest.mark.parametrize("action", ["logs:CreateLogStream", "logs:PutLogEvents"])
+def test_a_job_writes_only_its_own_log_streams(action):
+    """Issue 37, finding 7: job A's session could create and write streams of job B in the shared group."""
+    group = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs"
+    a = job("alice--job-a")
+    assert allowed("ExecutionRole", action, f"{group}:log-stream:alice--job-a/algo-1-1700000000", **a)
+    for other in ("bob--job-b/algo-1-1700000000", "alice--job-a-other/algo-1", "x"):
+        assert not allowed("ExecutionRole", action, f"{group}:log-stream:{other}", **a), other
+    assert not allowed("ExecutionRole", action, f"{group}:log-stream:alice--job-a/algo-1")  # no tag, no stream
