@@ -79,6 +79,8 @@ def register(subparsers: Any) -> None:
     d.add_argument("--yes", action="store_true",
                    help="execute the change set without asking (needed without a terminal)")
     d.add_argument("--dry-run", action="store_true", help="check locally and print the plan; no AWS call")
+    d.add_argument("--take-over", action="store_true",
+                   help="update a stack whose owner tag (mpirun-kit-owner) names someone else, and make it yours")
     d.add_argument("--termination-protection", action="store_true",
                    help="turn on the stack's termination protection after the deploy (the README does for the "
                         "VPC and FSx stacks)")
@@ -129,6 +131,8 @@ def register(subparsers: Any) -> None:
                                   aws=_AWS + ", a deletion failed, or --timeout passed"))
     dn.add_argument("--stacks", default=",".join(TEARDOWN_ORDER_TEXT), metavar="A,B,...",
                     help=f"stacks to delete, in this order (default {','.join(TEARDOWN_ORDER_TEXT)})")
+    dn.add_argument("--take-over", action="store_true",
+                    help="delete stacks whose owner tag (mpirun-kit-owner) names someone else")
     dn.add_argument("--force", action="store_true",
                     help="delete even while training jobs run in the stacks' subnets (they will fail)")
     deletion(dn, timeout_help="seconds to wait per stack (default 3600)",
@@ -264,6 +268,7 @@ def _deploy(args: argparse.Namespace) -> int:
         return True if args.yes else _ask(f"execute change set {cs_name} on stack {args.name}?")
 
     result = deploy(request, _client(args), confirm=confirm, report=_err, clock=SYSTEM_CLOCK,
+                    owner=_owner(args), take_over=args.take_over,
                     timeout_s=args.timeout, poll_s=args.poll)
     if args.json:
         print(json.dumps({"stack": result.stack_name, "outcome": result.outcome,
@@ -383,6 +388,16 @@ def _down(args: argparse.Namespace) -> int:
             raise ClusterError(f"stack down: training job(s) {', '.join(running)} are running in these stacks' "
                                "subnets; deleting the VPC and file systems under them fails them. Wait for them "
                                f"(`mpirun_kit status NAME`), stop them (`mpirun_kit stop NAME`), or pass --force")
+    if not args.force:  # another stack's file system or a colleague's instance in the VPC is not ours to strand
+        from ..stack.deploy import vpc_users
+
+        users = vpc_users(_client(args), _client(args, "ec2"), names)
+        if users:
+            from ..errors import ClusterError
+
+            raise ClusterError(f"stack down: the VPC of {', '.join(names)} is still in use by what these stacks did not "
+                               f"make: {'; '.join(users)}. Delete those first (or the stacks that made them, named "
+                               "in --stacks before the VPC's), or pass --force")
     if not args.yes and not _ask(f"delete stacks {', '.join(names)} (in this order) and the resources they own?"):
         _err("stack down: nothing deleted")
         return 1
@@ -393,7 +408,7 @@ def _down(args: argparse.Namespace) -> int:
         except Exception:  # noqa: BLE001 - a stack that is not there has no ARN to read
             pass
     deleted, kept = teardown(names, _client(args), report=_err, clock=SYSTEM_CLOCK, timeout_s=args.timeout,
-                             poll_s=args.poll)
+                             poll_s=args.poll, owner=None if args.take_over else _owner(args))
     kept += left_outside_stacks(kept, deleted, arns)
     if args.json:
         print(json.dumps({"deleted": list(deleted), "retained": [
@@ -405,6 +420,15 @@ def _down(args: argparse.Namespace) -> int:
         print(f"kept: {k.resource_type} {k.physical_id} (stack {k.stack_name}, {k.logical_id}: {k.why}). Delete "
               f"it once you no longer need it: {k.delete_command(region)}")
     return 0
+
+
+def _owner(args: argparse.Namespace) -> str:
+    """Who deploys, as the stacks' owner tag: the caller's identity without partition and account
+    (``user/alice``, ``assumed-role/Dev/alice@example.com``), from STS GetCallerIdentity."""
+    from ..stack.aws import call
+
+    arn = str(call(_client(args, "sts"), "get_caller_identity", "*").get("Arn", ""))
+    return arn.split(":", 5)[-1] or arn
 
 
 def _role_bucket(args: argparse.Namespace) -> tuple[str, str]:

@@ -179,9 +179,34 @@ def _discard(client: Any, request: DeployRequest, change_set_id: str, created: b
         call(client, "delete_stack", request.stack_name, StackName=request.stack_name)
 
 
+#: the stack tag naming who deployed a stack (``deploy`` sets it; ``deploy`` and ``stack down`` check it).
+OWNER_TAG = "mpirun-kit-owner"
+
+
+def owner_of(stack: dict[str, Any]) -> str | None:
+    """The stack's owner tag, None when it has none (a stack made before the tag, or by hand)."""
+    return next((str(t.get("Value")) for t in stack.get("Tags") or () if t.get("Key") == OWNER_TAG), None)
+
+
+def check_owner(stack: dict[str, Any], owner: str | None, action: str) -> None:
+    """Refuse to ``action`` (update, delete) a stack another person deployed.
+
+    Raises:
+        ClusterError: the stack's owner tag names someone other than ``owner``.
+    """
+    current = owner_of(stack)
+    if owner is None or current is None or current == owner:
+        return
+    name = stack.get("StackName", "?")
+    raise ClusterError(f"stack {name} belongs to {current} (its tag {OWNER_TAG}), not to you ({owner}): "
+                       f"you would {action} their stack, which every job of theirs uses. Choose stack names of "
+                       f"your own (e.g. {owner.rsplit('/', 1)[-1].split('@')[0].lower()}-{name}), or, if it is "
+                       "yours to take over, pass --take-over")
+
+
 def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Change, ...]], bool],
            report: Callable[[str], None], clock: Clock, timeout_s: float | None = 3600.0,
-           poll_s: float = 5.0) -> DeployResult:
+           poll_s: float = 5.0, owner: str | None = None, take_over: bool = False) -> DeployResult:
     """Create or update ``request.stack_name`` through a change set.
 
     Args:
@@ -191,6 +216,8 @@ def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Chan
         report: receives progress lines (the change table, stack events, heartbeats).
         clock: injected time; ``timeout_s`` bounds the change set wait and the stack wait each.
         poll_s: seconds between DescribeStackEvents calls.
+        owner: who deploys (the caller's identity); tagged on the stack (OWNER_TAG), and an existing
+            stack tagged with another owner is not updated unless ``take_over``.
 
     Raises:
         StackFailedError: the change set or the stack operation failed; carries the first
@@ -215,7 +242,13 @@ def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Chan
     create = existing is None or status == "REVIEW_IN_PROGRESS"
     previous = None if create else {p["ParameterKey"]: p.get("ParameterValue", "")
                                     for p in existing.get("Parameters") or ()}  # type: ignore[union-attr]
+    if not create and not take_over:
+        check_owner(existing or {}, owner, "update")
     kwargs = request.api_request(create=create, existing=previous)
+    if owner is not None:  # an update replaces the stack's tags: keep the others
+        kept = [t for t in (existing or {}).get("Tags") or () if t.get("Key") != OWNER_TAG]
+        kwargs["Tags"] = [*kept, *[t for t in kwargs.get("Tags") or () if t.get("Key") != OWNER_TAG],
+                          {"Key": OWNER_TAG, "Value": owner}]
     report(f"{'creating' if create else 'updating'} stack {name} from {request.template_path} "
            f"(change set {request.change_set_name})")
     try:
@@ -343,7 +376,7 @@ _DELETE_RETAINED = {
     "AWS::EFS::FileSystem": "aws efs delete-file-system --file-system-id {id}",
     "AWS::S3::Bucket": "aws s3 rb s3://{id} --force",
     "AWS::FSx::FileSystem": "aws fsx delete-file-system --file-system-id {id}",
-    "AWS::Logs::LogGroup": "aws logs delete-log-group --log-group-name {id}",
+    "AWS::Logs::LogGroup": "aws logs delete-log-group --log-group-name {id}",   # a stack's own group only
     # the recovery points of one file system; each is deleted with `aws backup delete-recovery-point`
     "AWS::Backup::RecoveryPoint": "aws backup list-recovery-points-by-resource --resource-arn {id}",
 }
@@ -363,6 +396,13 @@ class Retained:
     why: str = "DeletionPolicy Retain, so its data outlives the stack; it keeps billing"
 
     def delete_command(self, region: str | None) -> str:
+        if self.resource_type == "AWS::Logs::LogGroup" and self.physical_id == TRAINING_LOG_GROUP:
+            # Every training job of the account and region logs there, every user's: never the group.
+            where = f" --region {region}" if region else ""
+            return ("keep the group (every training job of this account and region logs there); remove only your "
+                    f"own jobs' streams: aws logs delete-log-stream --log-group-name {TRAINING_LOG_GROUP} "
+                    f"--log-stream-name JOB/HOST{where} (`aws logs describe-log-streams --log-group-name "
+                    f"{TRAINING_LOG_GROUP} --log-stream-name-prefix JOB/` lists them)")
         cmd = _DELETE_RETAINED.get(self.resource_type)
         where = f" --region {region}" if region else ""
         return (cmd.format(id=self.physical_id) + where) if cmd else \
@@ -426,6 +466,59 @@ def training_jobs_in(sm: Any, subnets: set[str]) -> list[str]:
             return names
 
 
+def vpc_users(client: Any, ec2: Any, stack_names: tuple[str, ...]) -> list[str]:
+    """What outside ``stack_names`` still uses their VPCs, one line each: another stack that imports one of
+    their exports, and a network interface in the VPC that none of their resources made (another stack's
+    file system, a colleague's instance or endpoint).  ``stack down`` refuses while there is any: deleting
+    the VPC fails half-way or leaves that resource unlisted and billing."""
+    ours: set[str] = set()
+    vpcs: set[str] = set()
+    ids: set[str] = set()
+    for name in stack_names:
+        try:
+            ids.add(str(describe_stack(name, client).get("StackId", "")))
+        except StackNotFoundError:
+            continue
+        ours.add(name)
+        for r in call(client, "describe_stack_resources", name, StackName=name).get("StackResources") or ():
+            pid = str(r.get("PhysicalResourceId") or "")
+            if pid:
+                ids.add(pid)
+                if r.get("ResourceType") == "AWS::EC2::VPC":
+                    vpcs.add(pid)
+    out = []
+    token = None
+    while True:
+        page = call(client, "list_exports", "(exports)", **({"NextToken": token} if token else {}))
+        for e in page.get("Exports") or ():
+            if e.get("ExportingStackId") not in ids:
+                continue
+            try:
+                importers = call(client, "list_imports", str(e["Name"]), ExportName=e["Name"]).get("Imports") or ()
+            except (ClusterError, StackNotFoundError):
+                importers = ()   # not imported: AWS answers "Export ... is not imported by any stack"
+            out += [f"stack {i} imports {e['Name']}" for i in importers if i not in ours]
+        token = page.get("NextToken")
+        if not token:
+            break
+    nats = sorted(i for i in ids if i.startswith("nat-"))
+    if nats:  # a NAT gateway's interface names it in its description on AWS; its own answer says for sure
+        for nat in call(ec2, "describe_nat_gateways", ",".join(nats), NatGatewayIds=nats).get("NatGateways") or ():
+            ids |= {str(a.get("NetworkInterfaceId")) for a in nat.get("NatGatewayAddresses") or ()}
+    if vpcs:
+        enis = call(ec2, "describe_network_interfaces", ",".join(sorted(vpcs)),
+                    Filters=[{"Name": "vpc-id", "Values": sorted(vpcs)}]).get("NetworkInterfaces") or ()
+        for eni in enis:
+            text = " ".join(str(eni.get(k) or "") for k in ("Description", "RequesterId"))
+            groups = {g.get("GroupId") for g in eni.get("Groups") or ()}
+            if eni["NetworkInterfaceId"] in ids or any(i and i in text for i in ids) \
+                    or (groups and groups <= ids and not eni.get("Description")):
+                continue
+            out.append(f"network interface {eni['NetworkInterfaceId']} in {eni.get('VpcId')} "
+                       f"({eni.get('Description') or eni.get('InterfaceType') or 'no description'})")
+    return out
+
+
 def stack_subnets(client: Any, stack_names: tuple[str, ...]) -> set[str]:
     """The subnets the stacks that exist create (AWS::EC2::Subnet) or name in their outputs (the file
     system's subnet)."""
@@ -444,7 +537,8 @@ def stack_subnets(client: Any, stack_names: tuple[str, ...]) -> set[str]:
 
 
 def teardown(stack_names: tuple[str, ...], client: Any, *, report: Callable[[str], None], clock: Clock,
-             timeout_s: float | None = 3600.0, poll_s: float = 5.0) -> tuple[tuple[str, ...], tuple[Retained, ...]]:
+             timeout_s: float | None = 3600.0, poll_s: float = 5.0,
+             owner: str | None = None) -> tuple[tuple[str, ...], tuple[Retained, ...]]:
     """Delete the named stacks that exist, in the order given, termination protection off first.
 
     Returns (stacks deleted, resources they left behind).  Stops at the first failure
@@ -455,8 +549,13 @@ def teardown(stack_names: tuple[str, ...], client: Any, *, report: Callable[[str
     """
     deleted: list[str] = []
     kept: list[Retained] = []
-    for name in stack_names:
+    for name in stack_names:  # every owner first: nothing is deleted when one stack is another's
         check_stack_name(name)
+        try:
+            check_owner(describe_stack(name, client), owner, "delete")
+        except StackNotFoundError:
+            pass
+    for name in stack_names:
         try:
             stack = describe_stack(name, client)
         except StackNotFoundError:

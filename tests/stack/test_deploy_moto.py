@@ -352,3 +352,55 @@ def test_deploy_refuses_an_fsx_link_over_the_secrets_before_any_call(cli, cf, on
     assert f"parameter S3DataPath='{link}' does not match AllowedPattern" in r.err
     assert "never the role stack's keys/ or jobs/" in r.err
     assert cf.list_stacks()["StackSummaries"] == []
+
+
+def test_stack_down_refuses_while_something_else_uses_the_vpc_and_names_it(cli, cf, ec2, on_moto):
+    """Issue 37, finding 4: `stack down` deleted mrk-vpc while another stack's file system sat in its subnet
+    (unlisted, still billing).  Here a network interface no stack of --stacks made (a colleague's file
+    system's) is in the VPC: down refuses and names it, and deletes nothing."""
+    assert cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--yes", *FAST).rc == 0
+    subnet = _tagged(ec2, "subnet", "mrk-vpc-private-1")
+    eni = ec2.create_network_interface(SubnetId=subnet, Description="EFS mount target for fs-0colleague1 "
+                                       "(fsmt-0abc)")["NetworkInterface"]
+    r = cli("stack", "down", "--stacks", "mrk-vpc", "--yes", *FAST)
+    assert r.rc == 69, r.err
+    assert (f"stack down: the VPC of mrk-vpc is still in use by what these stacks did not make: network interface "
+            f"{eni['NetworkInterfaceId']} in {eni['VpcId']} (EFS mount target for fs-0colleague1 (fsmt-0abc)). "
+            "Delete those first") in r.err
+    assert _stack(cf, "mrk-vpc")["StackStatus"] == "CREATE_COMPLETE"
+
+
+def test_stack_down_never_advises_deleting_the_shared_training_log_group():
+    """Issue 37, finding 4: its advice to delete /aws/sagemaker/TrainingJobs removed every user's logs."""
+    from mpirun_kit.stack.deploy import TRAINING_LOG_GROUP, Retained
+
+    cmd = Retained("mrk-role", "training logs", "AWS::Logs::LogGroup", TRAINING_LOG_GROUP).delete_command("us-west-2")
+    assert "delete-log-group" not in cmd
+    assert cmd.startswith("keep the group (every training job of this account and region logs there); remove only "
+                          "your own jobs' streams: aws logs delete-log-stream --log-group-name "
+                          "/aws/sagemaker/TrainingJobs --log-stream-name JOB/HOST --region us-west-2")
+
+
+def test_a_stack_has_an_owner_and_another_person_neither_updates_nor_deletes_it(cli, cf, on_moto, monkeypatch):
+    """Issue 37, finding 4: a second user's `stack deploy` became "updating stack mrk-role" with no ownership
+    check.  The owner is the caller's identity (STS GetCallerIdentity; moto's is user/moto), tagged on the stack."""
+    from mpirun_kit.cli import stack as cli_stack
+
+    assert cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--yes", *FAST).rc == 0
+    assert {"Key": "mpirun-kit-owner", "Value": "user/moto"} in _stack(cf, "mrk-vpc")["Tags"]
+    monkeypatch.setattr(cli_stack, "_owner", lambda args: "user/bob")
+    upd = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--param", "CreateNatGateway=false", "--yes", *FAST)
+    assert upd.rc == 69
+    assert ("stack mrk-vpc belongs to user/moto (its tag mpirun-kit-owner), not to you (user/bob): you would update "
+            "their stack, which every job of theirs uses. Choose stack names of your own (e.g. bob-mrk-vpc), or, if "
+            "it is yours to take over, pass --take-over") in upd.err
+    down = cli("stack", "down", "--stacks", "mrk-vpc", "--yes", *FAST)
+    assert down.rc == 69 and "stack mrk-vpc belongs to user/moto" in down.err and "you would delete" in down.err
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in _stack(cf, "mrk-vpc")["Parameters"]}
+    assert params["CreateNatGateway"] == "true"
+    took = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--param", "CreateNatGateway=false", "--yes", "--take-over",
+               *FAST)
+    assert took.rc == 0, took.err
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in _stack(cf, "mrk-vpc")["Parameters"]}
+    assert params["CreateNatGateway"] == "false"
+    # (the update's change set carries Tags owner=user/bob; moto does not apply a change set's tags to the stack)

@@ -215,7 +215,10 @@ def test_the_walkthrough_on_another_account(patched_moto, region, tmp_path):
             f"{fs['FileSystemId']} (stack mrk-efs, FileSystem backups: BackupPolicy ENABLED") in down
     assert ("kept: AWS::Logs::LogGroup /aws/sagemaker/TrainingJobs (stack mrk-role, training logs: SageMaker writes "
             f"every training job's logs there") in down
-    assert f"aws logs delete-log-group --log-group-name /aws/sagemaker/TrainingJobs --region {region}" in down
+    # issue 37: the group is every user's; only one's own jobs' streams are deleted
+    assert "delete-log-group" not in down
+    assert f"aws logs delete-log-stream --log-group-name /aws/sagemaker/TrainingJobs --log-stream-name JOB/HOST " \
+           f"--region {region}" in down
     assert [b["Name"] for b in c["s3"].list_buckets()["Buckets"]] == [bucket]
     # what stays is what the page says stays
     stays = PAGE.read_text().split("## What stays", 1)[1]
