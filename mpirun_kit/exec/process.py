@@ -233,12 +233,21 @@ def supervise(argv: Sequence[str], cwd: str | None = None, *, deadline_s: float 
         latch.__enter__()
     try:
         proc = start_process(argv, cwd=cwd, parent_death_signal=parent_death_signal)
-        child = ProcessChild(proc, forward=True, clock=clock)
-        ended = Supervisor(child, deadline_s=deadline_s, grace_s=grace_s + margin_s, requested=latch.stop,
-                           clock=clock, tick_s=0.1, deadline_what="the launcher").run()
+        return follow(ProcessChild(proc, forward=True, clock=clock), deadline_s=deadline_s, grace_s=grace_s,
+                      clock=clock, latch=latch, margin_s=margin_s)
     finally:
         if own:
             latch.__exit__(None, None, None)
+
+
+def follow(child: ProcessChild, *, deadline_s: float | None = None, grace_s: float = 10.0,
+           clock: Clock = SYSTEM_CLOCK, latch: SignalLatch | None = None,
+           margin_s: float = 10.0) -> tuple[int, Stop | None]:
+    """``supervise``'s second half, for a process already started (a target's ``start``): the supervisor follows
+    ``child`` to its end, stopping it on ``latch``'s signal or past ``deadline_s``; (exit code, the stop made)."""
+    ended = Supervisor(child, deadline_s=deadline_s, grace_s=grace_s + margin_s,
+                       requested=latch.stop if latch is not None else None, clock=clock, tick_s=0.1,
+                       deadline_what="the launcher").run()
     if ended.stop is not None:
         return ended.stop.exit_code, ended.stop
     return exit_code_of(ended.returncode if ended.returncode is not None else -signal.SIGKILL), None

@@ -186,6 +186,16 @@ class SubmitOptions:
     verbosity: int = verbosity.VERBOSE
 
 
+@dataclass(frozen=True)
+class Started:
+    """A job a target started, returned at once by ``Target.start``: ``native``, the target's own id for it (the
+    local launcher's pid), and ``child``, what the one supervisor (exec/supervisor.py ``Supervisor``) follows,
+    stops and drains (an exec/supervisor ``Child``)."""
+
+    native: str
+    child: Any
+
+
 class Target(ABC, Generic[R]):
     """Where a compiled job runs, and how a job started there is followed afterwards.
 
@@ -256,6 +266,16 @@ class Target(ABC, Generic[R]):
     @abstractmethod
     def run(self, dry: DryRun[R], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         """Execute ``dry`` exactly as printed; how it ended."""
+
+    def start(self, dry: DryRun[R], opts: SubmitOptions = SubmitOptions()) -> Started:
+        """Start ``dry`` exactly as printed and return at once: the target's id for the job and the child the one
+        supervisor follows (``run`` is start, then the supervisor, then the Outcome).  Done for ``local``; the other
+        targets still start and follow inside ``run``.
+
+        Raises:
+            NotImplementedError: this target does not separate starting from following yet.
+        """
+        raise NotImplementedError(f"target {self.name!r} starts its jobs only inside run()")
 
     def describe(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
         """The job's state now and, once it ended, its result."""

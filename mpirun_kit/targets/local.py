@@ -1,7 +1,9 @@
 """Target ``local`` (the default): the job's ranks on this machine, via the launcher's `mpirun_kit launch`.
 
 Place in the data flow: CompiledJob -> ``dryrun`` (argv + the LaunchSpec file,
-a value) -> ``run`` writes the spec file and runs the argv.  The launcher
+a value) -> ``start`` writes the spec file and starts the argv, returning at once with the
+launcher's pid (``Started``); ``run`` starts it (once per attempt) and has the one supervisor
+(exec/supervisor.py) follow it to its end.  The launcher
 (entrypoint/master) does the rest: mpirun, ``[rank host]`` output prefixes,
 the root-cause failure report and the exit code, which ``run`` passes through.
 """
@@ -12,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import sys
 import time
@@ -22,14 +25,14 @@ from typing import Sequence
 from ..core.programs import cli_argv
 from ..errors import CannotStartError, ExitCode
 from ..core.clock import SYSTEM_CLOCK, Clock
-from ..exec.process import supervise
+from ..exec.process import follow
 from ..exec.result import RESULT_FILE, read_result_file
 from ..exec.signals import SignalLatch
-from ..exec.supervisor import Stop, signal_stop
+from ..exec.supervisor import ProcessChild, Stop, signal_stop, start_process
 from ..spec.compile import CompiledJob
 from ..core.files import write_atomic
 from ..core import verbosity
-from .base import STOPPED, DryRun, StatusLine, SubmitOptions, Target, retrying
+from .base import STOPPED, DryRun, Started, StatusLine, SubmitOptions, Target, retrying
 from .outcome import Outcome, launch_timeline, outcome_of
 
 SPEC_FILE = "launch-spec.json"
@@ -137,14 +140,19 @@ def write_files(dry: DryRun) -> None:
         write_atomic(path, text, mode=0o600)
 
 
-def run_argv(argv: list[str], cwd: str | None = None, *, deadline_s: float | None = None, grace_s: float = 10.0,
-             clock: Clock = SYSTEM_CLOCK, stops: list[Stop] | None = None, latch: SignalLatch | None = None) -> int:
-    """Run the launcher process under the supervisor (exec.process.supervise); its exit code (ExitCode.TIMEOUT
-    past the deadline, 128+N after signal N reached us: the launcher stopped every rank first).
+def start_launcher(req: "LocalRequest", *, clock: Clock = SYSTEM_CLOCK) -> Started:
+    """The launcher process started (its own session; SIGTERM to it should we die), at once: its pid and the child
+    the supervisor follows (exec/supervisor.ProcessChild, forwarding a Ctrl-C or SIGTERM as it is)."""
+    proc = start_process(req.argv, cwd=req.cwd, parent_death_signal=signal.SIGTERM)
+    return Started(str(proc.pid), ProcessChild(proc, forward=True, clock=clock))
 
-    ``stops`` collects the stop made (who asked and why), if any.
-    """
-    code, stop = supervise(argv, cwd, deadline_s=deadline_s, grace_s=grace_s, clock=clock, latch=latch)
+
+def follow_launcher(started: Started, req: "LocalRequest", *, clock: Clock = SYSTEM_CLOCK,
+                    stops: list[Stop] | None = None, latch: SignalLatch | None = None) -> int:
+    """The launcher ``start_launcher`` started, followed by the supervisor to its end; its exit code
+    (ExitCode.TIMEOUT past the deadline, 128+N after signal N reached us: the launcher stopped every rank first).
+    ``stops`` collects the stop made (who asked and why), if any."""
+    code, stop = follow(started.child, deadline_s=req.deadline_s, grace_s=req.grace_s, clock=clock, latch=latch)
     if stop is not None and stops is not None:
         stops.append(stop)
     return code
@@ -172,8 +180,7 @@ def run_outcome(dry: DryRun, *, clock: Clock = SYSTEM_CLOCK, level: int = verbos
             stops.append(signal_stop(latch.received))
             return stops[-1].exit_code
         attempts.append(n)
-        return run_argv(req.argv, req.cwd, deadline_s=req.deadline_s, grace_s=req.grace_s, clock=clock,
-                        stops=stops, latch=latch)
+        return follow_launcher(start_launcher(req, clock=clock), req, clock=clock, stops=stops, latch=latch)
 
     stops: list[Stop] = []
     # Installed before the first attempt: a SIGHUP, SIGTERM or Ctrl-C at any time stops the launcher (never
@@ -212,6 +219,12 @@ class LocalTarget(Target[LocalRequest]):
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)
+
+    def start(self, dry: DryRun, opts: SubmitOptions = SubmitOptions()) -> Started:
+        """The launcher started on this machine for ``dry`` (the program checked, the files written), at once."""
+        refuse_unstartable(dry.job, json.loads(dry.files[0][1])["program"], dry.request.cwd)
+        write_files(dry)
+        return start_launcher(dry.request)
 
     def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         return run_outcome(dry, level=opts.verbosity)

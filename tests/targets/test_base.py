@@ -65,3 +65,12 @@ def test_each_target_says_which_python_its_hosts_run(tmp_path):
         got[name] = compiled.launch.program[0]
     assert got == want
     assert get_target("sagemaker").python(compiled.job) == "python"   # the training image's (docker/Dockerfile)
+
+
+def test_a_target_that_does_not_separate_start_from_run_says_so():
+    import pytest
+
+    from mpirun_kit.targets import get_target
+
+    with pytest.raises(NotImplementedError, match="target 'sim' starts its jobs only inside run()"):
+        get_target("sim").start(None)

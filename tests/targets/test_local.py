@@ -99,10 +99,14 @@ def test_dry_run_prints_the_argv_and_spec_and_runs_nothing(tmp_path, capsys):
 
 
 def test_launcher_past_the_deadline_is_stopped_with_124(tmp_path):
-    """run_argv bounds the launcher process itself (a real sleeping process, a 0.5 s deadline)."""
-    from mpirun_kit.targets.local import run_argv
+    """The supervisor bounds the launcher process itself (a real sleeping process, a 0.5 s deadline)."""
+    from mpirun_kit.targets.local import LocalRequest, follow_launcher, start_launcher
 
-    assert run_argv(["sleep", "30"], deadline_s=0.5, grace_s=1) == 124
+    req = LocalRequest(argv=["sleep", "30"], cwd=None, retries=0, ranks=1, deadline_s=0.5, grace_s=1,
+                       failure_file=str(tmp_path / "failure"))
+    stops = []
+    assert follow_launcher(start_launcher(req), req, stops=stops) == 124
+    assert stops[0].source == "launcher"
 
 
 def test_rank_output_is_byte_for_byte_what_each_rank_wrote(tmp_path, capfdbinary):
@@ -221,3 +225,28 @@ def test_python_module_and_inline_programs_are_not_taken_for_scripts(tmp_path, c
     (tmp_path / "t.py").write_text("")
     assert program_start_problem(["python3", "-u", "t.py"], str(tmp_path)) is None
     assert program_start_problem(["sh", "-c", "exit 0"], None) is None
+
+
+def test_start_returns_at_once_with_the_launchers_pid_and_the_supervisor_follows_it(tmp_path):
+    """Issue 38 item 2: ``Target.start`` starts the job and returns while it runs, with the target's own id for it
+    (the launcher's pid) and the child the one supervisor follows; a stop through it ends every rank."""
+    import os
+
+    from mpirun_kit.exec.process import follow
+    from mpirun_kit.exec.supervisor import signal_stop
+    from mpirun_kit.service.compile import compile_spec
+    from mpirun_kit.targets.base import SubmitOptions
+    from mpirun_kit.targets.local import LocalTarget
+
+    job = job_file(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(120)\n", 2,
+                   "timeouts: {grace_s: 3}\n")
+    compiled, _, _ = compile_spec(str(job), default_region=lambda: None)
+    target = LocalTarget()
+    dry = target.prepare(compiled, SubmitOptions(job_id="local-test-1", run_dir=str(tmp_path / "run")))
+    started = target.start(dry)
+    assert started.child.poll() is None                       # running: start did not wait for it
+    assert started.native == str(started.child.proc.pid) and os.path.exists(f"/proc/{started.native}")
+    started.child.terminate(signal_stop("SIGTERM"))
+    code, _ = follow(started.child, grace_s=3)
+    assert code == 143
+    assert not os.path.exists(f"/proc/{started.native}")
