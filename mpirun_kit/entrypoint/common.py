@@ -92,3 +92,56 @@ def channel_worker_key(secret_file: Path | None, opt_ml: Path, *, multi_host: bo
                         "not workers; deliver the secret (input channel mpirun-keys) or pass --secret-file", path)
         return None
     return worker_key_from_secret(parse_secret(text, str(path)), job)
+
+
+#: where a multi-host job's result port is derived: below Linux's ephemeral range (net.ipv4.ip_local_port_range
+#: starts at 32768), so no outgoing connection of the host takes it, and clear of the well-known ports.
+JOB_PORT_BASE, JOB_PORT_SPAN = 20000, 12000
+
+
+def job_result_port(worker_key: bytes | None, hosts, job: str) -> int:
+    """The result channel's port of a multi-host job whose spec leaves it open: the same on every host without a
+    round trip (each derives it, as each derives the plan), and another for every job.  From the job secret's
+    workers' key (every target that makes a secret makes one per run: two runs of one spec differ); without a
+    secret, from the job's hosts and name (two such jobs of one spec on the same hosts collide, and the master
+    says so, naming the holder).  A single-host job binds a free port instead (entrypoint/main.py)."""
+    import hashlib
+
+    seed = worker_key if worker_key is not None else (",".join(sorted(hosts)) + "\0" + job).encode()
+    digest = hashlib.sha256(b"mpirun_kit result port\0" + seed).digest()
+    return JOB_PORT_BASE + int.from_bytes(digest[:4], "big") % JOB_PORT_SPAN
+
+
+def port_holder(port: int) -> str:
+    """Who listens on TCP ``port`` on this host, for an error: ``pid 123 (python3 -m x ...)``, or why unknown."""
+    try:
+        import psutil
+
+        for c in psutil.net_connections(kind="tcp"):
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid:
+                try:
+                    cmd = " ".join(psutil.Process(c.pid).cmdline())[:120]
+                except psutil.Error:
+                    cmd = "?"
+                return f"pid {c.pid} ({cmd})"
+        return "a process this user cannot see (run `ss -ltnp` as root)"
+    except Exception as exc:  # noqa: BLE001 - only the wording of an error depends on it
+        return f"unknown ({exc})"
+
+
+def session_dir(run_nonce_hex: str) -> str:
+    """The base of one run's MPI session directories (plan/mpi.py ``session_dir_env``), the same path on every
+    host: /tmp (every host has it, and the launcher makes what is missing under it), named by the run nonce."""
+    return f"/tmp/mpirun_kit-{run_nonce_hex[:16]}"
+
+
+def remove_session_dir(path: str | None) -> None:
+    """The run's session base, once the launcher removed its own directories under it (an rmdir: something
+    still inside, such as a rank's leftovers, stays for Open MPI's own tools to find)."""
+    import os
+
+    if path:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass

@@ -211,6 +211,12 @@ def run_entrypoint(opts: EntrypointOptions, environ: Mapping[str, str], *, clock
         from .common import channel_worker_key
 
         worker_key = channel_worker_key(opts.secret_file, opts.opt_ml, multi_host=len(cluster.hosts) > 1, job=opts.job)
+        if spec.result_port is None and len(cluster.hosts) > 1 and not opts.launch:
+            # Every host derives the job's own port (a single-host job's master binds a free one): two jobs that
+            # share a host never collide on a fixed port (issue #40).
+            from .common import job_result_port
+
+            spec = dataclasses.replace(spec, result_port=job_result_port(worker_key, cluster.host_names, opts.job))
         # Only this role's module: the master's pulls in mpirun supervision and the hang monitor, the
         # worker's psutil (its daemon scan); each costs the other role ~10 ms of CPU for nothing.
         if role == "master":

@@ -32,7 +32,7 @@ from ..exec.channel.keys import new_run_key, remove_key_dir, worker_key_without_
 from ..exec.channel.server import ResultServer
 from ..exec.channel.stop import HOLD_MARGIN_S, RankStop
 from ..exec.process import LauncherExit, run_launcher
-from ..plan.contract import RUN_NONCE_VAR
+from ..plan.contract import RESULT_ADDR_VAR, RUN_NONCE_VAR
 from ..exec.result import JobResult, RankFailure, job_result
 from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable
@@ -42,7 +42,7 @@ from ..plan.env import launcher_env
 from ..plan.launch_plan import RANK_MODULE, LaunchPlan
 from ..plan.mpi import get_flavour
 from ..redact import is_secret, redact_text
-from .common import say, write_result
+from .common import port_holder, remove_session_dir, say, session_dir, write_result
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,31 @@ log = logging.getLogger(__name__)
 REPORT_GRACE_S = 1.0
 #: how long the master waits for workers to acknowledge the result before it exits.
 ACK_WAIT_S = 2.0
+#: a rank's failure reported (its program exited non-zero or by a signal) while mpirun runs on this long: the
+#: master stops the job itself, which ends with that rank's code.  mpirun usually ends first (Open MPI's
+#: orte_abort_on_non_zero_status, srun's --kill-on-bad-exit, Hydra): this holds where a launcher or a user's MCA
+#: setting lets the other ranks wait on for a rank that is gone (issue #40: fail fast, within 10 s).
+FAIL_FAST_S = 5.0
+
+
+class FailFast:
+    """Whether a rank's reported failure has outlived ``FAIL_FAST_S`` under a running mpirun (polled by the
+    launcher's ``cancelled``); ``fired``: the master stopped the job for it."""
+
+    def __init__(self, server: ResultServer, clock: Clock, after_s: float = FAIL_FAST_S) -> None:
+        self.server, self.clock, self.after_s = server, clock, after_s
+        self.seen_at: float | None = None
+        self.fired = False
+
+    def due(self) -> bool:
+        if self.seen_at is None:
+            if not self.server.rank_failures():
+                return False
+            self.seen_at = self.clock.monotonic()
+        if not self.fired and self.clock.monotonic() - self.seen_at >= self.after_s:
+            log.warning("a rank failed %g s ago and mpirun runs on: stopping the job (fail fast)", self.after_s)
+            self.fired = True
+        return self.fired
 
 
 def bind_address(plan: LaunchPlan) -> str:
@@ -119,17 +144,20 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     try:
         addresses = host_addresses(plan, bind)
         server = ResultServer(
-            bind, plan.result_port, job=job, run_key=new_run_key(),
+            # no port in the plan: a free one, the kernel's choice (a single-host job; its ranks learn it below)
+            bind, plan.result_port or 0, job=job, run_key=new_run_key(),
             # `launch` (no workers' entrypoints): a key nobody holds, never one derived from what the ranks see.
-            worker_key=worker_key or (worker_key_without_secret(plan.workers, plan.result_port, job)
+            worker_key=worker_key or (worker_key_without_secret(plan.workers, plan.result_port or 0, job)
                                       if workers_run_entrypoints else new_run_key()),
             rank_hosts={r.rank: r.host for r in plan.ranks}, workers=plan.workers,
             allowed_peers=frozenset().union(*addresses.values()), host_addresses=addresses,
             clean_timeline=timeline.clean_records, worker_silence_s=t.worker_silence_s, clock=clock,
             on_rank_event=monitor.on_report, check_other=check_observe_report).start()
     except OSError as exc:
-        raise LaunchError(f"cannot open the result channel on {bind}:{plan.result_port} ({exc.strerror}); "
-                          "another job may hold the port: set result_port in the launch spec") from exc
+        holder = port_holder(plan.result_port) if plan.result_port else "none found"
+        raise LaunchError(f"cannot open the result channel on {bind}:{plan.result_port or 0} ({exc.strerror}); "
+                          f"the port's holder on {plan.master}: {holder}; stop it, or leave result_port unset "
+                          "(a port per job) or set another one in the launch spec") from exc
     result: JobResult | None = None
     started = False
     finishing = False
@@ -171,16 +199,23 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
             return _finished(server, plan, keys, result, opt_ml, out, rec, everyone=True, progress=progress)
         # Local ranks inherit mpirun's environment: the ranks' allow-list, as on every other host (plan/env.py).
         env = {**launcher_env(environ, plan.env),
-               RUN_NONCE_VAR: _run_nonce_value(server, plan, workers_run_entrypoints, handoff)}
+               RUN_NONCE_VAR: _run_nonce_value(server, plan, workers_run_entrypoints, handoff),
+               # the port the channel holds (the plan's, or the kernel's choice): the ranks' -x RESULT_ADDR_VAR
+               RESULT_ADDR_VAR: f"{plan.master}:{server.port}"}
+        session_dir = _session_dir(plan, server, environ)
+        if session_dir is not None:
+            env[get_flavour(plan.mpi_flavour).session_dir_env] = session_dir
         say(out, f"launching {len(plan.ranks)} ranks on {len(plan.hosts)} host(s)", shown=progress)
         log.info("mpirun starting: %s", " ".join(plan.argv[:6]))
         rec.mark("mpirun_started")
         started = True
         monitor.start()
+        failfast = FailFast(server, clock)
         lex = run_launcher(
             plan.argv, env, rank_hosts={r.rank: r.host for r in plan.ranks},
             tag_regex=get_flavour(plan.mpi_flavour).tag_regex,
-            cancelled=lambda: latch.received or ("SIGTERM" if server.lost_workers() or monitor.stop_asked() else None),
+            cancelled=lambda: latch.received or ("SIGTERM" if server.lost_workers() or monitor.stop_asked()
+                                                 or failfast.due() else None),
             grace_s=t.grace_s, job_timeout_s=t.job_s, cwd=plan.working_dir, clock=clock,
             parent_death_signal=signal.SIGTERM,
             # A stop reaches the ranks over the channel first: mpirun would SIGKILL them 1 s after its SIGTERM.
@@ -188,7 +223,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         log.info("mpirun exited: %s", f"killed by {lex.signal}" if lex.signal else f"code {lex.returncode}")
         rec.mark("mpirun_exited")
         monitor.stop()
-        result = _result_of(lex, server, plan, latch.received, monitor)
+        result = _result_of(lex, server, plan, latch.received, monitor, failed_fast=failfast.fired)
         if result.exit_code == 0:
             result = _missing_reports(server, plan, result, _keyed_hosts(server, plan, workers_run_entrypoints,
                                                                           handoff))
@@ -212,12 +247,24 @@ def _finished(server: ResultServer, plan: LaunchPlan, keys: str | None, result: 
               out: TextIO, rec: timeline.Recorder, everyone: bool, progress: bool) -> JobResult:
     """The job's end on the master: key files gone, refusals counted into the result, the result out."""
     remove_key_dir(keys)
+    remove_session_dir(session_dir(server.run_nonce.hex()))
     counts = server.rejection_counts()
     if counts:
         log.warning("result channel: refused by kind: %s", ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
     result = with_rejections(result, counts)
     _finish(server, plan, result, opt_ml, out, rec, everyone=everyone, progress=progress)
     return result
+
+
+def _session_dir(plan: LaunchPlan, server: ResultServer, environ: Mapping[str, str]) -> str | None:
+    """The base of this run's MPI session directories on every host (plan/mpi.py ``session_dir_env``), named by
+    the run nonce: two jobs whose hosts share a name and a /tmp (PID-namespaced hosts) never share one.  The
+    launcher makes it and removes what it put there (this host's base goes in ``_finished``, a worker's at its end);
+    None when the flavour has none, or the user set it."""
+    name = get_flavour(plan.mpi_flavour).session_dir_env
+    if name is None or name in environ or name in dict(plan.env):
+        return None
+    return session_dir(server.run_nonce.hex())
 
 
 def _start_handoff(server: ResultServer, plan: LaunchPlan, job: str) -> keyhost.Handoff:
@@ -296,8 +343,9 @@ def _write_own_rank_keys(server: ResultServer, plan: LaunchPlan, job: str) -> st
 
 
 def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signalled: str | None,
-               monitor: HangMonitor | None = None) -> JobResult:
-    """The job's result; ``signalled``: the signal the entrypoint itself received, if any."""
+               monitor: HangMonitor | None = None, failed_fast: bool = False) -> JobResult:
+    """The job's result; ``signalled``: the signal the entrypoint itself received, if any; ``failed_fast``: the
+    master stopped mpirun for a rank's failure (FailFast), which is then the root cause, not a stop."""
     exiting = monitor.exit_failure() if monitor is not None else None
     if exiting is not None and signalled is None:
         # A rank called exit and sat in MPI_Finalize while the others waited for it, and its exit could not be let
@@ -330,7 +378,7 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
     # mpirun's last lines go into the failure file and FailureReason: the ranks' secret env values are hidden
     # wherever they appear, not only behind a secret-looking name (mpirun_kit/redact.py).
     result = job_result(lex.returncode, lex.signal, server.rank_failures(), _redacted_tail(lex, plan),
-                        lex.interrupted_by)
+                        None if failed_fast and signalled is None else lex.interrupted_by)
     if lex.timed_out and lex.interrupted_by is None:
         # the ranks the deadline's stop ended are its consequences: none of them is the root cause
         result = replace(result, exit_code=ExitCode.TIMEOUT, cause="timeout", root_cause=None,

@@ -42,7 +42,7 @@ from ..exec.result import JobResult, result_from_message
 from ..exec.signals import SignalLatch
 from ..observe.timeline import Recorder
 from ..plan.launch_plan import LaunchPlan
-from .common import say, write_failure, write_result
+from .common import remove_session_dir, say, session_dir, write_failure, write_result
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +74,12 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
     rec.mark_process_start()
     rec.mark("sshd_up")
     keys: list[str] = []     # this host's ranks' key directory, once written
+    sessions: list[str] = []  # this run's MPI session base here (entrypoint/common.py session_dir)
 
     def on_keys(seed: bytes, run_nonce: bytes) -> None:
         # The master's seed for this host's ranks: their key files, before mpirun starts them (keys.py).
         mine = [r.rank for r in plan.ranks if r.host == me]
+        sessions.append(session_dir(run_nonce.hex()))
         try:
             keys.append(write_key_dir(run_nonce.hex(), me, seed, job, mine))
         except OSError as exc:
@@ -102,6 +104,8 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
         link.close()
         for directory in keys:
             remove_key_dir(directory)
+        for directory in sessions:
+            remove_session_dir(directory)
         if sshd is not None and sshd.poll() is None:
             sshd.terminate()
     write_result(opt_ml, result)

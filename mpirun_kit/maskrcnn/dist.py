@@ -250,11 +250,14 @@ def end_process(main: Callable[[], int | None]) -> NoReturn:
     atexit._run_exitfuncs()
     # only a look-up: a rank that never touched MPI must not initialise it just to finalise it
     mpi = sys.modules.get("mpi4py.MPI")
-    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
-        mpi.Finalize()
+    up = mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             pass
+    if up and code not in (0, 129, 130, 143):   # fail fast: ranks waiting for this one would wait in
+        mpi.COMM_WORLD.Abort(code)              # MPI_Finalize for ever (a stop's 128+N is no failure; issue #40)
+    if up:
+        mpi.Finalize()
     os._exit(code)

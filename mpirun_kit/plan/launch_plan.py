@@ -40,7 +40,7 @@ class LaunchPlan:
     argv: tuple[str, ...]             # the full launcher argv
     conflicts: tuple[str, ...]        # user values that replaced built-in ones
     network_interface: str | None
-    result_port: int
+    result_port: int | None       # None: chosen per job at run time (the master binds a free one)
     ssh_port: int
     timeouts: Timeouts = field(default_factory=Timeouts)
     working_dir: str | None = None
@@ -100,7 +100,7 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
     if spec.pinning not in ("auto", "none"):
         raise SpecError(f"pinning is {spec.pinning!r}; expected 'auto' (one GPU and its NUMA-local CPUs per rank) "
                         "or 'none'")
-    if not 0 < spec.result_port < 65536 or not 0 < spec.ssh_port < 65536:
+    if (spec.result_port is not None and not 0 < spec.result_port < 65536) or not 0 < spec.ssh_port < 65536:
         raise SpecError(f"result_port {spec.result_port} / ssh_port {spec.ssh_port}: expected TCP ports 1-65535")
     default_slots = gpu_count if gpu_count > 0 else 1
     hosts = tuple(Host(h.name, spec.processes_per_host or h.slots or default_slots) for h in cluster.hosts)
@@ -112,7 +112,9 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
         raise SpecError(f"master {master!r} is not among the hosts {list(cluster.host_names)}; "
                         "the master must be one of the job's hosts")
     env, dropped = resolve_env(environ, spec.env_forward, spec.env)
-    env = tuple(sorted(dict(env, **{RESULT_ADDR_VAR: f"{master}:{spec.result_port}",
+    # A port chosen per job at run time (None here) reaches the ranks in mpirun's environment: the master sets
+    # RESULT_ADDR_VAR to the port it bound, whatever the plan says (entrypoint/master.py).
+    env = tuple(sorted(dict(env, **{RESULT_ADDR_VAR: f"{master}:{spec.result_port or 0}",
                                     RENDEZVOUS_VAR: ranks[0].host,
                                     HOSTS_VAR: encode_host_slots(host_slots),
                                     PINNING_VAR: spec.pinning}).items()))
@@ -163,7 +165,8 @@ def render(plan: LaunchPlan) -> str:
     lines = [
         "launch plan",
         f"  source     {plan.source}",
-        f"  master     {plan.master} (result channel port {plan.result_port}, ssh port {plan.ssh_port})",
+        f"  master     {plan.master} (result channel port "
+        f"{plan.result_port if plan.result_port else 'chosen per job when it starts'}, ssh port {plan.ssh_port})",
         f"  mpi        {plan.mpi_flavour} (workers wait for {', '.join(plan.daemons)})"
         + ("" if plan.worker_sshd or plan.mpi_flavour == "srun" else "; srun starts them: no sshd wait"),
         f"  interface  {plan.network_interface or '(any)'}",

@@ -48,6 +48,11 @@ class MpiFlavour:
     yield_mca: tuple[tuple[str, str], ...]
     #: the master waits for every worker's sshd before launching (srun starts ranks through slurmd instead).
     uses_ssh: bool = True
+    #: the variable in mpirun's environment that moves the launcher's session directories (their base) into one
+    #: of the run's own (entrypoint/master.py): Open MPI names them by host name and mpirun's pid only, which two
+    #: jobs on one host can share (hosts in PID namespaces, such as the simulated cluster's, or containers);
+    #: sharing one is Open MPI's `orte_init ... No permission (-17)` / PMIx lock errors.  None: nothing to move.
+    session_dir_env: str | None = None
 
 
 # Each tag is matched exactly, never "and any whitespace after it": what follows the tag is the program's
@@ -79,6 +84,7 @@ FLAVOURS: dict[str, MpiFlavour] = {
             ("btl_vader_single_copy_mechanism", "none"),
         ),
         yield_mca=(("mpi_yield_when_idle", "1"),),
+        session_dir_env="OMPI_MCA_orte_tmpdir_base",
     ),
     "openmpi5": MpiFlavour(
         name="openmpi5", daemons=("prted",), launcher="mpirun", np_flag="-np", hosts_flag="--host",
@@ -95,6 +101,7 @@ FLAVOURS: dict[str, MpiFlavour] = {
             ("smsc", "^cma"),
         ),
         yield_mca=(("mpi_yield_when_idle", "1"),),
+        session_dir_env="PRTE_MCA_prte_tmpdir_base",
     ),
     "mpich": MpiFlavour(
         name="mpich", daemons=("hydra_pmi_proxy",), launcher="mpiexec", np_flag="-n", hosts_flag="-hosts",

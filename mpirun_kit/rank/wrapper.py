@@ -69,6 +69,18 @@ def child_env(env: dict) -> dict:
     return out
 
 
+#: the directory whose sitecustomize.py makes a Python rank that exits failing abort the MPI job (pyhook/)
+FAIL_FAST_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyhook")
+
+
+def with_fail_fast(env: dict) -> dict:
+    """The program's environment with pyhook/ first on PYTHONPATH: a Python rank that exits with a failing code
+    (or an exception) while MPI is up aborts the job at once instead of waiting in MPI_Finalize for ranks that
+    wait for it (pyhook/sitecustomize.py says how).  Programs that are not Python ignore the variable."""
+    rest = env.get("PYTHONPATH", "")
+    return {**env, "PYTHONPATH": FAIL_FAST_DIR + (os.pathsep + rest if rest else "")}
+
+
 def apply_pinning(env: dict, dev: str = "/dev") -> tuple[dict, str]:
     """Run the pinning hook when its module exists; returns (env, what happened).
 
@@ -164,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parent = os.getppid()
     die_with_parent()
-    env = child_env(dict(os.environ))
+    env = with_fail_fast(child_env(dict(os.environ)))
     rank, host, local, _ = rank_identity(env)
     set_not_dumpable()      # before the key is read: nothing of this process's memory is readable from then on
     link, why_not = channel_link(env, rank, host)

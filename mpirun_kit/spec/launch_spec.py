@@ -85,8 +85,11 @@ class LaunchSpec:
     pinning: str = key("auto", enum=("auto", "none"))
     working_dir: str | None = None
     timeouts: Timeouts = key(factory=Timeouts)
-    #: TCP port of the master's result channel on the cluster network.
-    result_port: int = key(29411, minimum=1, maximum=65535)
+    #: TCP port of the master's result channel on the cluster network; None (the default) = one per job, so jobs
+    #: that share a host never collide: a single-host job's master binds a free port (the kernel's choice) and
+    #: hands it to its ranks; a multi-host job's every host derives the same port from the job secret
+    #: (entrypoint/common.py ``job_result_port``).  Set it only where a firewall needs a fixed port.
+    result_port: int | None = key(None, minimum=1, maximum=65535)
     #: ssh port the workers' sshd listens on.
     ssh_port: int = key(22, minimum=1, maximum=65535)
 

@@ -1,8 +1,11 @@
 """MPI programs that hang or fail the ways issue 29 names; none reports progress, none prints while it runs.
 
     hang_modes.py MODE RANK MARKDIR [STEPS]
-    exit3     rank RANK calls sys.exit(3) while the others wait in a barrier (it then sits in MPI_Finalize,
-              run by mpi4py's exit hook, and never exits on its own);
+    exit3     rank RANK calls sys.exit(3) while the others wait in a barrier (before issue 40 it then sat in
+              MPI_Finalize, run by mpi4py's exit hook, and never exited on its own; now the rank wrapper's
+              fail-fast hook aborts the job with 3);
+    raise3    the same with ``raise SystemExit(3)``, which the fail-fast hook does not see: the rank sits in
+              MPI_Finalize and only the hang monitor's exit check ends the job;
     sleep     rank RANK sleeps, in no collective, while the others wait in an allreduce;
     mismatch  rank RANK waits in a barrier while the others wait in an allreduce;
     slow      STEPS steps of an allreduce, then a sleep (1.5 s on rank RANK, 0.1 s on the others): slow
@@ -39,9 +42,11 @@ comm = MPI.COMM_WORLD
 comm.Barrier()                      # every rank is up before any hangs
 if mode == "slow":
     slow(int(sys.argv[4]))
-elif mode == "exit3":
+elif mode in ("exit3", "raise3"):
     mark("stuck")
     if comm.rank == odd:
+        if mode == "raise3":
+            raise SystemExit(3)
         sys.exit(3)
     comm.Barrier()
 elif mode == "sleep":

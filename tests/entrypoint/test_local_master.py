@@ -3,6 +3,7 @@
 Multi-host behaviour is covered on the simulated cluster (test_sim_*.py).
 """
 import json
+import os
 import signal
 import subprocess
 
@@ -95,6 +96,8 @@ def test_result_port_taken(tmp_path):
         res = cli(args)
     assert res.returncode == 70
     assert f"cannot open the result channel on 127.0.0.1:{port} (Address already in use)" in res.stderr
+    # the holder is named (this test process), so the user knows what to stop (issue #40)
+    assert f"the port's holder on localhost: pid {os.getpid()} (" in res.stderr, res.stderr
 
 
 def test_master_sigkilled_takes_mpirun_and_ranks_with_it(tmp_path):

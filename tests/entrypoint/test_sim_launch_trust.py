@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 PORT = 29411
 HOSTS = "algo-1:2,algo-2:2,algo-3:2"
 LAUNCH = [str(Path(PY).parent / "mpirun_kit"), "launch", "--hosts", HOSTS, "--opt-ml", "/opt/ml",
-          "--mpi-flavour", "openmpi4"]
+          "--mpi-flavour", "openmpi4", "--result-port", str(PORT)]   # a port the forger knows
 
 
 @pytest.fixture(scope="module")

@@ -88,9 +88,11 @@ def report_when_stuck(tmp_path, mode, odd, n):
 
 
 def test_rank_that_exits_alone_ends_the_job_with_its_code(tmp_path):
-    """Issue 29's first finding: rank 1 calls sys.exit(3) while rank 0 waits in a barrier.  mpi4py's exit hook runs
-    MPI_Finalize, which waits for rank 0 for ever: before, a silent hang until stopped by hand."""
-    proc, _, out = start(tmp_path, "exit3", 1)
+    """Issue 29's first finding: rank 1 exits 3 while rank 0 waits in a barrier.  mpi4py's exit hook runs
+    MPI_Finalize, which waits for rank 0 for ever: before, a silent hang until stopped by hand.  ``raise
+    SystemExit(3)``: an exit the fail-fast hook does not see (sys.exit is, tests/rank/test_fail_fast.py), so the
+    hang monitor's exit check is what ends it."""
+    proc, _, out = start(tmp_path, "raise3", 1)
     log = ended(proc, 200)
     assert proc.returncode == 3, log
     failure = (out / "failure").read_text()

@@ -165,9 +165,10 @@ def test_silent_rank_sleeping_while_others_allreduce_is_named_on_3_hosts(sim):
 
 
 def test_rank_exiting_alone_ends_the_job_with_its_code_on_every_host(sim):
-    """Issue 29: rank 3 calls sys.exit(3) while the others wait in a barrier; its MPI_Finalize (mpi4py's exit hook)
-    waits for them for ever.  Every host ends with 3 and the failure names rank 3 (before: a silent hang)."""
-    procs = run_job(sim, [PY, SILENT, "exit3", "3", "/opt/ml/output"])
+    """Issue 29: rank 3 raises SystemExit(3) while the others wait in a barrier; its MPI_Finalize (mpi4py's exit hook)
+    waits for them for ever (an exit the fail-fast hook does not see, unlike sys.exit).  Every host ends with 3
+    and the failure names rank 3 (before: a silent hang)."""
+    procs = run_job(sim, [PY, SILENT, "raise3", "3", "/opt/ml/output"])
     codes = {h: p.wait(150) for h, p in procs.items()}
     assert codes == {h: 3 for h in HOSTS}, procs["algo-1"].output()
     failure = (sim.host("algo-1").opt_ml / "output" / "failure").read_text()

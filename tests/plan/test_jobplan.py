@@ -47,7 +47,7 @@ def test_demo_plan_on_this_kind_of_machine():
         EnvRow("MPIRUN_KIT_HOSTS", "localhost:2", "launcher"),
         EnvRow("MPIRUN_KIT_MASTER_ADDR", "localhost", "launcher"),
         EnvRow("MPIRUN_KIT_PINNING", "auto", "launcher"),
-        EnvRow("MPIRUN_KIT_RESULT_ADDR", "localhost:29411", "launcher"),
+        EnvRow("MPIRUN_KIT_RESULT_ADDR", "localhost:0", "launcher"),   # the port: bound when the job starts
         EnvRow("NCCL_DEBUG", "x", "forwarded (allow-list)"),
         EnvRow("OMP_NUM_THREADS", "1", "spec env"),
         EnvRow("PATH", "/usr/bin", "forwarded (allow-list)"),
@@ -70,7 +70,7 @@ def test_coco_plan_on_four_p4d():
         "--data-dir", "/opt/ml/input/data/coco", "--output-dir", "/opt/ml/checkpoints", "--resume", "auto"]
     assert p.launch.env == (("FI_EFA_USE_HUGE_PAGE", "0"), ("MPIRUN_KIT_HOSTS", hosts),
                             ("MPIRUN_KIT_MASTER_ADDR", "algo-1"), ("MPIRUN_KIT_PINNING", "auto"),
-                            ("MPIRUN_KIT_RESULT_ADDR", "algo-1:29411"), ("NCCL_DEBUG", "WARN"),
+                            ("MPIRUN_KIT_RESULT_ADDR", "algo-1:0"), ("NCCL_DEBUG", "WARN"),
                             ("NCCL_SOCKET_IFNAME", "^docker,lo,veth"))
     assert [e.origin.split(":")[0] for e in p.env] == ["preset p4d", "launcher", "launcher", "launcher", "launcher",
                                                        "spec env",

@@ -132,7 +132,7 @@ def test_master_override():
     spec = LaunchSpec(program=("p",))
     assert build_launch_plan(spec, cluster, {}, 0).master == "node-a"
     plan = build_launch_plan(spec, cluster, {}, 0, master="node-b")
-    assert (plan.master, plan.workers, dict(plan.env)["MPIRUN_KIT_RESULT_ADDR"]) == ("node-b", ("node-a",), "node-b:29411")
+    assert (plan.master, plan.workers, dict(plan.env)["MPIRUN_KIT_RESULT_ADDR"]) == ("node-b", ("node-a",), "node-b:0")
     with pytest.raises(SpecError) as e:
         build_launch_plan(spec, cluster, {}, 0, master="login")
     assert str(e.value) == "master 'login' is not among the hosts ['node-b', 'node-a']; the master must be one of the job's hosts"
