@@ -31,7 +31,9 @@ def _money(usd: float) -> str:
 
 def _where(region: str | None) -> str:
     p = prices()
-    off = "" if region in p["regions"] else f"; the table holds {', '.join(p['regions'])} prices, not {region}'s"
+    held = ", ".join(p["regions"])
+    off = ("" if region in p["regions"] else f"; the table holds {held} prices, not {region}'s" if region
+           else f"; no region is set; the table holds {held} prices")
     return f"price table of {p['as_of']} (mpirun_kit/stack/prices.json){off}"
 
 

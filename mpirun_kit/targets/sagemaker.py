@@ -490,6 +490,10 @@ def seed_checkpoints(s3: Any, checkpoint_uri: str, job_name: str, other: str) ->
     src = "s3://" + "/".join(other if i and p == job_name else p for i, p in enumerate(parts))
     (sb, sk), (db, dk) = _s3_split(src), _s3_split(checkpoint_uri)
     sk, dk = sk.rstrip("/") + "/", dk.rstrip("/") + "/"
+    if s3.list_objects_v2(Bucket=db, Prefix=dk, MaxKeys=1).get("KeyCount"):
+        # A name already used: copying would overwrite that job's checkpoints and its last_checkpoint.
+        raise SpecError(f"--resume-from {other}: s3://{db}/{dk} already holds checkpoints of a job named {job_name}; "
+                        "resuming into it would overwrite them. Submit with a new --job-name")
     copied = 0
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=sb, Prefix=sk):
         for obj in page.get("Contents") or ():

@@ -74,3 +74,12 @@ def test_without_an_answer_from_the_api_the_table_is_used_and_dated():
         line = training_estimate("ml.p5.48xlarge", 4, 172800, "eu-central-1", pricing=client)
     assert line.endswith(f"(price table of {prices()['as_of']} (mpirun_kit/stack/prices.json); the table holds "
                          "us-east-1, us-west-2 prices, not eu-central-1's; the Price List API did not answer)")
+
+
+def test_no_region_is_said_as_such():
+    """Issue 37, finding 8: with no region the line read "prices, not None's"."""
+    from mpirun_kit.stack.cost import training_estimate
+
+    line = training_estimate("ml.p5.48xlarge", 2, 3600, None)
+    assert "None" not in line
+    assert "no region is set; the table holds us-east-1, us-west-2 prices" in line

@@ -512,3 +512,18 @@ def test_submit_role_session_is_tagged_with_the_job_name(moto):
     assert seen[:2] == [("sts", False), [{"Key": "mpirun-kit-job", "Value": "alice--mrcnn-t"}]]
     assert ("sagemaker", True) in seen and ("s3", True) in seen
     assert "SessionChainingConfig" not in T.dryrun(compiled(PER_JOB), job_name="x").request.CreateTrainingJob
+
+
+def test_resume_from_into_a_name_that_has_checkpoints_is_refused(moto):
+    """Issue 37, finding 8: --resume-from into an existing job's name overwrote that job's last_checkpoint."""
+    aws = moto_aws(moto)
+    s3 = aws("s3", "us-west-2")
+    s3.create_bucket(Bucket="bucket", CreateBucketConfiguration={"LocationConstraint": "us-west-2"})
+    s3.put_object(Bucket="bucket", Key="mpirun-kit/jobs/mrcnn-a/checkpoints/last_checkpoint", Body=b"a")
+    s3.put_object(Bucket="bucket", Key="mpirun-kit/jobs/mrcnn-b/checkpoints/last_checkpoint", Body=b"b")
+    with pytest.raises(SpecError, match=r"--resume-from mrcnn-a: s3://bucket/mpirun-kit/jobs/mrcnn-b/checkpoints/ "
+                                        r"already holds checkpoints of a job named mrcnn-b; resuming into it would "
+                                        r"overwrite them\. Submit with a new --job-name"):
+        T.run(T.dryrun(compiled(PER_JOB), job_name="mrcnn-b"), clients=moto_clients(moto), aws=aws,
+              out=io.StringIO(), resume_from="mrcnn-a")
+    assert s3.get_object(Bucket="bucket", Key="mpirun-kit/jobs/mrcnn-b/checkpoints/last_checkpoint")["Body"].read() == b"b"
