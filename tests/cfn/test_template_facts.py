@@ -159,3 +159,29 @@ def test_fsx_refuses_a_link_that_covers_the_secrets_and_checkpoints():
     for ok in ("s3://mrk-data/datasets", "s3://mrk-data/mpirun-kit/data", "s3://mrk-data/mpirun-kit/data/coco/", "s3://mrk-data/mpirun-kitten",
                "s3://mrk-data/datasets/monkeys", "s3://mrk-data/datasets/jobs-2024"):
         assert pattern.fullmatch(ok), ok
+
+
+def test_the_s3_gateway_endpoint_reaches_only_the_accounts_buckets_and_ecr_layers():
+    """Issue 37, finding 8: the S3 gateway endpoint had no policy, so every bucket was reachable through it."""
+    ep = _t("vpc.yaml").resources["S3GatewayEndpoint"]["Properties"]
+    allow = {st["Sid"]: st for st in ep["PolicyDocument"]["Statement"]}
+    assert set(allow) == {"OwnAccountBuckets", "EcrImageLayers"}
+    assert allow["OwnAccountBuckets"]["Condition"] == {"StringEquals": {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}}}
+    assert allow["EcrImageLayers"]["Action"] == "s3:GetObject"
+    assert allow["EcrImageLayers"]["Resource"]["Fn::Sub"].endswith(":s3:::prod-${AWS::Region}-starport-layer-bucket/*")
+
+
+def test_the_training_group_admits_only_itself_and_the_storage_group():
+    """Issue 37, finding 6: the documented choice (one training group per VPC stack, docs/threat-model.md
+    "Jobs side by side") holds only while nothing but the group itself and the file systems reach it."""
+    from pathlib import Path
+
+    vpc = _t("vpc.yaml")
+    into = [r["Properties"] for r in vpc.resources.values() if r["Type"] == "AWS::EC2::SecurityGroupIngress"
+            and r["Properties"]["GroupId"] == {"Fn::GetAtt": ["TrainingSecurityGroup", "GroupId"]}]
+    assert into and all("CidrIp" not in p and "CidrIpv6" not in p for p in into)
+    assert {p["SourceSecurityGroupId"]["Fn::GetAtt"][0] for p in into} == {"TrainingSecurityGroup",
+                                                                          "StorageSecurityGroup"}
+    assert "SecurityGroupIngress" not in vpc.resources["TrainingSecurityGroup"]["Properties"]
+    text = (Path(__file__).resolve().parents[2] / "docs" / "threat-model.md").read_text()
+    assert "**Jobs side by side share the network and EFS: a choice, with its cost.**" in text
