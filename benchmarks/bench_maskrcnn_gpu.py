@@ -7,14 +7,21 @@ group, so the gradient all-reduce hooks and buckets are in the step), and its da
 (workers, pinned memory, aspect-ratio grouping) over a COCO-shaped synthetic set: JPEG images of
 800x1333 with 3-12 polygon-annotated objects each, written once into ``--workdir``.
 
-Reported: images/s per GPU over windows of ``--window`` steps after ``--warmup`` steps (the median
-window and every window, each bracketed by ``torch.cuda.synchronize()``), peak GPU memory, and host
+``--data coco-like`` uses issue #36's set instead: 640x480 photo-like JPEGs with 7 polygon objects
+each (bench_loader.py's), resized by the preset like COCO's images.
+
+Reported side by side, with the set they used: the loop's images/s per GPU (the trainer's loader
+feeding ``train_step``) and the step's alone (one batch already on the GPU, stepped again and
+again), each over windows of ``--window`` steps after ``--warmup`` steps (the median window and
+every window, each bracketed by ``torch.cuda.synchronize()``); their ratio says how far the loader
+holds the loop below its step.  Also peak GPU memory, the loader workers the trainer chose, and host
 syncs per step measured two ways on one extra step: ``torch.cuda.set_sync_debug_mode("warn")``
 warnings (what CUDA really saw) and the dispatch-level counter of mpirun_kit.maskrcnn.syncs (which
 names file:line).  It fails hard (exit 70) when the compiled CUDA ops are not the active
 implementation: timing the pure-PyTorch references would be a meaningless number.
 
     python benchmarks/bench_maskrcnn_gpu.py                       # r50_fpn_1x preset, 4 images/GPU
+    python benchmarks/bench_maskrcnn_gpu.py --data coco-like      # issue #36's COCO-like set
     python benchmarks/bench_maskrcnn_gpu.py --set solver.amp=fp16 --set solver.ims_per_gpu=8
     python benchmarks/bench_maskrcnn_gpu.py --device cpu --size 128 --images 8 --warmup 1 --steps 2 --window 1   # smoke
     python benchmarks/bench_maskrcnn_gpu.py --cost [--cost-baseline model.roi_heads.mask_rois_per_image=0]
@@ -58,7 +65,10 @@ def cost_goal() -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench_maskrcnn_gpu.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke run of the same path (gloo)")
-    p.add_argument("--size", type=int, default=800, help="image height; width is 1333/800 of it (default 800x1333)")
+    p.add_argument("--data", default="noise", choices=["noise", "coco-like"],
+                   help="the set: noise = --size noise JPEGs, 3-12 objects (default); coco-like = 640x480 "
+                        "photo-like JPEGs, 7 polygon objects, resized to 800 (issue #36)")
+    p.add_argument("--size", type=int, default=800, help="noise set: image height; width is 1333/800 of it (default 800x1333)")
     p.add_argument("--images", type=int, default=64, help="synthetic training images to write (default 64)")
     p.add_argument("--warmup", type=int, default=20, help="steps before timing (cuDNN autotuning, allocator)")
     p.add_argument("--steps", type=int, default=60, help="timed steps")
@@ -125,41 +135,18 @@ def synthetic_batch(n: int, h: int, w: int, num_classes: int, generator, pin: bo
     return batch
 
 
-def write_coco_like(root: Path, n: int, h: int, w: int, num_classes: int = 80, seed: int = 0) -> Path:
-    """``n`` JPEGs of h x w with polygon objects + a COCO annotation file (train and val share it)."""
-    import numpy as np
-    from PIL import Image, ImageDraw
+def write_coco_like(root: Path, n: int, h: int, w: int, num_classes: int = 80, seed: int = 0,
+                    data: str = "noise") -> Path:
+    """The benchmark's set in ``root``: ``n`` JPEGs + a COCO json (bench_loader.write_coco_like).
 
-    ann_path = root / "annotations" / "instances_train.json"
-    if ann_path.is_file():
-        return ann_path
-    rng = np.random.default_rng(seed)
-    (root / "train").mkdir(parents=True, exist_ok=True)
-    images, anns = [], []
-    for i in range(n):
-        img = Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
-        draw = ImageDraw.Draw(img)
-        for _ in range(int(rng.integers(3, 13))):
-            bw, bh = rng.uniform(0.05, 0.4) * w, rng.uniform(0.05, 0.4) * h
-            x0, y0 = rng.uniform(0, w - bw), rng.uniform(0, h - bh)
-            cx, cy = x0 + bw / 2, y0 + bh / 2
-            angles = np.sort(rng.uniform(0, 2 * np.pi, 8))
-            poly = [(float(cx + bw / 2 * np.cos(a)), float(cy + bh / 2 * np.sin(a))) for a in angles]
-            draw.polygon(poly, fill=tuple(int(c) for c in rng.integers(0, 255, 3)))
-            xs, ys = [p[0] for p in poly], [p[1] for p in poly]
-            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": int(rng.integers(1, num_classes + 1)),
-                         "segmentation": [[c for p in poly for c in p]], "iscrowd": 0,
-                         "bbox": [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)],
-                         "area": (max(xs) - min(xs)) * (max(ys) - min(ys)) * 0.7})
-        name = f"{i:06d}.jpg"
-        img.save(root / "train" / name, quality=90)
-        images.append({"id": i + 1, "file_name": name, "height": h, "width": w})
-    ann_path.parent.mkdir(parents=True, exist_ok=True)
-    cats = [{"id": c, "name": f"class{c}", "supercategory": "shape"} for c in range(1, num_classes + 1)]
-    from mpirun_kit.core.files import write_json_atomic
+    ``data`` "noise": h x w noise JPEGs with 3-12 polygon objects (this benchmark's own set);
+    "coco-like": 640x480 photo-like JPEGs with 7 polygon objects (issue #36's, as bench_loader.py's).
+    """
+    from bench_loader import write_coco_like as write
 
-    write_json_atomic(ann_path, {"images": images, "annotations": anns, "categories": cats})
-    return ann_path
+    if data == "coco-like":
+        return write(root, n, 640, 480, objects=7, num_classes=num_classes, seed=seed, texture="photo")
+    return write(root, n, w, h, objects=(3, 12), num_classes=num_classes, seed=seed, texture="noise")
 
 
 def _free_port() -> int:
@@ -228,7 +215,7 @@ def run(args: argparse.Namespace) -> dict:
     h, w = args.size, int(round(args.size * 1333 / 800))
     with tempfile.TemporaryDirectory(prefix="bench-maskrcnn-gpu-") as tmp:
         data_dir = args.workdir or Path(tmp)
-        write_coco_like(data_dir, args.images, h, w)
+        write_coco_like(data_dir, args.images, h, w, data=args.data)
         t = build_trainer(args, data_dir)
         try:
             ipg = t.cfg.solver.ims_per_gpu
@@ -241,26 +228,47 @@ def run(args: argparse.Namespace) -> dict:
             sync()
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            rates = []
-            for _ in range(args.steps // args.window):
-                t0 = time.perf_counter()
-                for _ in range(args.window):
-                    t.train_step(next(batches))
-                sync()
-                rates.append(args.window * ipg / (time.perf_counter() - t0))
+            loop = _windows(args, t, ipg, sync, lambda: next(batches))
+            # the step alone: one batch already on the device, the same step again and again
+            from mpirun_kit.maskrcnn.data.batch import to_device
+
+            on_device = to_device(next(batches), t.device)
+            step = _windows(args, t, ipg, sync, lambda: on_device)
             syncs = host_syncs_per_step(t, next(batches))
+            loop_rate, step_rate = statistics.median(loop), statistics.median(step)
             return {
                 "device": torch.cuda.get_device_name() if cuda else "cpu",
                 "preset": "r50_fpn_1x", "overrides": list(args.overrides), "ddp": type(t.ddp_model).__name__,
+                "set": _set_words(args, h, w), "loader_workers": t.num_workers,
                 "ims_per_gpu": ipg, "image_size": [h, w], "amp": t.cfg.solver.amp,
                 "channels_last": t.cfg.solver.channels_last, "warmup_steps": args.warmup, "timed_steps": args.steps,
-                "images_per_s": round(statistics.median(rates), 2), "window_images_per_s": [round(r, 2) for r in rates],
+                "images_per_s": round(loop_rate, 2), "window_images_per_s": [round(r, 2) for r in loop],
+                "step_only_images_per_s": round(step_rate, 2), "step_only_window_images_per_s": [round(r, 2) for r in step],
+                "loop_over_step": round(loop_rate / step_rate, 3),
                 "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
                 "host_syncs_per_step": syncs, "bar_images_per_s": cost_goal(),
             }
         finally:
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def _windows(args: argparse.Namespace, t, ipg: int, sync, batch) -> list[float]:
+    """img/s of ``args.steps`` train steps in windows of ``args.window``, each bracketed by ``sync``."""
+    rates = []
+    for _ in range(args.steps // args.window):
+        t0 = time.perf_counter()
+        for _ in range(args.window):
+            t.train_step(batch())
+        sync()
+        rates.append(args.window * ipg / (time.perf_counter() - t0))
+    return rates
+
+
+def _set_words(args: argparse.Namespace, h: int, w: int) -> str:
+    if args.data == "coco-like":
+        return f"coco-like: {args.images} photo-like JPEGs 640x480, 7 polygon objects each, resized to 800"
+    return f"noise: {args.images} noise JPEGs {w}x{h}, 3-12 polygon objects each"
 
 
 def _batches(t):
@@ -313,9 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench_maskrcnn_gpu: error: {exc}", file=sys.stderr)
         return 70
-    print(json.dumps(result, indent=2))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+    if "step_only_images_per_s" in result:
+        print(f"bench_maskrcnn_gpu: loop {result['images_per_s']} img/s, step only {result['step_only_images_per_s']} "
+              f"img/s (loop/step {result['loop_over_step']}) on {result['device']}, {result['loader_workers']} loader "
+              f"worker(s), set {result['set']}", file=sys.stderr)
+    from bench_loader import emit
+
+    emit(result, args.json)
     return 0
 
 

@@ -114,7 +114,9 @@ class DataConfig:
     train_images: str = "train2017"
     val_ann: str = "annotations/instances_val2017.json"
     val_images: str = "val2017"
-    num_workers: int = 4
+    #: loader worker processes per rank; -1 = follow the host: its CPUs divided by the ranks on it,
+    #: less the rank's own intra-op threads (``loader_share``; the number is in the log and the plan)
+    num_workers: int = -1
     aspect_ratio_grouping: bool = True
     #: the synthetic shapes set that --synthetic-if-missing writes when train_ann is absent
     synthetic_train: int = 600
@@ -178,7 +180,9 @@ class Config:
     device: str = "auto"
     #: "auto" = nccl on cuda, gloo on cpu; "horovod" when installed
     backend: str = "auto"
-    #: CPU threads per rank (0 = leave torch's default)
+    #: intra-op CPU threads per rank (0 = follow the host: its CPUs / the ranks on it on the CPU, where
+    #: the step runs on them; ``CUDA_RANK_THREADS`` on a GPU, where the step only launches kernels
+    #: and the rest of the rank's share goes to the loader's workers)
     threads_per_rank: int = 0
     #: CPU: treat denormal floats as zero (torch.set_flush_denormal, in every rank before its first
     #: parallel op, so every intra-op thread inherits it).  From random weights the gradients of a
@@ -392,6 +396,10 @@ def validate(cfg: Config) -> None:
     if d < 1 or cm < 0 or (cm and cm % d):
         raise ConfigError(f"input.canvas_multiple={cm}, input.size_divisibility={d}: expected size_divisibility >= 1 "
                           f"and canvas_multiple 0 (= size_divisibility) or a multiple of it, e.g. {4 * max(d, 1)}")
+    if cfg.data.num_workers < -1:
+        raise ConfigError(f"data.num_workers={cfg.data.num_workers}: expected -1 (follow the host) or >= 0 worker processes")
+    if cfg.threads_per_rank < 0:
+        raise ConfigError(f"threads_per_rank={cfg.threads_per_rank}: expected 0 (follow the host) or >= 1 threads")
     if cfg.solver.amp not in ("none", "bf16", "fp16"):
         raise ConfigError(f"solver.amp={cfg.solver.amp!r}: expected 'none', 'bf16' or 'fp16'")
     if cfg.backend not in ("auto", "gloo", "nccl", "horovod"):
@@ -459,6 +467,37 @@ class Schedule:
         return (f"schedule {how}: max_iter={self.max_iter} lr_steps={list(self.steps)} warmup_iters={self.warmup_iters} "
                 f"checkpoint_period={self.checkpoint_period} eval_period={self.eval_period or 'end'} "
                 f"lr={self.base_lr:g}")
+
+
+#: a GPU rank's own intra-op threads when ``threads_per_rank`` is 0: its step launches kernels, and
+#: its CPU work (the optimizer's bookkeeping, the loader's pin thread) needs no more
+CUDA_RANK_THREADS = 2
+
+
+def loader_share(cpus: int, local_ranks: int, device_type: str, num_workers: int = -1,
+                 threads_per_rank: int = 0) -> tuple[int, int]:
+    """(intra-op threads, loader workers) for one rank of ``local_ranks`` on a host of ``cpus``.
+
+    Each rank gets an equal share of the host's CPUs (at least 1).  Its own threads: the
+    ``threads_per_rank`` set, else the whole share on the CPU (the step computes there) and
+    ``CUDA_RANK_THREADS`` on a GPU.  Its loader workers: the ``num_workers`` set (>= 0), else the
+    rest of the share (0 on the CPU, where the workers would take cores from the step).  On a p5
+    (192 vCPUs, 8 ranks): 2 threads and 22 workers per rank.  Pure: the trainer passes the CPUs it
+    may run on.
+    """
+    share = max(1, cpus // max(local_ranks, 1))
+    threads = threads_per_rank or (min(share, CUDA_RANK_THREADS) if device_type == "cuda" else share)
+    workers = num_workers if num_workers >= 0 else max(0, share - threads)
+    return threads, workers
+
+
+def loader_note(cfg: Config) -> str:
+    """The plan's words for the loader workers a rank of ``cfg`` will start (the host decides 'auto')."""
+    if cfg.data.num_workers >= 0:
+        return f"loader workers per rank: {cfg.data.num_workers} (data.num_workers)"
+    threads = cfg.threads_per_rank or f"{CUDA_RANK_THREADS} on GPU, all on CPU"
+    return (f"loader workers per rank: auto (data.num_workers=-1: the host's CPUs / its ranks, less the rank's "
+            f"threads ({threads}); the trainer logs the number)")
 
 
 def resolve_schedule(cfg: Config, global_batch: int) -> Schedule:
@@ -563,4 +602,5 @@ def schedule_for_program(program: Sequence[str], world_size: int) -> str | None:
         cfg, _ = resolve_config(args.config, parse_overrides(args.overrides))
     except ConfigError as exc:
         return f"maskrcnn config: error: {exc}"
-    return f"maskrcnn {resolve_schedule(cfg, cfg.solver.ims_per_gpu * max(world_size, 1)).format()}"
+    return (f"maskrcnn {resolve_schedule(cfg, cfg.solver.ims_per_gpu * max(world_size, 1)).format()}; "
+            f"{loader_note(cfg)}")

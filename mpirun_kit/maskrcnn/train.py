@@ -34,8 +34,8 @@ from typing import Any, Mapping
 from .. import progress as step_report  # hang detection: the master sees each rank's step
 from ..core.files import write_json_atomic
 from ..errors import MpirunKitError, SpecError
-from .config import (Config, add_config_flags, check_device_support, config_from_dict, config_to_dict, lr_at,
-                     parse_overrides, resolve_config, resolve_schedule, scheduled_solver, step_host_syncs)
+from .config import (Config, add_config_flags, check_device_support, config_from_dict, config_to_dict, loader_share,
+                     lr_at, parse_overrides, resolve_config, resolve_schedule, scheduled_solver, step_host_syncs)
 from .dist import Comm, DistInfo, end_process, init_distributed, read_dist_env
 
 log = logging.getLogger("mpirun_kit.maskrcnn.train")
@@ -215,8 +215,12 @@ class Trainer:
         import torch
 
         cfg, info = self.cfg, self.info
-        # ranks share the host's cores: oversubscribing threads makes every rank slower
-        threads = cfg.threads_per_rank or max(1, (os.cpu_count() or 1) // max(info.local_size, 1))
+        use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+        # ranks share the host's cores: oversubscribing threads makes every rank slower; on a GPU
+        # the rank needs few threads of its own and its loader workers take the rest of its share
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads, self.num_workers = loader_share(cpus, info.local_size, "cuda" if use_cuda else "cpu",
+                                                 cfg.data.num_workers, cfg.threads_per_rank)
         torch.set_num_threads(threads)
         # in every intra-op thread (config.py flush_denormal says why); the probe runs a parallel
         # op and checks every thread's chunk, and the count of flushing ranks is logged
@@ -229,7 +233,6 @@ class Trainer:
         if cfg.flush_denormal and not self.denormals_flushed:
             log.warning("denormals are not flushed in every intra-op thread (the compiled ops are not loaded and "
                         "the thread pool existed before): the CPU step may slow down from random weights")
-        use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
         if use_cuda:
             if not torch.cuda.is_available():
                 raise SpecError("device='cuda' but torch.cuda.is_available() is False; use --set device=cpu or auto")
@@ -257,8 +260,11 @@ class Trainer:
         random.seed(seed)
         np.random.seed(seed)
         torch.manual_seed(seed)
-        log.info("rank %d/%d (local %d) on %s, %d thread(s), backend %s, denormals %s", info.rank, info.world_size,
-                 info.local_rank, self.device, threads, backend, "flushed" if self.denormals_flushed else "kept")
+        log.info("rank %d/%d (local %d) on %s, %d thread(s), %d loader worker(s) (%s), backend %s, denormals %s",
+                 info.rank, info.world_size, info.local_rank, self.device, threads, self.num_workers,
+                 f"data.num_workers={cfg.data.num_workers}" if cfg.data.num_workers >= 0 else
+                 f"auto: {cpus} CPUs / {max(info.local_size, 1)} local rank(s) - {threads} thread(s)",
+                 backend, "flushed" if self.denormals_flushed else "kept")
 
     def _paths(self) -> dict[str, Path]:
         d, dc = self.args.data_dir, self.cfg.data
@@ -289,8 +295,9 @@ class Trainer:
         cfg, info, p = self.cfg, self.info, self._paths()
         # the workers pad the batch (data/batch.py); on CUDA the loader pins it, so the step's one
         # non_blocking copy does not make the host wait
-        common = {"num_workers": cfg.data.num_workers, "collate_fn": self.collate, "worker_init_fn": _worker_init,
-                  "pin_memory": self.device.type == "cuda", "persistent_workers": cfg.data.num_workers > 0}
+        workers = getattr(self, "num_workers", max(cfg.data.num_workers, 0))  # set by _setup_runtime
+        common = {"num_workers": workers, "collate_fn": self.collate, "worker_init_fn": _worker_init,
+                  "pin_memory": self.device.type == "cuda", "persistent_workers": workers > 0}
         self.val_ds = CocoDataset(p["val_ann"], p["val_images"], train=False, min_sizes=(cfg.input.min_size_test,),
                                   max_size=cfg.input.max_size_test, num_classes=cfg.model.num_classes)
         self.val_loader = DataLoader(self.val_ds, batch_sampler=EvalBatchSampler(

@@ -10,6 +10,7 @@ import torch
 from mpirun_kit.maskrcnn.config import resolve_config
 from mpirun_kit.maskrcnn.data.batch import Collate, canvas_shape, collate, is_batch, to_device
 from mpirun_kit.maskrcnn.data.coco import CocoDataset
+from mpirun_kit.maskrcnn.data.masks import GT_MASK_SIZE
 from mpirun_kit.maskrcnn.modeling.meta_arch import build_model
 
 
@@ -30,9 +31,11 @@ def test_collate_pads_images_and_targets_into_one_batch():
     assert b["boxes"].shape == (2, 3, 4) and b["valid"].tolist() == [[True, True, False], [True, True, True]]
     assert b["labels"].tolist() == [[1, 2, 0], [1, 2, 3]] and b["seeds"].tolist() == [1, 2]
     # every GT mask packed once behind the all-zero padding row 0, at the rows mask_rows names
-    assert b["masks"].shape == (6, 40, 70) and b["masks"][0].sum() == 0
+    # (full-frame masks are cut to their boxes' grids: data/masks.py)
+    assert b["masks"].shape == (6, GT_MASK_SIZE, GT_MASK_SIZE) and b["masks"][0].sum() == 0
     assert b["mask_rows"].tolist() == [[1, 2, 0], [3, 4, 5]]
-    assert b["masks"][1, :40, :50].all() and b["masks"][1, :, 50:].sum() == 0
+    assert b["masks"][1:].all()  # each sample's mask covers its whole box
+    assert b["canvas"] == (64, 96) and "src_sizes" not in b  # nothing left to resize or flip
     assert [m["image_id"] for m in b["meta"]] == [11, 12] and b["meta"][0]["orig_size"] == (80, 100)
     assert is_batch(b) and not is_batch([_sample(8, 8, 1)])
 
@@ -40,7 +43,35 @@ def test_collate_pads_images_and_targets_into_one_batch():
 def test_eval_samples_collate_without_targets():
     s = {k: v for k, v in _sample(20, 30, 1).items() if k not in ("boxes", "labels", "masks")}
     b = collate([s])
-    assert set(b) == {"images", "image_sizes", "meta"}
+    assert set(b) == {"images", "image_sizes", "canvas", "meta"}
+
+
+def test_images_still_to_resize_or_flip_travel_as_decoded_with_their_sizes():
+    a = _sample(20, 30, 1) | {"size": (40, 60), "flip": True}
+    b = collate([a, _sample(20, 30, 1, seed=1)], canvas_multiple=32)
+    assert b["images"].shape == (2, 3, 32, 32) and b["image_sizes"] == [(40, 60), (20, 30)]
+    assert b["src_sizes"] == [(20, 30), (20, 30)] and b["flips"] == [True, False] and b["canvas"] == (64, 64)
+
+
+def test_the_model_resizes_flips_and_normalises_on_the_device_as_pil_would():
+    """MaskRCNN.preprocess: the decoded image, resized (bilinear, antialiased) and flipped, matches
+    PIL's resize of the same pixels to within rounding; the padding is 0 after normalisation."""
+    import numpy as np
+    from PIL import Image
+
+    cfg, _ = resolve_config("demo")
+    model = build_model(cfg.model, 32)
+    g = torch.Generator().manual_seed(3)
+    img = torch.nn.functional.interpolate(torch.rand(1, 3, 6, 8, generator=g) * 255, size=(60, 80),
+                                          mode="bilinear").round().to(torch.uint8)[0]
+    for size in [(45, 60), (90, 120)]:
+        batch = collate([{"image": img, "size": size, "flip": True}], 32)
+        got = model.preprocess(batch)[0]
+        pil = np.asarray(Image.fromarray(img.permute(1, 2, 0).numpy()).resize(size[::-1], Image.BILINEAR))
+        want = (torch.from_numpy(pil.copy()).permute(2, 0, 1).float().flip(-1) - model.pixel_mean) / model.pixel_std
+        assert got.shape[-2:] == batch["canvas"]
+        assert (got[:, :size[0], :size[1]] - want).abs().max() < 2.5 / float(model.pixel_std.min())
+        assert got[:, size[0]:].abs().sum() == 0 and got[:, :, size[1]:].abs().sum() == 0
 
 
 @pytest.mark.parametrize("multiple,expected", [(32, (832, 1216)), (128, (896, 1280))])

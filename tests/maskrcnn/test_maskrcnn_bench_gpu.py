@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_maskrcnn_gpu as bench  # noqa: E402
 
 from mpirun_kit.maskrcnn.data.coco import CocoDataset  # noqa: E402
+from mpirun_kit.maskrcnn.data.masks import GT_MASK_SIZE  # noqa: E402
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -60,7 +61,7 @@ def test_the_synthetic_set_is_coco_shaped_and_loads(tmp_path):
     ds = CocoDataset(ann, tmp_path / "train", train=True, min_sizes=(80,), max_size=133, num_classes=80)
     s = ds[(0, 0)]
     assert tuple(s["image"].shape) == (3, 80, 133) and s["boxes"].shape[0] >= 3
-    assert s["masks"].shape == (s["boxes"].shape[0], 80, 133) and s["masks"].sum() > 0
+    assert s["masks"].shape == (s["boxes"].shape[0], GT_MASK_SIZE, GT_MASK_SIZE) and s["masks"].sum() > 0
 
 
 def test_cost_prints_the_step_cost_model_without_a_gpu(capsys):

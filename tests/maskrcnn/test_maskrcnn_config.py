@@ -192,3 +192,39 @@ def test_plan_prints_the_scaled_schedule_for_maskrcnn_jobs(capsys, monkeypatch):
     assert schedule_for_program(prog[:3] + ["--set", "solver.ims_per_gpu=8"], 8) is None  # no --config: not resolvable
     assert "error: argument --config: invalid choice: 'nope'" in schedule_for_program(prog[:3] + ["--config", "nope"], 8)
     assert "error: --set 'x': expected KEY=VALUE" in schedule_for_program(prog + ["--set", "x"], 8)
+
+
+@pytest.mark.parametrize("cpus,ranks,device,workers,threads,expected", [
+    (192, 8, "cuda", -1, 0, (2, 22)),   # a p5: 24 vCPUs per GPU, 2 for the rank, 22 for its loader
+    (16, 1, "cuda", -1, 0, (2, 14)),    # the one-H100 machine of issue #36's figures
+    (2, 2, "cuda", -1, 0, (1, 0)),      # fewer CPUs than ranks x threads: no workers, at least 1 thread
+    (16, 2, "cpu", -1, 0, (8, 0)),      # the CPU step computes on the share: no workers by default
+    (16, 2, "cpu", -1, 2, (2, 6)),
+    (192, 8, "cuda", 4, 0, (2, 4)),     # a number set is kept
+    (192, 8, "cuda", -1, 6, (6, 18)),
+])
+def test_loader_share_follows_the_host(cpus, ranks, device, workers, threads, expected):
+    from mpirun_kit.maskrcnn.config import loader_share
+
+    assert loader_share(cpus, ranks, device, workers, threads) == expected
+
+
+def test_the_plan_line_names_the_loader_workers():
+    from mpirun_kit.maskrcnn.config import schedule_for_program
+
+    prog = ["python", "-m", "mpirun_kit.maskrcnn.train", "--config", "r50_fpn_1x"]
+    assert "loader workers per rank: auto (data.num_workers=-1: the host's CPUs / its ranks, less the rank's " \
+           "threads (2 on GPU, all on CPU); the trainer logs the number)" in schedule_for_program(prog, 8)
+    assert schedule_for_program(prog + ["--set", "data.num_workers=6"], 8).endswith(
+        "; loader workers per rank: 6 (data.num_workers)")
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("data.num_workers", "-2", r"data.num_workers=-2: expected -1 \(follow the host\) or >= 0 worker processes"),
+    ("threads_per_rank", "-1", r"threads_per_rank=-1: expected 0 \(follow the host\) or >= 1 threads"),
+])
+def test_bad_worker_and_thread_counts_name_the_key(key, value, message):
+    from mpirun_kit.maskrcnn.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        resolve_config("r50_fpn_1x", {key: value})

@@ -11,6 +11,7 @@ from pycocotools import mask as mask_utils
 
 from mpirun_kit.errors import SpecError
 from mpirun_kit.maskrcnn.data.coco import AnnotationFileError, CocoDataset, ImageFileMissingError
+from mpirun_kit.maskrcnn.data.masks import GT_MASK_SIZE
 from mpirun_kit.maskrcnn.data.sampler import EvalBatchSampler, TrainBatchSampler
 from mpirun_kit.maskrcnn.data.synthetic import write_shapes_dataset
 
@@ -36,27 +37,77 @@ def test_synthetic_is_deterministic_and_has_polygons_rle_and_overlaps(tmp_path, 
     assert len({(im["height"], im["width"]) for im in a["images"]}) > 1  # several aspect ratios
 
 
+def _frame_masks(s):
+    """A sample's box-local masks drawn back into its original image frame (data/masks.py)."""
+    (h, w), (nh, nw) = s["orig_size"], s["size"]
+    back = torch.tensor([w / nw, h / nh, w / nw, h / nh])
+    return torch.stack([_draw(m, b * back, h, w) for m, b in zip(s["masks"], s["boxes"])])
+
+
+def _draw(mask, box, h, w):
+    """Nearest-cell lookup of a box-local grid at every pixel centre of an h x w frame."""
+    s = mask.shape[-1]
+    ys, xs = torch.meshgrid(torch.arange(h) + 0.5, torch.arange(w) + 0.5, indexing="ij")
+    u = ((xs - box[0]) / (box[2] - box[0]) * s).floor().long()
+    v = ((ys - box[1]) / (box[3] - box[1]) * s).floor().long()
+    inside = (u >= 0) & (u < s) & (v >= 0) & (v < s)
+    return torch.where(inside, mask[v.clamp(0, s - 1), u.clamp(0, s - 1)], torch.zeros((), dtype=mask.dtype))
+
+
 def test_train_sample_targets_match_annotations(shapes):
+    """The worker ships the image as decoded (the device resizes it) with its target size, boxes in
+    the resized frame, and each instance's mask on a grid spanning its box; drawn back into the
+    original frame, every mask (polygon or RLE) agrees with pycocotools' own rasterisation."""
     ds = _ds(shapes, flip_prob=0.0)
-    s = ds[0]
-    img = ds.coco.imgs[ds.ids[0]]
-    anns = [a for a in ds.coco.imgToAnns[ds.ids[0]] if not a["iscrowd"]]
-    scale = s["size"][0] / img["height"]
-    assert s["image"].shape == (3, *s["size"]) and s["image"].dtype == torch.uint8
-    x, y, w, h = anns[0]["bbox"]
-    assert torch.allclose(s["boxes"][0], torch.tensor([x, y, x + w, y + h]) * scale, atol=1e-4)
-    assert s["masks"].shape == (len(anns), *s["size"]) and s["labels"].tolist() == [a["category_id"] for a in anns]
-    # the resized mask lies inside its (resized) box
-    ys, xs = torch.nonzero(s["masks"][0], as_tuple=True)
-    assert xs.min() >= s["boxes"][0, 0] - 1 and xs.max() <= s["boxes"][0, 2] + 1
+    checked = {"list": 0, "dict": 0}
+    for index in range(6):
+        s = ds[(index, 0)]
+        img = ds.coco.imgs[ds.ids[index]]
+        anns = [a for a in ds.coco.imgToAnns[ds.ids[index]] if not a["iscrowd"]]
+        scale = s["size"][0] / img["height"]
+        assert s["image"].shape == (3, img["height"], img["width"]) and s["image"].dtype == torch.uint8
+        assert s["size"] == (round(img["height"] * scale), round(img["width"] * scale)) and s["flip"] is False
+        for k, a in enumerate(anns):
+            x, y, w, h = a["bbox"]
+            assert torch.allclose(s["boxes"][k], torch.tensor([x, y, x + w, y + h]) * scale, atol=1e-4)
+        assert s["masks"].shape == (len(anns), GT_MASK_SIZE, GT_MASK_SIZE) and s["mask_frame"] == "box"
+        assert s["labels"].tolist() == [a["category_id"] for a in anns]
+        got = _frame_masks(s)
+        for k, a in enumerate(anns):
+            want = torch.from_numpy(ds.coco.annToMask(a)) > 0
+            iou = (got[k].bool() & want).sum() / (got[k].bool() | want).sum()
+            assert iou > 0.95, (index, k, float(iou))
+            checked[type(a["segmentation"]).__name__] += 1
+    assert checked["list"] and checked["dict"]  # both encodings were compared
 
 
-def test_flip_mirrors_image_boxes_and_masks(shapes):
+def test_flip_mirrors_boxes_and_masks_and_asks_the_device_to_flip(shapes):
     plain, flipped = _ds(shapes, flip_prob=0.0)[0], _ds(shapes, flip_prob=1.0)[0]
     w = plain["size"][1]
-    assert torch.equal(flipped["image"], plain["image"].flip(-1))
+    assert torch.equal(flipped["image"], plain["image"])  # the pixels flip on the device
+    assert flipped["flip"] is True and plain["flip"] is False
     assert torch.equal(flipped["masks"], plain["masks"].flip(-1))
     assert torch.allclose(flipped["boxes"][:, [2, 0]], w - plain["boxes"][:, [0, 2]])
+
+
+def test_jpeg_shrunk_to_half_or_less_decodes_scaled(tmp_path):
+    """Where the resize halves the image or more, libjpeg-turbo's scaled decode (PIL draft) gives a
+    smaller array (here 1/4, the resize's own scale); the target size and boxes follow the original frame."""
+    import numpy as np
+    from PIL import Image
+
+    (tmp_path / "img").mkdir()
+    Image.fromarray(np.full((400, 600, 3), 90, np.uint8)).save(tmp_path / "img/a.jpg", quality=90)
+    ann = {"images": [{"id": 1, "file_name": "a.jpg", "height": 400, "width": 600}],
+           "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "iscrowd": 0, "area": 100.0,
+                            "bbox": [100, 100, 200, 100], "segmentation": [[100, 100, 300, 100, 300, 200, 100, 200]]}],
+           "categories": [{"id": 1, "name": "box"}]}
+    (tmp_path / "ann.json").write_text(json.dumps(ann))
+    s = CocoDataset(tmp_path / "ann.json", tmp_path / "img", train=True, min_sizes=(100,), max_size=1000,
+                    flip_prob=0.0)[0]
+    assert s["image"].shape == (3, 100, 150) and s["orig_size"] == (400, 600) and s["size"] == (100, 150)
+    assert torch.allclose(s["boxes"][0], torch.tensor([25.0, 25.0, 75.0, 50.0]))
+    assert s["masks"][0].float().mean() > 0.95  # the rectangle fills its own box
 
 
 @pytest.mark.parametrize("content,message", [

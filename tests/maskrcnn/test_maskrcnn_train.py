@@ -46,6 +46,7 @@ def test_k_steps_resume_j_steps_equals_k_plus_j_straight(shapes, tmp_path):
     straight = _train(shapes, tmp_path / "a", *steps)
     first = _train(shapes, tmp_path / "b", *steps, "--stop-after-steps", "2")
     assert "paused at step 2" in first.stderr and not (tmp_path / "b/metrics.json").exists()
+    assert "1 loader worker(s) (data.num_workers=1)" in straight.stderr  # the chosen number is logged
     second = _train(shapes, tmp_path / "b", *steps)
     assert "resumed from" in second.stderr and "at step 2 (epoch" in second.stderr
     a, b = _final_state(tmp_path / "a"), _final_state(tmp_path / "b")

@@ -11,14 +11,19 @@ helpers): it runs the same ``collate`` and ``to_device`` itself.
 
 A batch is a plain dict, so the DataLoader's pinning and ``to_device`` recurse through it:
 
-* ``images`` uint8 [B, 3, H, W], each image at the top left of a zero canvas; the canvas shape is
-  the largest image rounded up to ``canvas_multiple`` (a few fixed shapes, so ``cudnn.benchmark``
-  tunes a few times, not every step); the model normalises it and zeroes the padding again;
-* ``image_sizes``: [(h, w)] Python ints (never a device tensor: anchors and clipping need them on
-  the host, and reading them from the device would sync);
-* training only: ``boxes`` [B, G, 4] float32, ``labels`` [B, G] int64, ``valid`` [B, G] bool
-  (G = the most boxes of any image, >= 1), ``masks`` uint8 [1 + sum G_i, Hm, Wm] every GT mask
-  packed (row 0 all zero, the padding row), ``mask_rows`` [B, G] int64 into it, ``seeds`` [B] int64;
+* ``images`` uint8 [B, 3, H, W], each image as the worker decoded it at the top left of a zero
+  canvas (rounded up to ``canvas_multiple``);
+* ``image_sizes``: [(h, w)] Python ints, each image's size after its resize (never a device
+  tensor: anchors and clipping need them on the host, and reading them from the device would
+  sync); ``canvas``: (H, W) the model's input canvas for them, the largest of each side rounded up
+  to ``canvas_multiple`` (a few fixed shapes, so ``cudnn.benchmark`` tunes a few times, not every step);
+* ``src_sizes`` [(h, w)] and ``flips`` [bool], only when an image still needs its resize or flip:
+  the model does both on the device (``MaskRCNN.preprocess``), where they cost a few kernels
+  instead of most of a worker's time;
+* training only: ``boxes`` [B, G, 4] float32 in the resized (and flipped) frame, ``labels`` [B, G]
+  int64, ``valid`` [B, G] bool (G = the most boxes of any image, >= 1), ``masks`` uint8
+  [1 + sum G_i, S, S] every GT mask packed as a grid spanning its own box (data/masks.py; row 0
+  all zero, the padding row), ``mask_rows`` [B, G] int64 into it, ``seeds`` [B] int64;
 * ``meta``: per image ``image_id``, ``orig_size``, ``size``, ``seed``, ``skipped`` (host values).
 """
 from __future__ import annotations
@@ -28,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
+
+from .masks import GT_MASK_SIZE, crop_to_boxes
 
 #: batch keys that hold the padded training targets (moved to the device with the images)
 TARGET_KEYS = ("boxes", "labels", "valid", "mask_rows", "masks", "seeds")
@@ -56,16 +63,28 @@ class Collate:
 
 def collate(samples: Sequence[Mapping[str, Any]], canvas_multiple: int = 32) -> dict[str, Any]:
     """Samples -> one padded batch of host tensors (see the module docstring for the layout)."""
-    sizes = [(int(s["image"].shape[-2]), int(s["image"].shape[-1])) for s in samples]
-    ph, pw = canvas_shape(sizes, canvas_multiple)
-    images = torch.zeros((len(samples), 3, ph, pw), dtype=torch.uint8)
-    for i, (s, (h, w)) in enumerate(zip(samples, sizes)):
-        images[i, :, :h, :w] = s["image"]
-    out: dict[str, Any] = {"images": images, "image_sizes": sizes,
+    src = [(int(s["image"].shape[-2]), int(s["image"].shape[-1])) for s in samples]
+    sizes = [tuple(int(v) for v in s["size"]) if "size" in s else hw for s, hw in zip(samples, src)]
+    flips = [bool(s.get("flip", False)) for s in samples]
+    sh, sw = canvas_shape(src, canvas_multiple)
+    images = torch.zeros((len(samples), 3, sh, sw), dtype=torch.uint8)
+    for i, (s, (h, w)) in enumerate(zip(samples, src)):
+        images[i, :, :h, :w] = s["image"]  # one strided copy (a worker's sample is an HWC view)
+    out: dict[str, Any] = {"images": images, "image_sizes": sizes, "canvas": canvas_shape(sizes, canvas_multiple),
                            "meta": [{k: s[k] for k in _META_KEYS if k in s} for s in samples]}
+    if src != sizes or any(flips):  # the device resizes/flips (MaskRCNN.preprocess)
+        out["src_sizes"], out["flips"] = src, flips
     if all("boxes" in s for s in samples):
         out.update(_pad_targets(samples))
     return out
+
+
+def _box_masks(s: Mapping[str, Any]) -> torch.Tensor:
+    """A sample's masks as box-local grids (data/masks.py); full-frame ones are cut out here."""
+    m = s["masks"]
+    if s.get("mask_frame") == "box" or m.shape[0] == 0:
+        return m if m.shape[0] else torch.zeros((0, GT_MASK_SIZE, GT_MASK_SIZE), dtype=torch.uint8)
+    return crop_to_boxes(m, s["boxes"].float())
 
 
 def _pad_targets(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
@@ -76,16 +95,17 @@ def _pad_targets(samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor
     labels = torch.zeros((b, g), dtype=torch.int64)
     valid = torch.zeros((b, g), dtype=torch.bool)
     rows = torch.zeros((b, g), dtype=torch.int64)
-    mh = max(int(s["masks"].shape[-2]) for s in samples)
-    mw = max(int(s["masks"].shape[-1]) for s in samples)
+    box_masks = [_box_masks(s) for s in samples]
+    mh = max(int(m.shape[-2]) for m in box_masks)
+    mw = max(int(m.shape[-1]) for m in box_masks)
     masks = torch.zeros((1 + sum(counts), mh, mw), dtype=torch.uint8)
     row = 1
-    for i, (s, n) in enumerate(zip(samples, counts)):
+    for i, (s, m, n) in enumerate(zip(samples, box_masks, counts)):
         boxes[i, :n] = s["boxes"].float()
         labels[i, :n] = s["labels"]
         valid[i, :n] = True
         rows[i, :n] = torch.arange(row, row + n)
-        masks[row:row + n, :s["masks"].shape[-2], :s["masks"].shape[-1]] = s["masks"]
+        masks[row:row + n, :m.shape[-2], :m.shape[-1]] = m
         row += n
     seeds = torch.tensor([int(s.get("seed", 0)) for s in samples], dtype=torch.int64)
     return {"boxes": boxes, "labels": labels, "valid": valid, "mask_rows": rows, "masks": masks, "seeds": seeds}

@@ -5,7 +5,8 @@ sampled per image at 25 % foreground; a two-FC box head (7x7 RoIAlign, sampling 
 softmax cross-entropy + class-specific L1 box loss (per image normalised by its sampled RoIs, then
 averaged over images, which keeps DDP and single-process losses equal), and a four-conv + deconv mask head (14x14
 RoIAlign) predicts 28x28 masks on the foreground RoIs against targets cut out of the GT masks
-(which coco.py rasterised from the polygons/RLE) with RoIAlign.  Inference: per-class decode,
+(which coco.py rasterised from the polygons/RLE on small grids spanning each GT box; data/masks.py)
+with one ``grid_sample`` over the mask slots.  Inference: per-class decode,
 score threshold, per-class NMS, top-k, then masks for the kept boxes (pooled from the packed
 levels as in training; the mask predictor on each detection's own class only).
 
@@ -26,7 +27,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import RoIHeadsConfig
-from ..ops import (batched_nms, decode_boxes, encode_boxes, pack_levels, roi_align,
+from ..data.masks import resample_masks
+from ..ops import (batched_nms, decode_boxes, encode_boxes, pack_levels,
                    roi_align_packed)
 from .fpn import STRIDES
 from .sampling import batched_iou, gather_foreground, match, subsample
@@ -167,8 +169,10 @@ class RoIHeads(nn.Module):
             flat = img * sel.shape[1] + (pick - img * max_pos)
             m_rois = rois.reshape(-1, 5).index_select(0, flat)
             m_labels = (cls_t.reshape(-1).index_select(0, flat) - 1).clamp(min=0)
-            m_rows = targets["mask_rows"].gather(1, gt_sel).reshape(-1).index_select(0, flat)
-            mask_t = self._mask_targets(targets["masks"], m_rois[:, 1:], m_rows)
+            m_gt = gt_sel.reshape(-1).index_select(0, flat)
+            m_rows = targets["mask_rows"].reshape(-1).index_select(0, img * gt.shape[1] + m_gt)
+            m_gt_boxes = gt.reshape(-1, 4).index_select(0, img * gt.shape[1] + m_gt)
+            mask_t = self._mask_targets(targets["masks"], m_gt_boxes, m_rois[:, 1:], m_rows)
             # per-slot weight 1 / (its image's valid slots * images): a per-image mean averaged over
             # the images, as the box losses (and as before, when the head ran per image)
             per_img = ((img[None, :] == torch.arange(b, device=img.device)[:, None]) & m_valid[None, :]).sum(1)
@@ -187,12 +191,12 @@ class RoIHeads(nn.Module):
             losses["mask_rois_per_image"] = m_valid.sum().float().detach() / images
         return losses
 
-    def _mask_targets(self, gt_masks: torch.Tensor, boxes: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """[P, M, M] binary targets: GT mask ``rows[i]`` of ``gt_masks`` [R, H, W] resampled into box i."""
-        m = self.cfg.mask_resolution
-        rois = torch.cat([rows[:, None].to(boxes.dtype), boxes], 1)
-        t = roi_align(gt_masks[:, None].to(boxes.dtype), rois, (m, m), 1.0, 2, True)[:, 0]
-        return (t >= 0.5).to(boxes.dtype)
+    def _mask_targets(self, gt_masks: torch.Tensor, gt_boxes: torch.Tensor, boxes: torch.Tensor,
+                      rows: torch.Tensor) -> torch.Tensor:
+        """[P, M, M] binary targets: GT mask ``rows[i]`` of ``gt_masks`` [R, S, S] (a grid spanning
+        ``gt_boxes[i]``, data/masks.py) resampled into box i; one ``grid_sample``, no host sync."""
+        return resample_masks(gt_masks.index_select(0, rows), gt_boxes, boxes,
+                              self.cfg.mask_resolution, self.cfg.sampling_ratio).to(boxes.dtype)
 
     # ------------------------------------------------------------- inference
     @torch.no_grad()

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from mpirun_kit.maskrcnn.data.masks import GT_MASK_SIZE, crop_to_boxes
 from mpirun_kit.maskrcnn.config import RoIHeadsConfig
 from mpirun_kit.maskrcnn.modeling import roi_heads
 from mpirun_kit.maskrcnn.modeling.roi_heads import RoIHeads, mask_slots
@@ -34,7 +35,7 @@ def _inputs(jitters: list[tuple[int, ...]], seeds: list[int]):
     b, g = len(jitters), max(1, max(len(j) for j in jitters))
     boxes, valid = torch.zeros(b, g, 4), torch.zeros(b, g, dtype=torch.bool)
     labels, rows = torch.zeros(b, g, dtype=torch.int64), torch.zeros(b, g, dtype=torch.int64)
-    masks = [torch.zeros(64, 64, dtype=torch.uint8)]
+    masks = [torch.zeros(GT_MASK_SIZE, GT_MASK_SIZE, dtype=torch.uint8)]
     props = []
     yy, xx = torch.meshgrid(torch.arange(64.0), torch.arange(64.0), indexing="ij")
     for i, js in enumerate(jitters):
@@ -45,7 +46,8 @@ def _inputs(jitters: list[tuple[int, ...]], seeds: list[int]):
             boxes[i, k], valid[i, k], labels[i, k] = torch.tensor(_GT[k]), True, 1 + (i + k) % 3
             rows[i, k] = len(masks)
             cx, cy, rx, ry = (x0 + x1) / 2, (y0 + y1) / 2, (x1 - x0) / 2, (y1 - y0) / 2 - k * 3
-            masks.append((((xx - cx) / rx) ** 2 + ((yy - cy) / ry) ** 2 <= 1).to(torch.uint8))
+            frame = (((xx - cx) / rx) ** 2 + ((yy - cy) / ry) ** 2 <= 1).to(torch.uint8)
+            masks.append(crop_to_boxes(frame[None], torch.tensor([_GT[k]]))[0])  # the batch's box-local grid
             p += [(x0 + d, y0, x1 + d, y1) for d in range(1, n + 1)]
         props.append(torch.tensor(p))
     n = max(len(p) for p in props)
@@ -184,7 +186,7 @@ def test_mask_loss_equals_a_per_foreground_roi_reference(monkeypatch):
                 iou = torch.where(gt_valid[i], batched_iou(gt[i:i + 1], box[None, None])[0, :, 0], torch.tensor(-1.0))
                 k = int(iou.argmax())
                 logits = heads.mask_head(packed, torch.cat([torch.tensor([float(i)]), box])[None])
-                target = heads._mask_targets(targets["masks"], box[None], targets["mask_rows"][i, k:k + 1])
+                target = heads._mask_targets(targets["masks"], gt[i, k][None], box[None], targets["mask_rows"][i, k:k + 1])
                 label = int(targets["labels"][i, k]) - 1
                 terms.append(F.binary_cross_entropy_with_logits(logits[0, label], target[0]))
             per_terms.append(terms)
@@ -269,3 +271,21 @@ def test_inference_pools_in_one_call_per_head(monkeypatch):
     dets = sum(d["boxes"].shape[0] for d in out)
     assert dets > 0 and calls == [sum(p.shape[0] for p in props), dets]
     assert all(d["mask_probs"].shape == (d["boxes"].shape[0], 28, 28) for d in out)
+
+
+def test_mask_targets_from_box_grids_match_roialign_on_the_full_frame_mask():
+    """The targets cut from each GT's box-local grid (data/masks.py) equal what RoIAlign (sampling
+    ratio 2, aligned) over the full-frame mask gives, thresholded at 0.5, but for cells on the edge."""
+    from mpirun_kit.maskrcnn.ops import roi_align
+
+    heads = RoIHeads(RoIHeadsConfig(), 8, 3)
+    yy, xx = torch.meshgrid(torch.arange(96.0) + 0.5, torch.arange(128.0) + 0.5, indexing="ij")
+    frame = (((xx - 60) / 30) ** 2 + ((yy - 50) / 20) ** 2 <= 1).to(torch.uint8)
+    gt = torch.tensor([[30.0, 30.0, 90.0, 70.0]])
+    grids = torch.cat([torch.zeros(1, GT_MASK_SIZE, GT_MASK_SIZE, dtype=torch.uint8), crop_to_boxes(frame[None], gt)])
+    rois = torch.tensor([[30.0, 30.0, 90.0, 70.0], [40.0, 25.0, 100.0, 60.0], [55.0, 45.0, 70.0, 58.0]])
+    got = heads._mask_targets(grids, gt.expand(3, 4), rois, torch.ones(3, dtype=torch.int64))
+    want = roi_align(frame[None, None].float(), torch.cat([torch.zeros(3, 1), rois], 1), (28, 28), 1.0, 2, True)[:, 0] >= 0.5
+    assert got.shape == (3, 28, 28)
+    assert (got.bool() != want).float().mean() < 0.02  # a few cells on the ellipse's edge
+    assert got[2].all()  # a RoI inside the ellipse
