@@ -164,7 +164,7 @@ def register(subparsers: Any) -> None:
                      description="List PREFIX/keys/<job>/ in the role stack's bucket and delete the secrets of "
                      "training jobs that have ended (Completed, Failed, Stopped), and of jobs SageMaker does not "
                      "know after an hour (a submit that never created its job). Running jobs' secrets stay. "
-                     "For jobs submitted without --wait; a lifecycle rule (`stack bucket`) is the backstop.",
+                     "For jobs whose submit did not follow them to the end; a lifecycle rule (`stack bucket`) is the backstop.",
                      examples=["mpirun_kit stack sweep-keys mrk-role --region us-west-2 --yes",
                                "mpirun_kit stack sweep-keys --bucket my-team-bucket --prefix mpirun-kit --dry-run"],
                      codes=_codes(ok="swept (or nothing to sweep)", bad="bad stack name, no --yes without a "

@@ -133,11 +133,12 @@ def test_submit_without_credentials_blames_credentials_not_the_role(bare_env, cl
             "mrk-role.SubmitRoleArn=arn:aws:iam::123456789012:role/mrk-submit",
             "mrk-fsx.FileSystemId=fs-0123456789abcdef0",
             "mrk-fsx.LustreMountName=abcdefgh", "mrk-vpc.PrivateSubnet1Id=subnet-1", "mrk-vpc.SecurityGroupId=sg-1"]
-    r = cli("submit", "jobs/maskrcnn.yaml", "--job-name", "mrk-1", *[a for o in outs for a in ("--stack-output", o)])
+    r = cli("submit", "jobs/maskrcnn.yaml", "--job-name", "alice--mrk-1",   # the submit role's names: owner--name
+            *[a for o in outs for a in ("--stack-output", o)])
     # the first call is the submit role's AssumeRole (issue 26), then the keys, then CreateTrainingJob
     assert (r.rc, r.err) == (69, "mpirun_kit: region us-west-2 (from the AWS configuration)\n"
                                  "mpirun_kit: error: AssumeRole arn:aws:iam::123456789012:role/mrk-submit for job "
-                                 "mrk-1: no AWS credentials found; set "
+                                 "alice--mrk-1: no AWS credentials found; set "
                                  "AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run "
                                  "`aws configure`\n")
 
