@@ -116,6 +116,8 @@ def register(subparsers: Any) -> None:
                                  bad="bad stack name, no --yes without a terminal, or no AWS region configured",
                                  aws=_AWS + ", the deletion failed, or --timeout passed"))
     r.add_argument("name", help="stack name, e.g. mrk-efs")
+    r.add_argument("--take-over", action="store_true",
+                   help="delete a stack whose owner tag (mpirun-kit-owner) names someone else")
     deletion(r, timeout_help="seconds to wait (default 3600)", json_help="print the result as JSON: {stack, status}")
     r.set_defaults(func=_delete)
 
@@ -356,6 +358,15 @@ def _delete(args: argparse.Namespace) -> int:
 
     check_stack_name(args.name)
     _need_terminal_or_yes(args, "delete")
+    if not args.take_over:
+        from ..stack.aws import StackNotFoundError
+        from ..stack.deploy import check_owner
+        from ..stack.outputs import describe_stack
+
+        try:
+            check_owner(describe_stack(args.name, _client(args)), _owner(args), "delete")
+        except StackNotFoundError:
+            pass   # delete() says it is not there
     if not args.yes and not _ask(f"delete stack {args.name} and the resources it owns?"):
         _err(f"stack {args.name}: not deleted")
         return 1

@@ -396,6 +396,8 @@ def test_a_stack_has_an_owner_and_another_person_neither_updates_nor_deletes_it(
             "it is yours to take over, pass --take-over") in upd.err
     down = cli("stack", "down", "--stacks", "mrk-vpc", "--yes", *FAST)
     assert down.rc == 69 and "stack mrk-vpc belongs to user/moto" in down.err and "you would delete" in down.err
+    gone = cli("stack", "delete", "mrk-vpc", "--yes", *FAST)
+    assert gone.rc == 69 and "stack mrk-vpc belongs to user/moto" in gone.err and "you would delete" in gone.err
     params = {p["ParameterKey"]: p["ParameterValue"] for p in _stack(cf, "mrk-vpc")["Parameters"]}
     assert params["CreateNatGateway"] == "true"
     took = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--param", "CreateNatGateway=false", "--yes", "--take-over",
