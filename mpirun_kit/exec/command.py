@@ -19,6 +19,7 @@ and may be cancelled (the entrypoint passes its SignalLatch): the child is kille
 from __future__ import annotations
 
 import subprocess
+import threading
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
@@ -85,12 +86,18 @@ def run(argv: Sequence[str], *, input: str | bytes | None = None, timeout_s: flo
     kw = {"text": True, "errors": "replace"} if text else {}
     proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                             stdout=stdout, stderr=stderr, env=dict(env) if env is not None else None, cwd=cwd, **kw)
+    if input is not None:
+        # communicate() cannot be polled with input (a second call may not pass it, and without it the rest of
+        # the input is never sent): a thread of ours writes it and closes the pipe, and communicate only reads.
+        pipe, proc.stdin = proc.stdin, None
+        data = input.encode() if isinstance(input, str) else input
+        threading.Thread(target=_feed, args=(pipe, data), daemon=True, name="command-input").start()
     deadline = Deadline(clock, timeout_s)
     while True:
         try:
             # A kernel wait, not a sleep: the command's end is seen at once; a retry after a timeout keeps
-            # what was read and written so far (subprocess's documented contract).
-            out, err = proc.communicate(input, timeout=POLL_S if timeout_s is not None else None)
+            # what was read so far (subprocess's documented contract).
+            out, err = proc.communicate(timeout=POLL_S if timeout_s is not None else None)
             break
         except subprocess.TimeoutExpired:
             if deadline.expired():
@@ -130,6 +137,20 @@ def run_for_output(argv: Sequence[str], *, timeout_s: float = COMMAND_TIMEOUT_S,
                 if stop:
                     raise Cancelled(" ".join(argv)) from None
                 raise TimeoutError(f"{' '.join(argv)} gave no answer within {timeout_s:g} s") from None
+
+
+def _feed(pipe, data: bytes) -> None:
+    """``data`` to the command's stdin, then EOF; a command that exits without reading it all is no error here."""
+    try:
+        getattr(pipe, "buffer", pipe).write(data)   # bytes, under a text-mode wrapper too
+        getattr(pipe, "buffer", pipe).flush()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
 
 
 def command_runner(*, timeout_s: float = COMMAND_TIMEOUT_S, cancelled: Callable[[], object] = lambda: None,

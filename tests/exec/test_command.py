@@ -34,3 +34,31 @@ def test_cancel_kills_the_command_at_once():
         run(["sleep", "30"])
     assert len(looks) == 1   # the first look past the first poll ends it, not the 30 s deadline
     assert deadline.elapsed() < 30
+
+
+# -- run(): a command to its end, for its exit code and output (issue 38 item 4) ----------------------------------
+def test_run_keeps_stdout_and_stderr_apart_with_the_exit_code():
+    from mpirun_kit.exec.command import run
+
+    done = run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+
+
+def test_run_hands_its_input_over_once_across_the_polls():
+    """The command reads its stdin only after a few polls: the input reaches it whole (communicate() polled
+    with the input raised ValueError on its second call, and without it never sent the rest; the Slurm
+    runner's writes hit that)."""
+    from mpirun_kit.exec.command import run
+
+    data = "x" * 300_000   # more than a pipe holds: the write spans polls
+    done = run(["sh", "-c", "sleep 0.3; wc -c"], input=data)
+    assert (done.returncode, done.stdout.strip()) == (0, "300000")
+
+
+def test_run_past_its_deadline_is_killed_and_check_names_the_command():
+    from mpirun_kit.exec.command import CommandFailed, run
+
+    with pytest.raises(TimeoutError, match=r"^sleep 30 did not end within 30 s \(killed\)$"):
+        run(["sleep", "30"], timeout_s=30.0, clock=FakeClock(jump=60.0))
+    with pytest.raises(CommandFailed, match=r"^sh -c echo nope >&2; exit 2 exited with code 2: nope$"):
+        run(["sh", "-c", "echo nope >&2; exit 2"], check=True)
