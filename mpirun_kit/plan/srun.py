@@ -2,7 +2,7 @@
 
 Place in the data flow: ``launch_plan.build_launch_plan`` calls ``build_srun_argv`` instead of the
 mpirun builder when the flavour's launcher is srun (plan/mpi.py's ``srun`` row); the master
-entrypoint runs it in the batch step of a Slurm job (targets/slurm.py writes that script), as it runs
+entrypoint runs it in the batch step of a Slurm job (targets/slurm/script.py writes that script), as it runs
 mpirun elsewhere.  Slurm's own PMIx starts the ranks (``--mpi=pmix``: the Slurm MPI guide's
 recommended launch; Debian's Open MPI has no PMI-2), so no ssh and no MPI daemon of ours is
 involved.

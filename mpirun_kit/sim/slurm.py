@@ -6,7 +6,7 @@ them, starts one ``munged`` per host (all sharing one key made for the cluster),
 algo-1 (and, with ``accounting``, MariaDB and ``slurmdbd`` there, so ``sacct`` answers) and one
 ``slurmd`` per host, each inside its host's namespaces through ``SimCluster.popen`` (nsenter: ``ip
 netns exec`` would remount /sys and slurmd needs the machine's cgroup mounts), then waits, bounded,
-until ``sinfo`` shows every node idle.  The slurm target (targets/slurm.py) then submits to it
+until ``sinfo`` shows every node idle.  The slurm target (targets/slurm/) then submits to it
 like to any cluster: from algo-1, the login node.
 
 Everything lives under each host's directory of the sim cluster (``algo-N/slurm``): spool, state,

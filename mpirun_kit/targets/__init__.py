@@ -12,7 +12,7 @@ import importlib
 
 from ..errors import SpecError
 
-TARGET_MODULES = {"local": "local", "sim": "sim", "ssh": "ssh", "sagemaker": "sagemaker", "slurm": "slurm"}
+TARGET_MODULES = {"local": "local", "sim": "sim", "ssh": "ssh", "sagemaker": "sagemaker", "slurm": "slurm.target"}
 
 
 def get_target(name: str):

@@ -101,7 +101,7 @@ def test_every_remote_command_of_the_slurm_runner_and_the_doctor_is_bounded(monk
     with their own deadlines (the ssh target's preflight already was)."""
     from mpirun_kit.doctor import coordinate
     from mpirun_kit.exec import remote
-    from mpirun_kit.targets.slurm import SshRunner
+    from mpirun_kit.targets.slurm.runner import SshRunner
     from mpirun_kit.targets.ssh import PREFLIGHT_MARGIN_S, preflight_command
 
     started = []

@@ -1,4 +1,4 @@
-"""targets/slurm.py without a cluster: Slurm's JSON of both shapes, the batch script as a value, the checks.
+"""targets/slurm/ without a cluster: Slurm's JSON of both shapes, the batch script as a value, the checks.
 
 The JSON samples (tests/targets/slurm_json/): ``*-22.05.json`` were recorded from Debian's Slurm 22.05.8 on
 the simulated cluster (``sim up --slurm --accounting``: a 2-node job ``sbatch --job-name='demo job' --wrap
@@ -25,7 +25,7 @@ from mpirun_kit.records import JobState
 from mpirun_kit.spec.compile import compile_job
 from mpirun_kit.spec.load import load_job_text
 from mpirun_kit.targets import get_target
-from mpirun_kit.targets import slurm as S
+from mpirun_kit.targets.slurm import accounting as SA, discovery as SD, runner as SR, script as SS, target as ST
 
 DATA = Path(__file__).with_name("slurm_json")
 
@@ -35,19 +35,19 @@ def sample(name: str) -> str:
 
 
 def test_squeue_22_05_state_is_a_string():
-    (job,) = S.parse_jobs_json(sample("squeue-22.05"))
+    (job,) = SA.parse_jobs_json(sample("squeue-22.05"))
     assert (job.job_id, job.name, job.state, job.job_state, job.nodes) == ("1", "demo job", "RUNNING",
                                                                             JobState.RUNNING, "algo-[1-2]")
 
 
 def test_sacct_22_05_says_success_for_a_job_that_exited_3():
-    (job,) = S.parse_jobs_json(sample("sacct-22.05"))
+    (job,) = SA.parse_jobs_json(sample("sacct-22.05"))
     # What Slurm 22.05 said about a batch script that exited 3: the state is right, the exit code is not.
     assert (job.state, job.job_state, job.exit_code) == ("FAILED", JobState.FAILED, 0)
 
 
 def test_squeue_23_11_lists_foreign_names_and_unknown_states_without_crashing():
-    jobs = {j.job_id: j for j in S.parse_jobs_json(sample("squeue-23.11"))}
+    jobs = {j.job_id: j for j in SA.parse_jobs_json(sample("squeue-23.11"))}
     assert jobs["41"].state == "RUNNING" and jobs["41"].restarts == 1
     assert jobs["42"].name == "  weird\u2603 name; rm -rf /" and jobs["42"].job_state == JobState.PENDING
     assert jobs["42"].exit_code is None and jobs["42"].reason == "BeginTime"
@@ -56,7 +56,7 @@ def test_squeue_23_11_lists_foreign_names_and_unknown_states_without_crashing():
 
 
 def test_sacct_23_11_numbers_and_signals():
-    jobs = {j.job_id: j for j in S.parse_jobs_json(sample("sacct-23.11"))}
+    jobs = {j.job_id: j for j in SA.parse_jobs_json(sample("sacct-23.11"))}
     assert (jobs["41"].state, jobs["41"].exit_code, jobs["41"].signal) == ("FAILED", 3, None)
     assert (jobs["44"].state, jobs["44"].job_state, jobs["44"].exit_code, jobs["44"].signal) == (
         "OUT_OF_MEMORY", JobState.FAILED, None, 9)
@@ -65,26 +65,26 @@ def test_sacct_23_11_numbers_and_signals():
 @pytest.mark.parametrize("text", ['{"jobs": [{"job_id": "x"}, 7, {"job_id": 5, "job_state": null}]}',
                                   '{"jobs": null}', '[]', '{"jobs": [{"job_id": {"set": false}}]}'])
 def test_odd_json_never_crashes(text):
-    jobs = S.parse_jobs_json(text)
+    jobs = SA.parse_jobs_json(text)
     assert all(j.job_id.isdigit() for j in jobs)
 
 
 def test_not_json_is_one_clear_error():
     with pytest.raises(ClusterError, match="Slurm gave no JSON"):
-        S.parse_jobs_json("squeue: error: unrecognized option '--json'")
+        SA.parse_jobs_json("squeue: error: unrecognized option '--json'")
 
 
 def test_sacct_text_fallback():
-    jobs = S.parse_sacct_text("12|train|FAILED|3:0|algo-[1-2]\n12.batch|batch|FAILED|3:0|algo-1\n"
+    jobs = SA.parse_sacct_text("12|train|FAILED|3:0|algo-[1-2]\n12.batch|batch|FAILED|3:0|algo-1\n"
                               "13|x|CANCELLED by 0|0:15|\n")
     assert [(j.job_id, j.state, j.exit_code, j.signal) for j in jobs] == [
         ("12", "FAILED", 3, None), ("13", "CANCELLED", 0, 15)]
 
 
 def test_sinfo_json_and_text():
-    (part,) = S.parse_sinfo_json(sample("sinfo-22.05"))
+    (part,) = SA.parse_sinfo_json(sample("sinfo-22.05"))
     assert (part.name, part.nodes) == ("debug", ("algo-1", "algo-2"))
-    parts = S.parse_sinfo_text("debug* algo-1\ndebug* algo-2\ngpu algo-2\n")
+    parts = SA.parse_sinfo_text("debug* algo-1\ndebug* algo-2\ngpu algo-2\n")
     assert [(p.name, p.nodes, p.default) for p in parts] == [("debug", ("algo-1", "algo-2"), True),
                                                                ("gpu", ("algo-2",), False)]
 
@@ -205,33 +205,33 @@ def test_a_bad_signal_spec_is_refused_with_its_field():
         load_job_text(SPEC.replace("USR1@90", "usr1 90"))
 
 
-FACTS = S.ClusterFacts("22.05.8", "pmix", (S.Partition("debug", ("algo-1", "algo-2", "algo-3"), default=True),
-                                           S.Partition("gpu", ("algo-3",))), True)
+FACTS = SD.ClusterFacts("22.05.8", "pmix", (SA.Partition("debug", ("algo-1", "algo-2", "algo-3"), default=True),
+                                           SA.Partition("gpu", ("algo-3",))), True)
 
 
 def test_checks_name_the_field_in_one_line():
     req = dataclasses.replace(dry_of().request, partition="nosuch", nodes=2, tasks_per_node=1, account=None)
     with pytest.raises(SpecError) as e:
-        S.check_request(req, FACTS)
+        SD.check_request(req, FACTS)
     assert str(e.value) == ("target.slurm.partition: the cluster has no partition 'nosuch'; its partitions are "
                             "debug, gpu")
     with pytest.raises(SpecError) as e:
-        S.check_request(dataclasses.replace(req, partition="gpu"), FACTS)
+        SD.check_request(dataclasses.replace(req, partition="gpu"), FACTS)
     assert str(e.value) == ("resources.hosts: the job needs 2 nodes, but partition 'gpu' has 1 (algo-3); lower "
                             "resources.hosts or choose a larger partition")
-    S.check_request(dataclasses.replace(req, partition=None), FACTS)   # the default partition
-    no_default = S.ClusterFacts("22.05.8", "pmix", (S.Partition("gpu", ("a",)),), False)
+    SD.check_request(dataclasses.replace(req, partition=None), FACTS)   # the default partition
+    no_default = SD.ClusterFacts("22.05.8", "pmix", (SA.Partition("gpu", ("a",)),), False)
     with pytest.raises(SpecError, match="target.slurm.partition is not set and the cluster has no default"):
-        S.check_request(dataclasses.replace(req, partition=None), no_default)
+        SD.check_request(dataclasses.replace(req, partition=None), no_default)
 
 
 def test_sbatch_refusals_become_one_line_naming_the_field():
     req = dataclasses.replace(dry_of().request, partition="debug", nodes=9, tasks_per_node=2, account="nobody")
-    e = S.sbatch_error("sbatch: error: Batch job submission failed: Invalid account or account/partition "
+    e = SD.sbatch_error("sbatch: error: Batch job submission failed: Invalid account or account/partition "
                        "combination specified\n", req)
     assert isinstance(e, SpecError) and "\n" not in str(e) and str(e).startswith("target.slurm.account: Slurm "
                                                                                   "refused account 'nobody'")
-    e = S.sbatch_error("sbatch: error: Batch job submission failed: Requested node configuration is not available",
+    e = SD.sbatch_error("sbatch: error: Batch job submission failed: Requested node configuration is not available",
                        req)
     assert str(e).startswith("the job is larger than the cluster can run: 9 node(s) x 2 task(s)")
 
@@ -246,28 +246,28 @@ MPI_LIST_OLD = "srun: MPI types are...\nsrun: none\nsrun: openmpi\nsrun: pmi2\ns
 
 
 def test_srun_mpi_list_is_read_in_both_forms():
-    assert S.parse_mpi_list(MPI_LIST_22_05) == ("pmix", "none", "cray_shasta", "pmi2", "pmix_v4")
-    assert S.parse_mpi_list(MPI_LIST_NO_PMIX) == ("none", "cray_shasta", "pmi2")
-    assert S.parse_mpi_list(MPI_LIST_OLD) == ("none", "openmpi", "pmi2", "pmix", "pmix_v3")
+    assert SA.parse_mpi_list(MPI_LIST_22_05) == ("pmix", "none", "cray_shasta", "pmi2", "pmix_v4")
+    assert SA.parse_mpi_list(MPI_LIST_NO_PMIX) == ("none", "cray_shasta", "pmi2")
+    assert SA.parse_mpi_list(MPI_LIST_OLD) == ("none", "openmpi", "pmi2", "pmix", "pmix_v3")
 
 
 def test_a_cluster_without_pmix_is_refused_in_one_line_naming_its_plugins_and_the_remedy():
     req = dataclasses.replace(dry_of().request, partition="debug", nodes=2, tasks_per_node=1, account=None,
                               launch="srun")
-    no_pmix = S.ClusterFacts("22.05.8", "pmi2", FACTS.partitions, True, S.parse_mpi_list(MPI_LIST_NO_PMIX))
+    no_pmix = SD.ClusterFacts("22.05.8", "pmi2", FACTS.partitions, True, SA.parse_mpi_list(MPI_LIST_NO_PMIX))
     with pytest.raises(SpecError) as e:
-        S.check_request(req, no_pmix)
+        SD.check_request(req, no_pmix)
     assert str(e.value) == (
         "target.slurm.launch is 'srun' (the ranks start with srun --mpi=pmix), but this cluster's srun offers no "
         "pmix (srun --mpi=list: none, cray_shasta, pmi2; MpiDefault=pmi2); set target.slurm.launch: mpirun (Open "
         "MPI starts the ranks inside the allocation), or ask the cluster's admins for Slurm's PMIx plugin")
-    S.check_request(dataclasses.replace(req, launch="mpirun"), no_pmix)      # mpirun needs no Slurm PMIx
-    with_pmix = S.ClusterFacts("22.05.8", "none", FACTS.partitions, True, S.parse_mpi_list(MPI_LIST_22_05))
-    S.check_request(req, with_pmix)
-    S.check_request(req, FACTS)                                 # srun could not say: nothing refused on it
+    SD.check_request(dataclasses.replace(req, launch="mpirun"), no_pmix)      # mpirun needs no Slurm PMIx
+    with_pmix = SD.ClusterFacts("22.05.8", "none", FACTS.partitions, True, SA.parse_mpi_list(MPI_LIST_22_05))
+    SD.check_request(req, with_pmix)
+    SD.check_request(req, FACTS)                                 # srun could not say: nothing refused on it
 
 
-class _Recorded(S.Runner):
+class _Recorded(SR.Runner):
     """Slurm's clients answering from recorded text (no cluster: the discovery's parsing is what is tested)."""
 
     def __init__(self, answers):
@@ -281,23 +281,23 @@ def test_discovery_reads_the_clusters_mpi_plugins():
     answers = {"scontrol show config": (0, "SLURM_VERSION = 22.05.8\nMpiDefault = pmix\n", ""),
                "sinfo -h -N -o %P %N": (0, "debug* algo-1\ndebug* algo-2\n", ""),
                "srun --mpi=list": (0, MPI_LIST_NO_PMIX, "")}
-    facts = S.discover(_Recorded(answers))
+    facts = SD.discover(_Recorded(answers))
     assert facts.mpi_plugins == ("none", "cray_shasta", "pmi2") and facts.mpi_default == "pmix"
-    assert S.discover(_Recorded({**answers, "srun --mpi=list": (1, "", "srun: error")})).mpi_plugins is None
+    assert SD.discover(_Recorded({**answers, "srun --mpi=list": (1, "", "srun: error")})).mpi_plugins is None
     assert dry_of().request.launch == "srun"
 
 
 def test_the_gpu_option_takes_the_form_of_the_clusters_version():
-    assert S.gpu_option(8) == S.gpu_option(8, "22.05.8") == S.gpu_option(8, "19.05.0") == "--gpus-per-node=8"
-    assert S.gpu_option(8, "18.08.9") == S.gpu_option(8, "17.11.13") == "--gres=gpu:8"
-    assert S.gpu_option(8, "") == S.gpu_option(8, "unknown") == "--gpus-per-node=8"
+    assert SS.gpu_option(8) == SS.gpu_option(8, "22.05.8") == SS.gpu_option(8, "19.05.0") == "--gpus-per-node=8"
+    assert SS.gpu_option(8, "18.08.9") == SS.gpu_option(8, "17.11.13") == "--gres=gpu:8"
+    assert SS.gpu_option(8, "") == SS.gpu_option(8, "unknown") == "--gpus-per-node=8"
     dry = dry_of()
     # The dry run renders the current form and says what it assumed and why.
     assert any(n.startswith("GPUs: --gpus-per-node=8 assumes Slurm 19.05 or later") and "--gres=gpu:8" in n
                for n in dry.notes)
     script = "/fsx/jobs/train-1/batch.sh"
-    assert S.for_cluster(dry, FACTS) == dry                                 # 22.05: as rendered
-    old = dict(S.for_cluster(dry, S.ClusterFacts("18.08.9", "pmix", FACTS.partitions, True)).files)[script]
+    assert SD.for_cluster(dry, FACTS) == dry                                 # 22.05: as rendered
+    old = dict(SD.for_cluster(dry, SD.ClusterFacts("18.08.9", "pmix", FACTS.partitions, True)).files)[script]
     assert "#SBATCH --gres=gpu:8" in old.splitlines() and "--gpus-per-node" not in old
     assert old.replace("--gres=gpu:8", "--gpus-per-node=8") == dict(dry.files)[script]   # nothing else changed
 
@@ -323,7 +323,7 @@ def test_submit_writes_the_gpu_option_of_the_discovered_version(version, line):
     cluster = _Cluster({"scontrol show config": (0, f"SLURM_VERSION = {version}\nMpiDefault = pmix\n", ""),
                         "sinfo -h -N -o %P %N": (0, "gpu* algo-1\ngpu* algo-2\n", ""),
                         "srun --mpi=list": (0, MPI_LIST_22_05, "")})
-    assert S.submit(dry_of(), cluster, "secret") == "77"
+    assert ST.submit(dry_of(), cluster, "secret") == "77"
     assert line in cluster.files["/fsx/jobs/train-1/batch.sh"].splitlines()
 
 
@@ -331,13 +331,13 @@ def test_query_asks_squeue_then_sacct_then_sacct_text():
     # While the job is queued or running squeue knows it; after its end only sacct does; a cluster
     # without accounting answers sacct --json with an error and may still have sacct's text.
     squeue = {"squeue --json -j 1": (0, sample("squeue-22.05"), "")}
-    assert S.query(_Recorded(squeue), "1").state == "RUNNING"
+    assert SA.query(_Recorded(squeue), "1").state == "RUNNING"
     ended = {"squeue --json -j 1": (0, '{"jobs": []}', ""), "sacct --json -j 1": (0, sample("sacct-22.05"), "")}
-    assert S.query(_Recorded(ended), "1").state == "FAILED"
+    assert SA.query(_Recorded(ended), "1").state == "FAILED"
     unreadable = {"squeue --json -j 1": (0, "squeue: error: unrecognized option '--json'", ""),
                   "sacct --json -j 1": (0, sample("sacct-22.05"), "")}
-    assert S.query(_Recorded(unreadable), "1").state == "FAILED"
-    assert S.query(_Recorded({}), "1") is None
+    assert SA.query(_Recorded(unreadable), "1").state == "FAILED"
+    assert SA.query(_Recorded({}), "1") is None
 
 
 def test_the_run_directory_is_refused_where_another_user_could_swap_its_files(tmp_path):
@@ -347,7 +347,7 @@ def test_the_run_directory_is_refused_where_another_user_could_swap_its_files(tm
     import os
     import pwd
 
-    runner = S.LocalRunner()
+    runner = SR.LocalRunner()
     mine = tmp_path / "mine"
     runner.write(str(mine / "run-1" / "batch.sh"), "#!/bin/bash\n", 0o755)
     assert (mine / "run-1" / "batch.sh").read_text() == "#!/bin/bash\n"
@@ -373,8 +373,8 @@ def test_the_run_directory_is_refused_where_another_user_could_swap_its_files(tm
 
 def test_the_typed_request_round_trips_through_the_run_directory_as_submit_detach_records_it(tmp_path):
     """Issue #28 item 2: the request is a SlurmRequest (a frozen dataclass, not a dict); ``submit --detach`` writes
-    it to the run directory as JSON (cli/submit.record_request) and its supervisor reads it back (load_request)."""
-    from mpirun_kit.cli.submit import load_request, record_request
+    it to the run directory as JSON (service/runs.record_request) and its supervisor reads it back (load_request)."""
+    from mpirun_kit.service.runs import load_request, record_request, submitter
     from mpirun_kit.records import RecordStore
     from mpirun_kit.targets.base import SubmitOptions
 
@@ -384,15 +384,16 @@ def test_the_typed_request_round_trips_through_the_run_directory_as_submit_detac
     rec = store.create(compiled.job.name, "slurm", spec=None, runs_root=tmp_path / "runs")
     opts = SubmitOptions(job_id=rec.job_id, run_dir=rec.run_dir)
     dry = target.prepare(compiled, opts)
-    assert isinstance(dry.request, S.SlurmRequest)
+    assert isinstance(dry.request, SS.SlurmRequest)
     rec = record_request(store, rec, target, compiled, dry, opts)
-    assert rec.details == {"where": {"kind": "local"}, "run_dir": dry.request.run_dir, "grace_s": dry.request.grace_s}
+    assert rec.details == {"where": {"kind": "local"}, "run_dir": dry.request.run_dir, "grace_s": dry.request.grace_s,
+                           "nodes": len(compiled.hosts), "user": submitter()}
     target_back, dry_back, opts_back = load_request(rec)
     assert (target_back, dry_back, opts_back) == (target, dry, opts)
     assert dry_back.render() == dry.render() and dry_back.to_json() == dry.to_json()
 
 
-class _Polled(S.Runner):
+class _Polled(SR.Runner):
     """squeue says the job runs twice, then that it completed; the batch step left exit code 0."""
 
     def __init__(self):
@@ -408,18 +409,18 @@ class _Polled(S.Runner):
         return 1, "", ""
 
 
-@pytest.mark.parametrize("kind, every", [("sim", S.SIM_POLL_S), ("ssh", S.POLL_S), ("local", S.POLL_S)])
+@pytest.mark.parametrize("kind, every", [("sim", ST.SIM_POLL_S), ("ssh", ST.POLL_S), ("local", ST.POLL_S)])
 def test_wait_asks_a_sim_cluster_more_often_than_a_real_one(kind, every, tmp_path):
     """A real cluster's slurmctld serves every user: --wait asks it once a second; a sim cluster's runs on this
     machine for the job alone, and is asked four times as often (its tests end sooner)."""
     dry = dry_of()
     dry = dataclasses.replace(dry, request=dataclasses.replace(dry.request, where={"kind": kind}, run_dir=str(tmp_path)))
     clock = FakeClock()
-    job = S.follow(dry, _Polled(), "7", clock=clock, out=io.BytesIO(), err=io.BytesIO())
+    job = ST.follow(dry, _Polled(), "7", clock=clock, out=io.BytesIO(), err=io.BytesIO())
     assert job.state == "COMPLETED" and clock.sleeps == [every, every]
 
 
-class _Counted(S.LocalRunner):
+class _Counted(SR.LocalRunner):
     """This machine's bash and files, every command counted (what a login node over ssh pays a session for)."""
 
     def __init__(self):
@@ -446,6 +447,48 @@ def test_the_result_files_are_read_in_few_commands_byte_exact(tmp_path):
     (adir / "master").write_text("algo-1\n")
     (adir / "algo-1" / "output" / "failure").write_text("job failed with exit code 3\n")
     runner.commands = 0
-    res = S.read_result(runner, str(tmp_path / "run"))
+    res = ST.read_result(runner, str(tmp_path / "run"))
     assert (res.exit_code, res.attempt, res.signal, res.failure_text) == (3, 1, None, "job failed with exit code 3\n")
     assert runner.commands == 3    # the attempt; code, master and signal; the failure report (was 5)
+
+
+# -- issue 39 item 4: no value starts a line of the batch script ---------------------------------------------------
+def _with_slurm(**fields):
+    compiled = compile_job(load_job_text(SPEC), python="python3")
+    s = dataclasses.replace(compiled.job.target.slurm, **fields)
+    job = dataclasses.replace(compiled.job, target=dataclasses.replace(compiled.job.target, slurm=s))
+    return dataclasses.replace(compiled, job=job)
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"partition": "gpu\ntouch /tmp/owned"}, "target.slurm.partition: 'gpu\\ntouch /tmp/owned' holds '\\n'"),
+    ({"account": "research\r#SBATCH --uid=0"}, "target.slurm.account: "),
+    ({"time": "1:00:00\x00"}, "target.slurm.time: "),
+    ({"sbatch_options": ("--constraint=p5", "--mail-type=END\ntouch /tmp/owned")},
+     "target.slurm.sbatch_options[1]: '--mail-type=END\\ntouch /tmp/owned' holds '\\n'"),
+    ({"workdir": "/fsx/jobs\nx"}, "target.slurm.workdir: "),
+])
+def test_a_line_break_in_a_spec_value_is_refused_by_its_field(fields, named):
+    """The script builder refuses on its own, whatever the spec's checks let through: a newline in partition or
+    sbatch_options would otherwise end the ``#SBATCH`` comment and start a shell line of the job."""
+    with pytest.raises(SpecError) as exc:
+        SS.sbatch_options(_with_slurm(**fields), "/fsx/jobs/train-1", "train-1")
+    assert str(exc.value).startswith(named)
+    assert "must not start another; remove the line break or control character" in str(exc.value)
+
+
+def test_render_script_refuses_a_value_that_would_start_a_line():
+    with pytest.raises(SpecError, match=r"^the job's name: 'j\\nrm -rf ~' holds '\\n'"):
+        SS.render_script(job="j\nrm -rf ~", run_dir="/r", entrypoint=["python3"], sbatch=[])
+    with pytest.raises(SpecError, match=r"^the #SBATCH option 1 \('--partition'\): "):
+        SS.render_script(job="j", run_dir="/r", entrypoint=["python3"], sbatch=["--partition=a\nb"])
+    with pytest.raises(SpecError, match=r"^the entrypoint's argv\[1\]: "):
+        SS.render_script(job="j", run_dir="/r", entrypoint=["python3", "a\u2028b"], sbatch=[])
+
+
+def test_every_value_stays_inside_its_own_line():
+    """Values with quotes, spaces, ``$()`` and ``#`` stay within the line they were put in, quoted once."""
+    odd = "x'$(touch /tmp/owned)\"; # y"
+    script = SS.render_script(job="j", run_dir="/r", entrypoint=["python3", odd], sbatch=[f"--comment={odd}"])
+    lines = [line for line in script.splitlines() if "touch /tmp/owned" in line]
+    assert len(lines) == 2 and lines[0].startswith("#SBATCH ") and lines[1].startswith("ep=(")

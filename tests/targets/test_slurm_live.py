@@ -22,7 +22,7 @@ from mpirun_kit.records import JobRecord, JobState
 from mpirun_kit.sim.slurm import ACCOUNT
 from mpirun_kit.spec.compile import compile_job
 from mpirun_kit.spec.load import load_job_text
-from mpirun_kit.targets import slurm as S
+from mpirun_kit.targets.slurm import runner as SR, target as ST
 from mpirun_kit.targets.base import SubmitOptions
 from . import exact_output
 
@@ -48,7 +48,7 @@ def spec(cluster, name: str, command: list[str], *, hosts: int = 2, ppn: int = 2
 
 def prepare(text: str, job_id: str):
     compiled = compile_job(load_job_text(text), python=sys.executable)
-    return S.TARGET.prepare(compiled, SubmitOptions(wait=True, job_id=job_id))
+    return ST.TARGET.prepare(compiled, SubmitOptions(wait=True, job_id=job_id))
 
 
 def run(text: str, job_id: str, launch: dict | None = None):
@@ -60,7 +60,7 @@ def run(text: str, job_id: str, launch: dict | None = None):
         files[path] = json.dumps({**json.loads(files[path]), **launch}) + "\n"
         dry = dataclasses.replace(dry, files=tuple(files.items()))
     out, err = io.BytesIO(), io.BytesIO()
-    outcome = S.TARGET.run(dry, SubmitOptions(wait=True), out=out, err=err)
+    outcome = ST.TARGET.run(dry, SubmitOptions(wait=True), out=out, err=err)
     run_dir = Path(dry.request.run_dir)
     return outcome, (run_dir / "slurm.out").read_bytes(), (run_dir / "slurm.err").read_bytes(), dry
 
@@ -163,10 +163,10 @@ time.sleep(300)  # marker-sleeper
 
 def submit_nowait(cluster, tmp_path, name: str, job_id: str):
     dry = prepare(spec(cluster, name, program(tmp_path, SLEEPER)), job_id)
-    runner = S.runner_for(dry.request.where)
+    runner = SR.runner_for(dry.request.where)
     from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
 
-    slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+    slurm_id = ST.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
     out = Path(dry.request.run_dir) / "slurm.out"
     from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 
@@ -182,9 +182,9 @@ def test_scancel_ends_the_job_with_nothing_left_on_any_node(cluster, tmp_path):
     assert left_on_nodes(cluster, "marker-sleeper") or True
     code, _, err = runner.run(["scancel", slurm_id])
     assert code == 0, err
-    S.cancel_job(runner, slurm_id)   # waits for Slurm to end it
+    ST.cancel_job(runner, slurm_id)   # waits for Slurm to end it
     assert left_on_nodes(cluster, str(tmp_path / "prog.py")) == {}
-    res = S.read_result(runner, dry.request.run_dir)
+    res = ST.read_result(runner, dry.request.run_dir)
     assert res.exit_code == 143      # the master was stopped by SIGTERM and said so
 
 
@@ -192,8 +192,8 @@ def test_target_cancel_ends_the_job_and_status_says_cancelled(cluster, tmp_path)
     dry, runner, slurm_id = submit_nowait(cluster, tmp_path, "cancel", "a6")
     record = JobRecord(job_id="a6", name="cancel", target="slurm", native=slurm_id,
                        details={"where": dry.request.where, "run_dir": dry.request.run_dir})
-    assert S.TARGET.describe(record).state == JobState.RUNNING
-    status = S.TARGET.cancel(record)
+    assert ST.TARGET.describe(record).state == JobState.RUNNING
+    status = ST.TARGET.cancel(record)
     assert left_on_nodes(cluster, str(tmp_path / "prog.py")) == {}
     # A cancel is a stop, not a rank's failure: SIGTERM to the batch shell, the master stops every rank.
     assert (status.state, status.exit_code, status.root_cause) == (JobState.CANCELLED, 143, None), status
@@ -206,10 +206,10 @@ def test_status_of_a_finished_job_holds_the_ranks_code_not_slurms(cluster, tmp_p
     slurm_id = (Path(dry.request.run_dir) / "slurm-job-id").read_text().strip()
     record = JobRecord(job_id="a7", name="status", target="slurm", native=slurm_id,
                        details={"where": dry.request.where, "run_dir": dry.request.run_dir})
-    status = S.TARGET.describe(record)
+    status = ST.TARGET.describe(record)
     assert (status.state, status.exit_code, status.root_cause) == (
         JobState.FAILED, 3, {"rank": 3, "host": "algo-2", "exit_code": 3, "signal": None})
-    logs = list(S.TARGET.logs(record, rank=0))
+    logs = list(ST.TARGET.logs(record, rank=0))
     assert logs == [] or all(line.startswith("[0 ") for line in logs)
 
 
@@ -220,7 +220,7 @@ print("bind", os.environ.get("SLURM_CPU_BIND"), os.environ.get("SBATCH_DEBUG"), 
 """
 
 
-class InheritingRunner(S.SimRunner):
+class InheritingRunner(SR.SimRunner):
     """A login shell that inherited a parent allocation's variables, running sbatch without our scrub."""
 
     def __init__(self, where):
@@ -237,10 +237,10 @@ def test_an_inherited_slurm_cpu_bind_does_not_reach_the_ranks(cluster, tmp_path)
     runner = InheritingRunner(dry.request.where)
     from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
 
-    slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
-    S.follow(dry, runner, slurm_id, out=io.BytesIO(), err=io.BytesIO())
+    slurm_id = ST.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+    ST.follow(dry, runner, slurm_id, out=io.BytesIO(), err=io.BytesIO())
     out = (Path(dry.request.run_dir) / "slurm.out").read_text()
-    assert S.read_result(runner, dry.request.run_dir).exit_code == 0, out
+    assert ST.read_result(runner, dry.request.run_dir).exit_code == 0, out
     lines = [line for line in out.splitlines() if " bind " in line]
     assert len(lines) == 4 and all(line.endswith("bind None None None") for line in lines), out
 
@@ -248,14 +248,14 @@ def test_an_inherited_slurm_cpu_bind_does_not_reach_the_ranks(cluster, tmp_path)
 def test_a_missing_partition_is_one_line(cluster, tmp_path):
     dry = prepare(spec(cluster, "nopart", ["true"], slurm={"partition": "nosuch"}), "b1")
     with pytest.raises(SpecError) as e:
-        S.TARGET.run(dry, SubmitOptions(wait=True))
+        ST.TARGET.run(dry, SubmitOptions(wait=True))
     assert str(e.value) == "target.slurm.partition: the cluster has no partition 'nosuch'; its partitions are debug"
 
 
 def test_a_job_too_large_for_the_cluster_is_one_line(cluster, tmp_path):
     dry = prepare(spec(cluster, "large", ["true"], hosts=4), "b2")
     with pytest.raises(SpecError) as e:
-        S.TARGET.run(dry, SubmitOptions(wait=True))
+        ST.TARGET.run(dry, SubmitOptions(wait=True))
     assert str(e.value) == ("resources.hosts: the job needs 4 nodes, but partition 'debug' has 3 "
                             "(algo-1,algo-2,algo-3); lower resources.hosts or choose a larger partition")
 
@@ -263,7 +263,7 @@ def test_a_job_too_large_for_the_cluster_is_one_line(cluster, tmp_path):
 def test_an_unknown_account_is_one_line(cluster, tmp_path):
     dry = prepare(spec(cluster, "acct", ["true"], slurm={"account": "nosuchacct"}), "b3")
     with pytest.raises(SpecError) as e:
-        S.TARGET.run(dry, SubmitOptions(wait=True))
+        ST.TARGET.run(dry, SubmitOptions(wait=True))
     assert "\n" not in str(e.value)
     assert str(e.value).startswith("target.slurm.account: Slurm refused account 'nosuchacct' (sbatch: error: ")
     assert "Invalid account" in str(e.value)
@@ -296,7 +296,7 @@ def signal_batch_once_every_rank_trains(dry, signal: str, ranks: int = 4):
     from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
 
     run_dir = Path(dry.request.run_dir)
-    runner = S.runner_for(dry.request.where)
+    runner = SR.runner_for(dry.request.where)
     sent = []
 
     def watch():
@@ -321,7 +321,7 @@ def test_the_signal_before_the_time_limit_checkpoints_every_rank_and_the_result_
                        slurm={"time": "5", "signal": "USR1@60"}), "c1")
     assert "#SBATCH --signal=B:USR1@60" in dry.render()
     thread, sent = signal_batch_once_every_rank_trains(dry, "USR1")
-    outcome = S.TARGET.run(dry, SubmitOptions(wait=True), out=io.BytesIO(), err=io.BytesIO())
+    outcome = ST.TARGET.run(dry, SubmitOptions(wait=True), out=io.BytesIO(), err=io.BytesIO())
     thread.join(5)
     run_dir = Path(dry.request.run_dir)
     out, err = (run_dir / "slurm.out").read_bytes(), (run_dir / "slurm.err").read_bytes()
@@ -384,11 +384,11 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
     dry = prepare(spec(cluster, "nodefail", program(tmp_path, RESUMER), ppn=1, env={"MARKER": str(tmp_path)},
                        slurm={"requeue": True}, timeouts={"worker_silence_s": 120}
                        ).replace('"pinning"', '"retries": 1, "pinning"'), "c3")
-    runner = S.runner_for(dry.request.where)
+    runner = SR.runner_for(dry.request.where)
     from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
     from mpirun_kit.exec.sshkeys import SECRET_BYTES, format_secret
 
-    slurm_id = S.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+    slurm_id = ST.submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
     ckpt = tmp_path / "checkpoint"
     end = Deadline(SYSTEM_CLOCK, 60)
     while not (ckpt.exists() and int(ckpt.read_text()) >= 2):
@@ -401,8 +401,8 @@ def test_a_node_failure_requeues_the_job_and_it_resumes_from_its_checkpoint(clus
     for pattern in ("slurmd", "slurmstepd", "mpirun_kit.cli.main", "mpirun_kit.rank", str(tmp_path / "prog.py")):
         sim.run(victim, ["pkill", "-KILL", "-f", pattern])
     try:
-        job = S.follow(dry, runner, slurm_id, out=io.BytesIO(), err=io.BytesIO())
-        outcome = S.outcome_for(dry, runner, slurm_id, job, started=0.0)
+        job = ST.follow(dry, runner, slurm_id, out=io.BytesIO(), err=io.BytesIO())
+        outcome = ST.outcome_for(dry, runner, slurm_id, job, started=0.0)
     finally:
         slurm.start_slurmd(victim)   # back, and idle, for the tests after this one
         slurm.wait_idle()
@@ -478,12 +478,12 @@ def test_submit_over_ssh_to_a_login_node(cluster, tmp_path):
 
 SESSIONS = """\
 import json, sys, time
-from mpirun_kit.targets import slurm as S
+from mpirun_kit.targets.slurm import runner as SR, target as ST
 where = json.loads(sys.argv[1])
 count = ["pgrep", "-c", "-f", "^sshd: root@notty"]   # one sshd session process per connection to algo-1
-first = S.runner_for(where)
+first = SR.runner_for(where)
 first.run(["true"]), first.run(["true"])              # two commands, one connection
-with S.runner_for(where) as second:
+with SR.runner_for(where) as second:
     both = int(second.run(count)[1])
     first.close()
     end = time.monotonic() + 30
@@ -491,7 +491,7 @@ with S.runner_for(where) as second:
         time.sleep(0.1)
     after_close = int(second.run(count)[1])
 end = time.monotonic() + 30
-while int(S.runner_for(where).run(count)[1]) != 1 and time.monotonic() < end:   # this one's own only
+while int(SR.runner_for(where).run(count)[1]) != 1 and time.monotonic() < end:   # this one's own only
     time.sleep(0.1)
 print(json.dumps({"both": both, "after_close": after_close}))
 """

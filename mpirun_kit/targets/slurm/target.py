@@ -1,0 +1,358 @@
+"""``SlurmTarget``: submit the batch script, follow the job, read its result, cancel it.
+
+Place in the data flow: a ``DryRun[SlurmRequest]`` (script.py) -> ``submit`` (discovery.py's checks, the run
+directory written through the runner, ``sbatch --parsable``) -> with ``--wait``, ``follow`` (squeue/sacct through
+accounting.py, slurm.out/slurm.err copied as they grow) -> ``outcome_for`` (the master's code and report, Slurm's
+state only when the batch step left none).  ``cancel_job``: ``scancel --batch`` (the batch shell's trap stops the
+master, which stops every rank), then ``scancel``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from ...core import verbosity
+from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
+from ...errors import ClusterError, ExitCode, SpecError
+from ...records import JobRecord, JobState
+from ..base import DryRun, JobStatus, StatusLine, SubmitOptions, Target
+from ..outcome import Outcome, outcome_of
+from .accounting import ENDED, SlurmJob, query
+from .discovery import check_request, discover, for_cluster, sbatch_error
+from .runner import Runner, runner_for
+from .script import SlurmRequest, dryrun
+
+#: how often ``--wait`` asks Slurm: a real cluster's slurmctld serves every user, so once a second at most.
+POLL_S = 1.0
+#: ... and a sim cluster's (``sim: NAME``), which runs on this machine for this job alone.
+SIM_POLL_S = 0.25
+#: a job Slurm no longer lists, whose result file is still missing, is waited for this long (a shared file
+#: system's attribute cache).
+RESULT_GRACE_S = 10.0
+
+
+# --- submit, follow, result ----------------------------------------------------------------------------
+
+def submit(dry: DryRun[SlurmRequest], runner: Runner, secret: str) -> str:
+    """Discover, check, write the run directory, sbatch; the Slurm job id."""
+    req = dry.request
+    facts = discover(runner)
+    check_request(req, facts)
+    dry = for_cluster(dry, facts)   # the GPU option by the cluster's version, known only now
+    for path, text in dry.files:
+        runner.write(path, text, 0o755 if path.endswith(".sh") else 0o644)
+    runner.write(f"{req.run_dir}/job-secret", secret, 0o600)
+    code, out, err = runner.scrubbed(req.sbatch)
+    if code != 0:
+        raise sbatch_error(err or out, req)
+    job_id = out.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise ClusterError(f"sbatch --parsable printed {out.strip()[:200]!r}, not a job id")
+    runner.write(f"{req.run_dir}/slurm-job-id", job_id + "\n")
+    return job_id
+
+
+@dataclass(frozen=True)
+class JobResultFiles:
+    """What the batch step left: the master's exit code (None: it never wrote one) and failure report."""
+
+    exit_code: int | None
+    failure_text: str | None
+    failure_file: str | None
+    attempt: int
+    #: the signal the batch shell caught (TERM: scancel or the time limit; USR1: --signal before the limit)
+    signal: str | None = None
+
+
+def read_result(runner: Runner, run_dir: str) -> JobResultFiles:
+    attempt_text = runner.read(f"{run_dir}/attempt")
+    attempt = int(attempt_text.strip()) if attempt_text and attempt_text.strip().isdigit() else 0
+    adir = f"{run_dir}/attempt-{attempt}"
+    code_text, master_text, sig_text = runner.read_many([f"{adir}/exit_code", f"{adir}/master", f"{adir}/signal"])
+    code = int(code_text.strip()) if code_text and code_text.strip().lstrip("-").isdigit() else None
+    failure = failure_file = None
+    master = (master_text or "").strip()
+    if code and master and "/" not in master:
+        # The master's report (the batch node's) is the job's; a worker's only repeats its result.
+        failure_file = f"{adir}/{master}/output/failure"
+        failure = runner.read(failure_file)
+        failure_file = failure_file if failure else None
+    sig = (sig_text or "").strip() or None
+    return JobResultFiles(code, failure, failure_file, attempt, sig)
+
+
+def slurm_ended_it(res: JobResultFiles, job: SlurmJob | None) -> str | None:
+    """Why Slurm, not the job, ended it (its time limit, or the --signal that comes before it), or None.
+
+    The master's code is then a stop's (143: every rank was asked to stop and checkpoint), so the job's
+    result is ExitCode.TIMEOUT with source ``platform``.
+    """
+    if job is not None and job.state == "TIMEOUT":
+        return f"Slurm's time limit ended job {job.job_id}: every rank was asked to stop (SIGTERM) and checkpoint"
+    if res.signal == "USR1":
+        return ("Slurm signalled USR1 ahead of the time limit (target.slurm.signal): every rank was asked to stop "
+                "(SIGTERM) and checkpoint before it")
+    return None
+
+
+def follow(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, out=None, err=None,
+           progress: StatusLine | None = None, stopped=lambda: None,
+           level: int = verbosity.VERBOSE) -> SlurmJob | None:
+    """Wait until Slurm no longer runs the job, copying slurm.out/slurm.err as they grow (when they are on this
+    machine); its last record.  ``stopped()`` names a signal submit received: following ends (the job runs on)."""
+    req = dry.request
+    out = out or sys.stdout.buffer
+    err = err or sys.stderr.buffer
+    progress = progress or StatusLine(clock=clock, level=level)
+    tails = []
+    if req.where["kind"] in ("local", "sim"):
+        from ...exec.output import FileTail
+
+        tails = [(FileTail(Path(req.run_dir) / "slurm.out", ""), out),
+                 (FileTail(Path(req.run_dir) / "slurm.err", ""), err)]
+    deadline = Deadline(clock, req.deadline_s)
+    poll_s = SIM_POLL_S if req.where["kind"] == "sim" else POLL_S
+    last: SlurmJob | None = None
+    gone = None
+    while True:
+        for t, dst in tails:
+            t.pump(dst)
+        job = query(runner, job_id)
+        if job is not None:
+            last = job
+        state = job.job_state if job is not None else None
+        if state in ENDED or job is None:
+            # Ended (or forgotten): its result file may lag on a shared file system; wait for it briefly.
+            gone = gone or Deadline(clock, RESULT_GRACE_S)
+            if read_result(runner, req.run_dir).exit_code is not None or gone.expired():
+                break
+        else:
+            gone = None
+            progress.update(f"slurm: job {job_id} {job.state.lower()}"
+                            + (f" ({job.reason})" if job.reason and job.reason != "None" else ""))
+        if stopped():
+            break
+        if deadline.expired():
+            progress.done(f"slurm: job {job_id} still {last.state if last else 'unknown'} after "
+                          f"{req.deadline_s:g} s; stopped following it (it keeps running; cancel it with "
+                          f"mpirun_kit cancel or scancel {job_id})")
+            break
+        clock.sleep(poll_s)
+    for t, dst in tails:
+        t.pump(dst, final=True)
+    return last
+
+
+def outcome_for(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, job: SlurmJob | None, *,
+                started: float) -> Outcome:
+    """The job's result: the master's code and report; Slurm's state only when the batch step left none."""
+    req = dry.request
+    res = read_result(runner, req.run_dir)
+    why = slurm_ended_it(res, job) if res.exit_code not in (None, 0) else None
+    if why is not None:
+        return outcome_of("slurm", dry.job, int(ExitCode.TIMEOUT), platform_reason=why, failure_file=res.failure_file,
+                          attempts=res.attempt + 1, started=started, ended=time.time())
+    if res.exit_code is not None:
+        return outcome_of("slurm", dry.job, res.exit_code, failure_text=res.failure_text,
+                          failure_file=res.failure_file, attempts=res.attempt + 1, started=started, ended=time.time())
+    # The batch step never got to write its code: Slurm ended it (cancelled before start, node failure, time limit
+    # past the kill) or it failed to start.
+    word = job.state if job else "unknown"
+    code = (ExitCode.TIMEOUT if word == "TIMEOUT" else ExitCode.SIGTERM if word == "CANCELLED"
+            else ExitCode.HOST_LOST if word == "NODE_FAIL" else ExitCode.LAUNCH_FAILED)
+    return outcome_of("slurm", dry.job, int(code), platform_reason=f"Slurm job {job_id} ended {word} before its "
+                      f"batch step reported a result; see {req.run_dir}/slurm.err", started=started,
+                      ended=time.time())
+
+
+def job_id_of(record: JobRecord) -> str:
+    """The Slurm job id of a recorded job: the record's native name, else what ``run`` wrote in its run directory."""
+    if record.native:
+        return record.native
+    if record.run_dir:
+        p = Path(record.run_dir) / "slurm.json"
+        if p.is_file():
+            return json.loads(p.read_text())["job_id"]
+    raise SpecError(f"job {record.job_id} has no Slurm job id (it was never submitted)")
+
+
+#: after a graceful cancel's SIGTERM to the batch step, how long past ``grace_s`` before ``scancel`` kills the rest.
+CANCEL_MARGIN_S = 20.0
+
+
+def cancel_job(runner: Runner, job_id: str, *, grace_s: float = 10.0, clock: Clock = SYSTEM_CLOCK,
+               timeout: float = 60.0) -> SlurmJob | None:
+    """Stop the job and wait until Slurm no longer runs any of it.
+
+    First SIGTERM to the batch shell only (``scancel --batch``): its trap stops the master, which asks every
+    rank to stop (SIGTERM to each program, ``grace_s`` for its handler) and writes the result, so the job ends
+    as any stopped job does, its checkpoint written.  A job still there ``grace_s`` + CANCEL_MARGIN_S later
+    (or pending: no batch shell yet) gets a plain ``scancel``: Slurm's SIGTERM to every step, SIGKILL after
+    KillWait.
+
+    Raises:
+        ClusterError: scancel failed, or the job still runs ``timeout`` s after the plain scancel.
+    """
+    job = query(runner, job_id)
+    if job is None or job.job_state in ENDED:
+        return job
+
+    def scancel(*flags: str) -> None:
+        code, _, err = runner.run(["scancel", *flags, job_id])
+        if code != 0 and "already completing or completed" not in err and "Invalid job id" not in err:
+            raise ClusterError(f"scancel {job_id} failed (exit {code}): {err.strip()[-300:]}")
+
+    if job.job_state == JobState.RUNNING:
+        scancel("--batch", "--signal=TERM")
+        soft = Deadline(clock, grace_s + CANCEL_MARGIN_S)
+        while not soft.expired():
+            job = query(runner, job_id)
+            if job is None or job.job_state in ENDED:
+                return job
+            clock.sleep(0.2)
+    scancel()
+    deadline = Deadline(clock, timeout)
+    while True:
+        job = query(runner, job_id)
+        if job is None or job.job_state in ENDED:
+            return job
+        if deadline.expired():
+            raise ClusterError(f"Slurm job {job_id} is still {job.state} {timeout:g} s after scancel; check it with "
+                               f"scontrol show job {job_id}")
+        clock.sleep(0.2)
+
+
+class SlurmTarget(Target[SlurmRequest]):
+    name = "slurm"
+    request_type = SlurmRequest
+    platform = True
+
+    def python(self, job) -> str:
+        # On a sim cluster the nodes run this very interpreter (they share this machine's files).
+        return sys.executable if job.target.slurm.sim else job.target.slurm.python
+
+    def choices(self, compiled, opts: SubmitOptions) -> dict:
+        run_id = f"{compiled.job.name}-{opts.job_id or format(os.getpid(), 'x')}"
+        return {"run_id": run_id, "python": self.python(compiled.job), "verbose": opts.verbosity >= verbosity.VERBOSE,
+                "quiet": opts.verbosity <= verbosity.QUIET}
+
+    def dryrun(self, compiled, **choices) -> DryRun[SlurmRequest]:
+        return dryrun(compiled, **choices)
+
+    def handle(self, dry: DryRun[SlurmRequest]) -> tuple[str | None, dict]:
+        req = dry.request
+        return None, {"where": req.where, "run_dir": req.run_dir, "grace_s": req.grace_s}
+
+    def submitted_as(self, opts: SubmitOptions) -> str | None:
+        # Slurm names the job only when sbatch accepts it: run() wrote its id in the record's run directory.
+        p = Path(opts.run_dir or "") / "slurm.json"
+        try:
+            return str(json.loads(p.read_text())["job_id"]) if opts.run_dir else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def run(self, dry: DryRun[SlurmRequest], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
+            clock: Clock = SYSTEM_CLOCK, out=None, err=None) -> Outcome:
+        from ...exec.sshkeys import SECRET_BYTES, format_secret
+
+        started = time.time() if started is None else started
+        with runner_for(dry.request.where) as runner:
+            return self._run(dry, opts, runner, format_secret(os.urandom(SECRET_BYTES)), started=started,
+                             clock=clock, out=out, err=err)
+
+    def _run(self, dry: DryRun[SlurmRequest], opts: SubmitOptions, runner: Runner, secret: str, *, started: float,
+             clock: Clock, out, err) -> Outcome:
+        job_id = submit(dry, runner, secret)
+        if opts.run_dir:
+            from ...core.files import write_atomic
+
+            write_atomic(Path(opts.run_dir) / "slurm.json", json.dumps({"job_id": job_id, **dry.request.where}))
+        progress = StatusLine(clock=clock, level=opts.verbosity)
+        progress.done(f"slurm: submitted job {job_id} (run directory {dry.request.run_dir})")
+        if not opts.wait:
+            return outcome_of("slurm", dry.job, 0, started=started, ended=time.time())
+        from ...exec.signals import SignalLatch
+
+        with SignalLatch() as latch:
+            job = follow(dry, runner, job_id, clock=clock, out=out, err=err, progress=progress,
+                         stopped=lambda: latch.received)
+        if latch.received:
+            progress.done(f"slurm: stopped following job {job_id} on {latch.received}; it keeps running "
+                          f"(mpirun_kit cancel, or scancel {job_id})")
+            return outcome_of("slurm", dry.job, int(ExitCode.INTERRUPTED), interrupted=latch.received,
+                              started=started, ended=time.time())
+        return outcome_for(dry, runner, job_id, job, started=started)
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    def _runner(self, record: JobRecord) -> Runner:
+        where = (record.details or {}).get("where")
+        if where is None:
+            raise SpecError(f"job {record.job_id}'s record says nothing of where its Slurm cluster is")
+        return runner_for(where)
+
+    def describe(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
+        with self._runner(record) as runner:
+            return self._describe(record, runner)
+
+    def _describe(self, record: JobRecord, runner: Runner) -> JobStatus:
+        job_id = job_id_of(record)
+        run_dir = (record.details or {}).get("run_dir", "")
+        job = query(runner, job_id)
+        res = read_result(runner, run_dir) if run_dir else None
+        base = dict(job_id=record.job_id, name=record.name, target=self.name, native=job_id, run_dir=record.run_dir,
+                    spec=record.spec, created_at=record.created_at, started_at=record.started_at)
+        if job is not None and job.job_state not in ENDED:
+            return JobStatus(state=job.job_state, detail=f"Slurm: {job.state}"
+                             + ("" if job.known_state else " (a state this version does not know)")
+                             + (f", {job.reason}" if job.reason and job.reason != "None" else ""), **base)
+        if res is not None and res.exit_code is not None:
+            why = slurm_ended_it(res, job) if res.exit_code != 0 else None
+            o = outcome_of("slurm", record.name, res.exit_code, failure_text=res.failure_text,
+                           failure_file=res.failure_file) if why is None else outcome_of(
+                "slurm", record.name, int(ExitCode.TIMEOUT), platform_reason=why, failure_file=res.failure_file)
+            cancelled = (job is not None and job.state == "CANCELLED") or (
+                record.cancel_requested and res.exit_code == ExitCode.SIGTERM)
+            state = JobState.SUCCEEDED if res.exit_code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
+            return JobStatus(state=state, exit_code=o.exit_code, source=o.source, reason=o.reason,
+                             root_cause=o.root_cause, detail=f"Slurm: {job.state if job else 'gone'}"
+                             + (f" {job.exit_code}:{job.signal or 0}" if job and job.exit_code is not None else ""),
+                             **base)
+        if job is None:
+            return JobStatus(state=JobState.LOST, detail="Slurm no longer knows the job and it left no result", **base)
+        return JobStatus(state=job.job_state, detail=f"Slurm: {job.state} (the batch step left no result)", **base)
+
+    def cancel(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
+        grace = float((record.details or {}).get("grace_s") or 10.0)
+        with self._runner(record) as runner:
+            cancel_job(runner, job_id_of(record), grace_s=grace, clock=clock)
+            return self._describe(dataclasses.replace(record, cancel_requested=True), runner)
+
+    def logs(self, record: JobRecord, *, rank: int | None = None, follow: bool = False,
+             clock: Clock = SYSTEM_CLOCK) -> Iterator[str]:
+        run_dir = (record.details or {}).get("run_dir", "")
+        seen = 0
+        prefix = f"[{rank} " if rank is not None else ""
+        with self._runner(record) as runner:
+            while True:
+                text = runner.read(f"{run_dir}/slurm.out") or ""
+                lines = text.splitlines()
+                for line in lines[seen:]:
+                    if not prefix or line.startswith(prefix):
+                        yield line
+                seen = len(lines)
+                if not follow:
+                    return
+                job = query(runner, job_id_of(record))
+                if job is None or job.job_state in ENDED:
+                    follow = False
+                    continue
+                clock.sleep(POLL_S)
+
+
+TARGET = SlurmTarget()
