@@ -388,6 +388,17 @@ def result_from_message(msg: dict) -> JobResult:
                                                              cause=result.kind)
 
 
+def result_from_json(text: str | bytes | None) -> JobResult | None:
+    """The whole ``JobResult`` in ``text``, a result file's content (RESULT_FILE, read on a host or over ssh);
+    None when there is none or it is not a result of this version."""
+    if not text:
+        return None
+    try:
+        return JobResult.from_dict(json.loads(text))
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 def read_result_file(path) -> JobResult | None:
     """The whole ``JobResult`` a master wrote to ``path`` (``<opt_ml>/output/result.json``, RESULT_FILE); None when
     there is none or it is not a result of this version.  Targets read this, not the failure file's cut-down
@@ -395,8 +406,8 @@ def read_result_file(path) -> JobResult | None:
     from pathlib import Path
 
     try:
-        return JobResult.from_dict(json.loads(Path(path).read_text()))
-    except (OSError, ValueError):
+        return result_from_json(Path(path).read_text())
+    except OSError:
         return None
 
 

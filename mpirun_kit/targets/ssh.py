@@ -44,12 +44,13 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..core.programs import cli_argv
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..exec.output import copy_prefixed
+from ..exec.result import RESULT_FILE, result_from_json
 # ssh sessions and the work on every host at once: exec/remote.py (paramiko, host keys verified).
 from ..exec import remote_host
 from ..exec.remote import (HostKeyError, bounded, connect_hosts, end_remote, on_every_host, paramiko_client, run_argv,
@@ -102,6 +103,9 @@ class SshRequest:
     cancel: dict[str, list[str]]            # host -> its cancel, on a stop or the deadline
     failure_file: str                       # the master's failure report, read back after a failure ...
     fetch_failure: dict[str, list[str]]     # ... over the master's session, with this command
+    #: the master's whole result (exec/result.py, its result.json), read back over its session once the job ended
+    #: (empty: a request saved before it was read)
+    fetch_result: dict[str, list[str]] = field(default_factory=dict)
 
     def connection(self) -> dict:
         """How a host is reached, as exec/remote.paramiko_client takes it (``connect(settings, host)``)."""
@@ -154,7 +158,8 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
         ship={h.name: {name: write_argv(s.python, name, workdir) for name, _ in files} for h in compiled.hosts},
         cancel={h.name: cancel_argv(s.python, f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
                 for h in compiled.hosts},
-        failure_file=failure_file, fetch_failure={master: fetch_argv(s.python, failure_file)})
+        failure_file=failure_file, fetch_failure={master: fetch_argv(s.python, failure_file)},
+        fetch_result={master: fetch_argv(s.python, f"{workdir}/{master}/output/{RESULT_FILE}")})
     return DryRun("ssh", job.name, request, files=files)
 
 
@@ -168,8 +173,8 @@ def fetch_argv(python: str, path: str) -> list[str]:
 
 
 def fetch_failure(client, argv: list[str], timeout: float) -> str | None:
-    """The failure report's text read over ``client`` with ``argv`` (``fetch_argv``); None when there is
-    none or it cannot be read (the Outcome then says it was judged from the exit code alone)."""
+    """A file of the master's read over ``client`` with ``argv`` (``fetch_argv``: the failure report, the result);
+    None when there is none or it cannot be read (the Outcome then says it was judged from the exit code alone)."""
     import paramiko
 
     try:
@@ -398,6 +403,8 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
         progress.note("ssh: every host finished (" + ", ".join(f"{h}={c}" for h, c in codes.items()) + ")")
         if report is not None:
             report["hosts"] = {h: c if c is not None and c >= 0 else ExitCode.LAUNCH_FAILED for h, c in codes.items()}
+            for host, command in req.fetch_result.items():   # the whole result, not the failure file's head
+                report["result"] = result_from_json(fetch_failure(clients[host], command, req.connect_timeout_s + 20))
             if master_code != 0:
                 (host, command), = req.fetch_failure.items()
                 text = fetch_failure(clients[host], command, req.connect_timeout_s + 20)
@@ -488,7 +495,7 @@ class SshTarget(Target[SshRequest]):
         stop = report.get("stop")
         return outcome_of("ssh", dry.job, code, interrupted=stop.signal if stop is not None else None,
                           failure_text=report.get("failure_text"), failure_file=report.get("failure_file"),
-                          started=started, ended=time.time(), hosts=report.get("hosts"))
+                          started=started, ended=time.time(), hosts=report.get("hosts"), result=report.get("result"))
 
 
 TARGET = SshTarget()

@@ -64,6 +64,8 @@ def test_job_over_ssh_on_three_hosts(tmp_path):
     assert result["root_cause"] == {"rank": 1, "host": "algo-2", "exit_code": 70, "signal": None}, result
     assert result["failure_file"].startswith("algo-1:") and result["failure_file"].endswith("/algo-1/output/failure")
     assert result["timeline"]["hosts"] == {"algo-1": 70, "algo-2": 70}, result
+    # the master's whole result, read back over ssh (issue 38): every failing rank, not the failure file's head
+    assert [(f["rank"], f["exit_code"]) for f in result["result"]["failures"]] == [(1, 70)], result
     assert "[1 algo-2] rank 1" in q.stdout
     tool_lines = [ln for ln in (q.stdout + q.stderr).replace("[algo-2 entrypoint] ", "").splitlines()
                   if ln.startswith("mpirun_kit: ") and not ln.startswith(
@@ -133,6 +135,8 @@ def test_dry_run_value(tmp_path):
                                         f"{T.PID_WAIT_S:g}"]
     assert d.request.fetch_failure == {"a": [py, "-m", "mpirun_kit.exec.remote_host", "read",
                                                 f"{wd}/a/output/failure", "--limit", str(T.FAILURE_READ_LIMIT)]}
+    assert d.request.fetch_result == {"a": [py, "-m", "mpirun_kit.exec.remote_host", "read",
+                                            f"{wd}/a/output/result.json", "--limit", str(T.FAILURE_READ_LIMIT)]}
     assert not any(isinstance(v, str) for v in (d.request.preflight, *d.request.commands.values(),
                                                 *d.request.cancel.values()))
     text = d.render()
