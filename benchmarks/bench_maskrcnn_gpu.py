@@ -65,6 +65,8 @@ def cost_goal() -> float:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench_maskrcnn_gpu.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a smoke run of the same path (gloo)")
+    p.add_argument("--config", default="r50_fpn_1x", choices=["r50_fpn_1x", "demo"],
+                   help="the trainer preset (default r50_fpn_1x; demo: the small model, for a quick CPU smoke)")
     p.add_argument("--data", default="noise", choices=["noise", "coco-like"],
                    help="the set: noise = --size noise JPEGs, 3-12 objects (default); coco-like = 640x480 "
                         "photo-like JPEGs, 7 polygon objects, resized to 800 (issue #36)")
@@ -165,10 +167,12 @@ def build_trainer(args: argparse.Namespace, data_dir: Path):
 
     sets = ["model.backbone.weights=", "data.train_ann=annotations/instances_train.json", "data.train_images=train",
             "data.val_ann=annotations/instances_train.json", "data.val_images=train"]
+    if args.config == "demo":  # its own set: 80 classes, as the benchmark's json
+        sets += ["model.num_classes=80"]
     if args.device == "cpu":  # the smoke run: the GPU-only settings would (rightly) refuse to start
         sets += ["solver.amp=none", "solver.channels_last=false", "device=cpu", "data.num_workers=0"]
     train_args = train_parser().parse_args(
-        ["--config", "r50_fpn_1x", "--data-dir", str(data_dir), "--output-dir", str(data_dir / "out"),
+        ["--config", args.config, "--data-dir", str(data_dir), "--output-dir", str(data_dir / "out"),
          *[x for s in sets + list(args.overrides) for x in ("--set", s)]])
     t = Trainer(train_args, DistInfo(0, 1, 0, 1))
     t._setup_runtime()
@@ -238,8 +242,8 @@ def run(args: argparse.Namespace) -> dict:
             loop_rate, step_rate = statistics.median(loop), statistics.median(step)
             return {
                 "device": torch.cuda.get_device_name() if cuda else "cpu",
-                "preset": "r50_fpn_1x", "overrides": list(args.overrides), "ddp": type(t.ddp_model).__name__,
-                "set": _set_words(args, h, w), "loader_workers": t.num_workers,
+                "preset": args.config, "overrides": list(args.overrides), "ddp": type(t.ddp_model).__name__,
+                "set": _set_words(args, h, w, t.cfg), "loader_workers": t.num_workers,
                 "ims_per_gpu": ipg, "image_size": [h, w], "amp": t.cfg.solver.amp,
                 "channels_last": t.cfg.solver.channels_last, "warmup_steps": args.warmup, "timed_steps": args.steps,
                 "images_per_s": round(loop_rate, 2), "window_images_per_s": [round(r, 2) for r in loop],
@@ -265,10 +269,11 @@ def _windows(args: argparse.Namespace, t, ipg: int, sync, batch) -> list[float]:
     return rates
 
 
-def _set_words(args: argparse.Namespace, h: int, w: int) -> str:
+def _set_words(args: argparse.Namespace, h: int, w: int, cfg) -> str:
+    size = f"resized to {'/'.join(map(str, cfg.input.min_size_train))} (max {cfg.input.max_size_train})"
     if args.data == "coco-like":
-        return f"coco-like: {args.images} photo-like JPEGs 640x480, 7 polygon objects each, resized to 800"
-    return f"noise: {args.images} noise JPEGs {w}x{h}, 3-12 polygon objects each"
+        return f"coco-like: {args.images} photo-like JPEGs 640x480, 7 polygon objects each, {size}"
+    return f"noise: {args.images} noise JPEGs {w}x{h}, 3-12 polygon objects each, {size}"
 
 
 def _batches(t):
@@ -290,7 +295,7 @@ def cost(args: argparse.Namespace) -> tuple[str, dict]:
             if "=" not in kv:
                 raise BenchError(f"--set/--cost-baseline {kv!r}: expected KEY=VALUE, e.g. model.roi_heads.mask_rois_per_image=0")
         try:
-            return resolve_config("r50_fpn_1x", dict(kv.split("=", 1) for kv in [*args.overrides, *extra]))[0]
+            return resolve_config(args.config, dict(kv.split("=", 1) for kv in [*args.overrides, *extra]))[0]
         except (ConfigError, ValueError) as exc:
             raise BenchError(f"--set/--cost-baseline: {exc}") from exc
 
