@@ -136,7 +136,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
     rec.mark_process_start()
     rec.mark("sshd_up")
     rank_hosts = {r.rank: r.host for r in plan.ranks}
-    monitor = HangMonitor(rank_hosts, t.stall_s, t.hang_abort_s, opt_ml,
+    monitor = HangMonitor(rank_hosts, t.stall_s, t.hang_abort_after(), opt_ml,
                           lambda ranks: server.send_to_ranks(ranks, {"type": "stacks"}), clock=clock, out=out,
                           progress_to_out=progress,
                           # the ranks' wrappers watch their programs from outside (observe/relay.py)
@@ -354,8 +354,9 @@ def _result_of(lex: LauncherExit, server: ResultServer, plan: LaunchPlan, signal
         return job_result(lex.returncode, lex.signal, (first,), (), None)
     if monitor is not None and monitor.hung() and lex.interrupted_by is not None and signalled is None:
         return JobResult(ExitCode.HUNG, cause="hung", reason=(
-            f"hung: no rank advanced within timeouts.hang_abort_s = {plan.timeouts.hang_abort_s:g} s of the hang "
-            f"report; mpirun was stopped.  Fix the hang the report names, then resume from the last checkpoint\n"
+            f"hung: no rank advanced within {plan.timeouts.hang_abort_after():g} s of the hang report "
+            f"(timeouts.hang_abort_s{'' if plan.timeouts.hang_abort_s is not None else ', default 2 x stall_s'}"
+            f"); mpirun was stopped.  Fix the hang the report names, then resume from the last checkpoint\n"
             + monitor.last_report()))
     lost = server.lost_workers()
     if lost and lex.interrupted_by is not None and signalled is None:
@@ -402,10 +403,15 @@ def _finish(server: ResultServer, plan: LaunchPlan, result: JobResult, opt_ml: P
         path = write_result(opt_ml, result)
         if result.exit_code != 0:
             # A stop (a signal, the deadline) is not a failure of the job: said as what it is (H2, issue #28).
+            text = result.text(tail=False, limit=None)
+            if result.cause == "hung":
+                # The hang report was printed on this stream when the hang was found (observe/hang.py): its
+                # suspects are named once here; the failure file keeps the whole report.
+                text = text.split("\n", 1)[0] + "\n(the hang report above names the suspects; the failure file " \
+                                                  "and hang-report.txt keep it)"
             print(f"mpirun_kit: job {'stopped' if result.kind in ('interrupted', 'timeout') else 'failed'} with "
                   f"exit code {result.exit_code}"
-                  + (f"; failure written to {path}" if path else "") + "\n" + result.text(tail=False, limit=None),
-                  file=out, flush=True)
+                  + (f"; failure written to {path}" if path else "") + "\n" + text, file=out, flush=True)
         sent = server.publish(result)
         if rec is not None:
             rec.mark("result_published")

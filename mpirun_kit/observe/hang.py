@@ -425,7 +425,7 @@ def render_report(stall: Stall, table: Mapping[int, RankProgress], stacks: Mappi
                              "exit code and the job fails with it" if exiting else
                              f"the job is stopped with exit code 76 (hung) if no rank advances within "
                              f"{hang_abort_s:g} s (timeouts.hang_abort_s)" if hang_abort_s is not None
-                             else "the job keeps running (set timeouts.hang_abort_s to stop hung jobs)"))
+                             else "the job keeps running (timeouts.hang_abort_s is 0: hung jobs are not stopped)"))
     order = blamed + [r for r in sorted(rank_hosts) if r not in blamed]
     for r in order:
         p, smp = table.get(r), samples.get(r)

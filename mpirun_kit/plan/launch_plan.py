@@ -185,9 +185,11 @@ def render(plan: LaunchPlan) -> str:
     lines.append(f"  timeouts   ssh {plan.ssh_deadline_s():g}s, daemon {plan.daemon_deadline_s():g}s, "
                  f"master silence {t.master_silence_s:g}s, worker silence {t.worker_silence_s:g}s, grace {t.grace_s:g}s, job "
                  f"{'none' if t.job_s is None else f'{t.job_s:g}s'}")
+    abort = t.hang_abort_after()
     lines.append(f"  stalls     hang report after {t.stall_s:g}s without progress (progress.step, else seen from "
-                 f"outside: I/O, stacks); " + ("no abort" if t.hang_abort_s is None else
-                                                   f"abort {t.hang_abort_s:g}s after the report (exit 76)"))
+                 f"outside: I/O, stacks); " + ("no abort (timeouts.hang_abort_s: 0)" if abort is None else
+                                                   f"job stopped {abort:g}s after the report (exit 76"
+                                                   + (", 2 x stall_s" if t.hang_abort_s is None else "") + ")"))
     if plan.working_dir:
         lines.append(f"  cwd        {plan.working_dir}")
     lines.append("  argv")

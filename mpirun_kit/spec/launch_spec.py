@@ -34,6 +34,11 @@ def parse_json_object(text: str, source: str, expected: str) -> dict:
 LAUNCH_SPEC_HYPERPARAMETER = "mpirun_kit_launch"
 
 
+#: timeouts.stall_s's default (seconds), and hang_abort_s's as a multiple of stall_s (docs: timeline-and-hangs.md).
+DEFAULT_STALL_S = 300.0
+HANG_ABORT_FACTOR = 2.0
+
+
 @dataclass(frozen=True)
 class Timeouts:
     """Every wait of the launcher, in seconds.  ``None`` means no limit."""
@@ -55,10 +60,19 @@ class Timeouts:
     grace_s: float = key(10.0, minimum=0)
     #: master: no rank advanced its progress.step for this long (or one rank fell this far behind), or, for a
     #: program that reports nothing, no rank changed as seen from outside (no I/O, the same stacks): write a
-    #: hang report with every affected rank's stacks (observe/hang.py).  On by default; a report only.
-    stall_s: float = key(600.0, exclusive_minimum=0)
-    #: master: a stall still there this long after its report stops the job (exit code 76, hung); None = never.
-    hang_abort_s: float | None = key(None, exclusive_minimum=0)
+    #: hang report with every affected rank's stacks (observe/hang.py).  On by default.  300 s: watching a
+    #: silent rank from outside costs about 0.12 % of a core per rank at 300 s (a read every 60 s; 0.060 % at
+    #: 600 s, 1.27 % at 10 s: docs/benchmarks.md "Hang sampling"), and a false report costs a reader's time.
+    stall_s: float = key(DEFAULT_STALL_S, exclusive_minimum=0)
+    #: master: a stall still there this long after its report stops the job (exit code 76, hung).  None (the
+    #: default): 2 x stall_s, so no silent hang holds its GPUs for ever; 0: never (a report only).
+    hang_abort_s: float | None = key(None, minimum=0)
+
+    def hang_abort_after(self) -> float | None:
+        """Seconds from a hang report to the job's stop (``hang_abort_s``, default 2 x ``stall_s``); None: never."""
+        if self.hang_abort_s is None:
+            return HANG_ABORT_FACTOR * self.stall_s
+        return self.hang_abort_s or None
 
 
 @dataclass(frozen=True)

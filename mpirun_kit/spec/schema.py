@@ -275,7 +275,8 @@ class Spot:
 #: timeouts: the launcher's waits (launch_spec.Timeouts), each None (the launcher's default) unless the spec
 #: sets it, and then a number of seconds > 0.  Made from Timeouts' fields, so a new wait is a key here too.
 JobTimeouts = make_dataclass(
-    "JobTimeouts", [(f.name, float | None, key(None, exclusive_minimum=0)) for f in fields(Timeouts)],
+    "JobTimeouts", [(f.name, float | None, key(None, minimum=0) if f.name == "hang_abort_s"   # 0: never
+                     else key(None, exclusive_minimum=0)) for f in fields(Timeouts)],
     frozen=True, namespace={"__module__": __name__,
                             "__doc__": "Mirrors launch_spec.Timeouts; None fields keep the launcher's defaults."})
 

@@ -154,3 +154,17 @@ def test_a_program_that_is_not_python_is_read_with_a_native_stack_tool(tmp_path)
     assert "thread main (eu-stack" in text or "thread main (gdb" in text, text
     assert "nanosleep" in text, text
     assert "suspect: none singled out" in text, text       # both wait in the same place
+
+
+def test_a_hang_is_stopped_by_default_and_its_suspects_named_once(tmp_path):
+    """Issue #40: no hang_abort_s in the spec, yet the hung job ends by itself (exit 76) 2 x stall_s after its
+    report (before: a report only, the job ran for ever); the suspect is named once on the job's stream (before:
+    the whole report twice, at the hang and again in the final failure text)."""
+    proc, marks, out = start(tmp_path, "sleep", 1, 2)
+    log = ended(proc, 90)
+    assert proc.returncode == 76, log
+    assert log.count("suspect: rank 1 on localhost") == 1, log
+    assert "the hang report above names the suspects" in log, log
+    failure = (out / "failure").read_text()
+    assert f"no rank advanced within {2 * STALL_S:g} s of the hang report (timeouts.hang_abort_s, default 2 x " \
+           "stall_s)" in failure and "suspect: rank 1 on localhost" in failure, failure

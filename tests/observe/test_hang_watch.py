@@ -203,11 +203,28 @@ def test_plan_shows_the_stall_policy():
 
     cluster = Cluster(hosts=(Host("algo-1"), Host("algo-2")), current_host="algo-1", source="test")
     default = render(build_launch_plan(LaunchSpec(program=("p",)), cluster, {}, 0))
-    assert ("  stalls     hang report after 600s without progress (progress.step, else seen from outside: I/O, "
-            "stacks); no abort\n") in default
+    # issue #40: unattended by default, a hang is reported and the job stopped 2 x stall_s later
+    assert ("  stalls     hang report after 300s without progress (progress.step, else seen from outside: I/O, "
+            "stacks); job stopped 600s after the report (exit 76, 2 x stall_s)\n") in default
     spec = LaunchSpec(program=("p",), timeouts=Timeouts(stall_s=30, hang_abort_s=120))
     assert "hang report after 30s without progress" in render(build_launch_plan(spec, cluster, {}, 0))
-    assert "abort 120s after the report (exit 76)" in render(build_launch_plan(spec, cluster, {}, 0))
+    assert "job stopped 120s after the report (exit 76)" in render(build_launch_plan(spec, cluster, {}, 0))
+    never = LaunchSpec(program=("p",), timeouts=Timeouts(hang_abort_s=0))
+    assert "stacks); no abort (timeouts.hang_abort_s: 0)\n" in render(build_launch_plan(never, cluster, {}, 0))
+
+
+def test_a_job_spec_may_say_never_stop_a_hung_job():
+    """hang_abort_s: 0 in a job spec (a YAML key) is 'never'; the default is 2 x stall_s (issue #40)."""
+    from mpirun_kit.spec.compile import compile_job
+    from mpirun_kit.spec.load import load_job_text
+
+    def compiled(extra: str):
+        return compile_job(load_job_text("apiVersion: mpirun_kit/v1\nkind: Job\nname: x\nprogram: {command: [x]}\n"
+                                         + extra, "x.yaml")).launch.timeouts
+
+    assert compiled("timeouts: {hang_abort_s: 0}\n").hang_abort_after() is None
+    assert compiled("timeouts: {stall_s: 60}\n").hang_abort_after() == 120
+    assert compiled("").hang_abort_after() == 600
 
 
 def test_master_logs_each_hosts_progress(tmp_path):
