@@ -19,6 +19,42 @@ from moto_process import free_port, moto_process
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _store_jobs(store: Path) -> dict[str, tuple[str, str]]:
+    """The default store's records, read only (never made, never written): job id -> (spec, run_dir)."""
+    import sqlite3
+
+    db = store / "jobs.db"
+    if not db.is_file():
+        return {}
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+        try:
+            return {r[0]: (r[1] or "", r[2] or "") for r in con.execute("SELECT job_id, spec, run_dir FROM jobs")}
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def users_record_store_untouched(tmp_path_factory):
+    """No test leaves a job record in the user's default store (``$XDG_STATE_HOME/mpirun_kit``, else
+    ``~/.local/state/mpirun_kit``: what records/store.py picks without MPIRUN_KIT_STATE_DIR); issue #40: it held 8
+    jobs of the test suite.  A test that escapes ``job_records`` below (a child process given an environment of
+    its own, say) fails the run here, at the last test's teardown, naming the records.  A record counts as the
+    suite's when its spec or run directory is under this session's temporary directory or tests/ (others, from
+    people using the tool on this machine meanwhile, are theirs)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    store = Path(base) / "mpirun_kit"
+    before = set(_store_jobs(store))
+    yield store
+    ours = (str(tmp_path_factory.getbasetemp()), str(REPO / "tests"))
+    added = sorted(j for j, (spec, run_dir) in _store_jobs(store).items()
+                   if j not in before and any(p.startswith(ours) for p in (spec, run_dir)))
+    assert not added, (f"the test suite wrote job records into the user's store {store}: {added[:10]}; every test "
+                       "must use its own (tests/conftest.py job_records sets MPIRUN_KIT_STATE_DIR)")
+
+
 @pytest.fixture(autouse=True)
 def job_records(tmp_path_factory, monkeypatch):
     """Every test's job records in a store of its own (mpirun_kit/records/), never the user's ~/.local/state:
