@@ -21,15 +21,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:  # the type only: proposals.py imports this module
-    from .proposals import ProposalParams
-
-#: clip for dw/dh before exp() in decode: log(1000 / 16), as in Detectron.
-DEFAULT_CLIP = math.log(1000.0 / 16)
+from .params import DEFAULT_CLIP, ProposalParams
 
 
 # --------------------------------------------------------------------- boxes
@@ -300,7 +295,7 @@ def generate_proposals(
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The RPN proposal step per image: top-k, decode, clip, min-size filter, NMS, top-k.
 
-    ``params``: ``ops.proposals.ProposalParams`` (counts, thresholds, box-coder settings).
+    ``params``: ``ops.params.ProposalParams`` (counts, thresholds, box-coder settings).
 
     With ``levels`` ([A] level id per anchor) the pre-NMS top-k is taken per level
     and NMS runs per level (torchvision's RPN); without it, over all anchors.
