@@ -511,11 +511,13 @@ def run(dry: DryRun[SageMakerRequest], *, wait: bool = False, clients: Callable[
         aws: Callable[..., Any] = make_client, level: int = verbosity.VERBOSE) -> int:
     """Create the training job; with ``wait``, follow it and return its exit code (``final``: see ``follow``).
 
-    Before creating it: with ``target.sagemaker.submit_role``, assume that role tagged with the job's name
-    (``aws("sts", region)``; every later call runs as that session); with ``resume_from``, copy that job's
-    checkpoints into this job's prefix (as you, ``aws("s3", region)``); with a key channel, make the job's
-    secret and upload it there.  The secret is removed when the job has ended (``wait``), or when creating
-    it failed, unless ``keep_keys``.
+    Before creating it: with ``target.sagemaker.submit_role``, check the name is the caller's
+    (``check_owned_name``) and assume that role tagged with it (``aws("sts", region)``; every later call
+    runs as that session, renewed before it expires: ``submit_credentials``); with ``resume_from``, copy
+    that job's checkpoints into this job's (empty) prefix (as you, ``aws("s3", region)``); with a key
+    channel, make the job's secret and put it there only if nothing is (``put_job_keys``).  The secret is
+    removed when the job has ended (``wait``), or when creating it failed, unless ``keep_keys``; when
+    following stops first, the error says where it stays.
     """
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
