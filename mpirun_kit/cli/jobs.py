@@ -4,33 +4,18 @@ Argument parsing and printing only: the job service (service/runner.py ``JobServ
 ``describe``, ``logs``, ``cancel``) reads the record from the store and has the job's target do the
 work (targets/base.py; the defaults in targets/supervised.py for local, sim and ssh, SageMaker's and
 Slurm's own calls for theirs).
-A name the store does not know may be a SageMaker training job's name, as before records existed (a
-job submitted elsewhere, or by the SageMaker SDK): SageMaker is asked once, and when it knows the name
-``status``, ``logs`` and ``stop``/``cancel`` work on that training job (targets/sagemaker.py).  When it
-does not (or cannot be asked: no region) the id is no job at all, and the error says where the records
-are and that `mpirun_kit jobs` lists them: a mistyped local id must not read as an AWS problem.
+A name the store does not know may be a SageMaker training job's name, as before records existed: the
+service asks SageMaker once (service/unrecorded.py), and when it knows the name ``status``, ``logs`` and
+``stop``/``cancel`` work on that training job; when it does not, the error names the records.
 """
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 
-from ..errors import ExitCode, MpirunKitError, NoSuchJobError, SpecError, translate
+from ..errors import ExitCode, NoSuchJobError, SpecError
 from .main import add_command, exit_codes
-
-#: SageMaker's TrainingJobName rule.
-_JOB_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
-
-
-def check_job_name(name: str) -> str:
-    """Refuse a name SageMaker would refuse, before any AWS call (and before a region is needed)."""
-    if not _JOB_NAME.fullmatch(name):
-        raise SpecError(f"training job name {name!r} is not valid; expected 1-63 letters, digits or hyphens, "
-                        "starting and ending with a letter or digit (the name `submit` printed)")
-    return name
-
 
 def _record(args):
     """(the job service, the job's record, None), or (the service, None, SageMaker's description of the training job) when the
@@ -49,60 +34,15 @@ def _record(args):
     try:
         return svc, svc.get(args.name), None
     except NoSuchJobError as missing:
+        from ..service.unrecorded import describe_unrecorded
+
         try:
-            return svc, None, _sagemaker_job(args, missing)
+            return svc, None, describe_unrecorded(args.name, args.region, missing)
         except NoSuchJobError as none:
             if getattr(args, "json", False):
                 print(json.dumps({"job_id": args.name, "found": False, "records": none.db,
                                   "exit_code": int(none.exit_code), "reason": str(none)}))
             raise
-
-
-def _sagemaker_job(args, missing: NoSuchJobError) -> dict:
-    """SageMaker's description of the training job named ``args.name``, which the records do not hold.
-
-    Raises:
-        NoSuchJobError: no such job: not a name SageMaker takes, no region to ask in, or SageMaker has none
-            (naming the records and `mpirun_kit jobs`); a ClusterError one when SageMaker could not be asked.
-    """
-    def none(why: str, kind: type[NoSuchJobError] = NoSuchJobError) -> NoSuchJobError:
-        return kind(f"no such job in the records: {args.name!r} is not in {missing.db} (`mpirun_kit jobs` lists "
-                    f"the jobs there; give --state-dir if it was submitted with another), and {why}",
-                    args.name, missing.db)
-
-    if not _JOB_NAME.fullmatch(args.name):
-        raise none("it is not a SageMaker training job name either")
-    from botocore.exceptions import ClientError, NoRegionError
-
-    from ..targets.sagemaker import make_clients
-    try:
-        sm, _ = make_clients(args.region)
-        return sm.describe_training_job(TrainingJobName=args.name)
-    except NoRegionError:
-        raise none("no AWS region is configured to look for a SageMaker training job of that name "
-                   "(--region REGION)") from None
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ValidationException":   # SageMaker's "not found"
-            raise none(f"SageMaker in {sm.meta.region_name} has no training job of that name") from None
-        raise none(f"SageMaker could not be asked about it ({translate(exc)})", _UnaskedJobError) from exc
-    except Exception as exc:  # noqa: BLE001 - only the environment's errors (translate), others are bugs
-        known = exc if isinstance(exc, MpirunKitError) else translate(exc)
-        if known is None:
-            raise
-        raise none(f"SageMaker could not be asked about it ({known})", _UnaskedJobError) from exc
-
-
-class _UnaskedJobError(NoSuchJobError):
-    """Not in the records, and SageMaker could not be asked (credentials, network): AWS's exit code, 69."""
-
-    exit_code = ExitCode.UNREACHABLE
-
-
-def _clients(args):
-    from ..targets.sagemaker import make_clients
-
-    check_job_name(args.name)
-    return make_clients(args.region)
 
 
 def job_ids(parsed_args=None, **_) -> list[str]:
@@ -182,19 +122,17 @@ def _status(args) -> int:
 
 def _sagemaker_status(args, desc: dict) -> int:
     """``desc``: describe_training_job's answer (``_record`` asked)."""
-    from ..targets.sagemaker import TERMINAL, exit_code_for
+    from ..service.unrecorded import unrecorded_status
 
-    keys = ("TrainingJobName", "TrainingJobStatus", "SecondaryStatus", "FailureReason", "TrainingStartTime",
-            "TrainingEndTime", "BillableTimeInSeconds")
-    view = {k: desc[k] for k in keys if k in desc}
+    view, transitions, code = unrecorded_status(desc)
     if args.json:
         print(json.dumps(view, indent=2, sort_keys=True, default=str))
     else:
         for k, v in view.items():
             print(f"{k:<22} {v}")
-        for t in desc.get("SecondaryStatusTransitions", [])[-5:]:
+        for t in transitions:
             print(f"  {t.get('StartTime')}  {t.get('Status')}: {t.get('StatusMessage', '')}")
-    return exit_code_for(desc) if desc.get("TrainingJobStatus") in TERMINAL else 0
+    return code
 
 
 # -- logs ------------------------------------------------------------------------------------------
@@ -215,9 +153,10 @@ def _logs(args) -> int:
 
 
 def _sagemaker_logs(args) -> int:
+    from ..service.unrecorded import clients
     from ..targets.sagemaker import LogFollower, follow
 
-    sm, logs = _clients(args)
+    sm, logs = clients(args.name, args.region)
     if args.follow:
         return follow(sm, args.name, logs_client=logs, poll_s=args.poll)
     LogFollower(logs, args.name, sys.stdout).poll()
@@ -252,17 +191,9 @@ def _say(args, job_id: str, status, text: str) -> None:
 
 
 def _sagemaker_stop(args) -> int:
-    from botocore.exceptions import ClientError
+    from ..service.unrecorded import stop_unrecorded
 
-    from ..errors import ClusterError
-
-    sm, _ = _clients(args)
-    try:
-        sm.stop_training_job(TrainingJobName=args.name)
-    except ClientError as exc:
-        raise ClusterError(f"could not stop training job {args.name!r}: "
-                           f"{exc.response.get('Error', {}).get('Message', exc)}; `mpirun_kit status {args.name}` "
-                           "shows whether it already ended") from exc
+    stop_unrecorded(args.name, args.region)
     if args.json:
         print(json.dumps({"job": args.name, "stop_requested": True}))
     else:
