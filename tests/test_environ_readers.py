@@ -29,6 +29,9 @@ RANK_SIDE = {
     "mpirun_kit.observe.relay": "runs inside the wrapper: finds py-spy on the rank's PATH for stack dumps",
     "mpirun_kit.workloads.allreduce": "a program mpirun starts (the doctor's all-reduce): its local rank",
     "mpirun_kit.maskrcnn.train": "a program mpirun starts (the trainer's main): rank, world and master address",
+    "mpirun_kit.exec.remote_host": "a program run on a host over ssh (python -m mpirun_kit.exec.remote_host), in a "
+                                   "shell's place: `scrubbed` execs sbatch without the SLURM_*/SBATCH_*/PMIX_* its "
+                                   "login session left",
 }
 
 

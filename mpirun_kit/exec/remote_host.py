@@ -13,10 +13,19 @@ used to do, with the package's own atomic write and the supervisor's stop sequen
 ``cancel --pid-file F --grace S --wait W``  wait up to W s for F (a cancel may come before the start wrote
     it), SIGTERM that pid, up to S s for it to go, then SIGKILL; prints ``gone`` and exits 0 once it is
     gone, exits 3 when no pid file appeared (``NO_PID_FILE``);
-``write PATH [--private DIR]``  stdin to PATH atomically (parents made): the launch files;
+``write PATH [--private DIR] [--mode OCTAL]``  stdin to PATH atomically (parents made), with that mode (default
+    644): the launch files, the Slurm batch script (755) and job secret (600);
 ``--private DIR`` (``write`` and ``start``): DIR is the job's run directory, made 0700 and refused, before anything
     is written or started in it, when another user could swap its files (``unsafe_dir``; exit ``UNSAFE_DIR``);
-``read PATH --limit N``  at most N bytes of PATH on stdout; nothing and exit 0 when there is no PATH.
+``read PATH --limit N``  at most N bytes of PATH on stdout; nothing and exit 0 when there is no PATH;
+``read-many --limit N PATH...``  one line per PATH, in order: ``-`` where it is missing, else ``+`` and its first N
+    bytes in base64 (any byte, newlines too, fits one line): the Slurm target's result files in one command;
+``scrubbed -- ARGV...``  exec ARGV with the SLURM_*, SBATCH_* and PMIX_* variables the calling shell inherited
+    removed (SLURM_CONF kept): sbatch reads SBATCH_* as options and passes the rest into the job (submitit's
+    clean_env); a parent allocation's SLURM_CPU_BIND has made jobs 3x slower.
+
+Used by targets/ssh.py on every host, and by targets/slurm/runner.py where Slurm's clients run (a login node over
+ssh, this machine, a sim cluster's algo-1).
 
 Run by the host's Python with the package installed (the ssh target's preflight checks that first).
 """
@@ -149,15 +158,48 @@ def _read_pid(path: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def write(path: str, private: str | None = None) -> int:
-    """stdin (bytes, unchanged) to ``path``, atomically, parents made (core/files.write_atomic); 0, or UNSAFE_DIR
-    (nothing written) when ``private``, the run directory ``path`` is in, is another user's to swap."""
+def write(path: str, private: str | None = None, mode: int = 0o644) -> int:
+    """stdin (bytes, unchanged) to ``path``, atomically, parents made (core/files.write_atomic), with ``mode``; 0,
+    or UNSAFE_DIR (nothing written) when ``private``, the run directory ``path`` is in, is another user's to swap."""
     from ..core.files import write_atomic
 
     if private and _private(private):
         return UNSAFE_DIR
-    write_atomic(path, sys.stdin.buffer.read())
+    write_atomic(path, sys.stdin.buffer.read(), mode)
     return 0
+
+
+def read_many(paths: list[str], limit: int) -> None:
+    """One line per path on stdout: ``-`` (missing) or ``+`` and at most ``limit`` bytes of it in base64."""
+    import base64
+
+    lines = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                lines.append("+" + base64.b64encode(f.read(limit)).decode())
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            lines.append("-")
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    sys.stdout.flush()
+
+
+#: what ``scrubbed`` removes: a Slurm client's inherited context (SLURM_CONF, where the cluster is, stays).
+SCRUBBED_PREFIXES = ("SLURM_", "SBATCH_", "PMIX_")
+
+
+def scrubbed_env(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` without the SLURM_*/SBATCH_*/PMIX_* a shell or a parent allocation left (SLURM_CONF kept)."""
+    return {k: v for k, v in environ.items() if k == "SLURM_CONF" or not k.startswith(SCRUBBED_PREFIXES)}
+
+
+def scrubbed(command: list[str]) -> int:
+    """exec ``command`` with ``scrubbed_env`` (this process's environment: it runs on the host, as a shell would)."""
+    try:
+        os.execvpe(command[0], command, scrubbed_env(dict(os.environ)))
+    except OSError as exc:
+        print(f"mpirun_kit: could not start {command[0]}: {exc.strerror}", file=sys.stderr, flush=True)
+        return 127
 
 
 def read(path: str, limit: int) -> None:
@@ -187,9 +229,15 @@ def main(args: list[str] | None = None) -> int:
     w = sub.add_parser("write")
     w.add_argument("path")
     w.add_argument("--private", metavar="RUN_DIR")
+    w.add_argument("--mode", type=lambda text: int(text, 8), default=0o644)
     r = sub.add_parser("read")
     r.add_argument("path")
     r.add_argument("--limit", type=int, required=True)
+    m = sub.add_parser("read-many")
+    m.add_argument("--limit", type=int, required=True)
+    m.add_argument("paths", nargs="*")
+    x = sub.add_parser("scrubbed")
+    x.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(args)
     if a.verb == "start":
         command = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -199,7 +247,14 @@ def main(args: list[str] | None = None) -> int:
     if a.verb == "cancel":
         return cancel(a.pid_file, a.grace, a.wait)
     if a.verb == "write":
-        return write(a.path, a.private)
+        return write(a.path, a.private, a.mode)
+    if a.verb == "read-many":
+        read_many(a.paths, a.limit)
+    elif a.verb == "scrubbed":
+        command = a.command[1:] if a.command[:1] == ["--"] else a.command
+        if not command:
+            p.error("scrubbed: no command given after --")
+        return scrubbed(command)
     elif a.verb == "read":
         read(a.path, a.limit)
     return 0

@@ -199,3 +199,37 @@ def test_start_refuses_a_run_directory_another_user_could_swap(tmp_path):
     assert (r.returncode, r.stderr.decode()) == (remote_host.UNSAFE_DIR,
                                                  f"mpirun_kit: {wd} is writable by other users (mode 777)\n")
     assert not (wd / "r1" / "a.pid").exists() and not (wd / "r1" / "a").exists()
+
+
+# -- the verbs the Slurm target's runner uses where Slurm's clients run (issue 38 item 2) ---------------------------
+def test_write_sets_the_mode_asked(tmp_path):
+    r = run("write", str(tmp_path / "run" / "job-secret"), "--private", str(tmp_path / "run"), "--mode", "600",
+            stdin=b"s")
+    assert r.returncode == 0, r.stderr
+    assert oct((tmp_path / "run" / "job-secret").stat().st_mode & 0o777) == "0o600"
+    assert oct((tmp_path / "run").stat().st_mode & 0o777) == "0o700"
+
+
+def test_read_many_is_one_line_per_path_missing_ones_a_dash(tmp_path):
+    import base64
+
+    (tmp_path / "code").write_bytes(b"3\n")
+    (tmp_path / "text").write_bytes("rank 1 — exit 3\n\nx".encode())
+    r = run("read-many", "--limit", "5", str(tmp_path / "code"), str(tmp_path / "none"), str(tmp_path / "text"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.decode().splitlines()
+    assert lines[1] == "-"
+    assert [base64.b64decode(lines[i][1:]) for i in (0, 2)] == [b"3\n", "rank 1 — exit 3\n\nx".encode()[:5]]
+
+
+def test_scrubbed_runs_the_command_without_a_slurm_sessions_variables():
+    env = {"PATH": os.environ["PATH"], "SLURM_CPU_BIND": "map_cpu:0", "SBATCH_DEBUG": "1", "PMIX_RANK": "3",
+           "SLURM_CONF": "/etc/slurm/slurm.conf", "KEEP": "yes"}
+    r = run("scrubbed", "--", "env", env=env)
+    assert r.returncode == 0, r.stderr
+    seen = dict(line.split("=", 1) for line in r.stdout.decode().splitlines())
+    assert (seen.get("SLURM_CONF"), seen.get("KEEP")) == ("/etc/slurm/slurm.conf", "yes")
+    assert not [k for k in seen if k.startswith(("SLURM_CPU", "SBATCH_", "PMIX_"))]
+    missing = run("scrubbed", "--", "no-such-program-mpirun-kit", env=env)
+    assert (missing.returncode, missing.stderr.decode().strip()) == (
+        127, "mpirun_kit: could not start no-such-program-mpirun-kit: No such file or directory")

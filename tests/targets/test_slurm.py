@@ -310,10 +310,10 @@ class _Cluster(_Recorded):
         self.files = {}
 
     def run(self, argv, *, input=None, timeout=60.0):
-        if argv[:2] == ["bash", "-c"] and argv[3] == "write":
+        if argv[1:4] == ["-m", "mpirun_kit.exec.remote_host", "write"]:
             self.files[argv[4]] = input
             return 0, "", ""
-        if argv[:2] == ["bash", "-c"] and argv[3] == "scrub":
+        if argv[1:5] == ["-m", "mpirun_kit.exec.remote_host", "scrubbed", "--"] and argv[5] == "sbatch":
             return 0, "77\n", ""
         return super().run(argv, input=input, timeout=timeout)
 
@@ -367,7 +367,8 @@ def test_the_run_directory_is_refused_where_another_user_could_swap_its_files(tm
         os.chown(theirs, pwd.getpwnam("nobody").pw_uid, -1)
         with pytest.raises(ClusterError) as e:
             runner.write(str(theirs / "run-1" / "job-secret"), "s", 0o600)
-        assert f"{theirs} belongs to uid {pwd.getpwnam('nobody').pw_uid}, not to you" in str(e.value)
+        # the one rule's words (core/private.py, through exec/remote_host.py write --private), as the ssh target's
+        assert f"{theirs} belongs to uid {pwd.getpwnam('nobody').pw_uid} (nobody), not to you" in str(e.value)
         assert not (theirs / "run-1" / "job-secret").exists()
 
 
@@ -404,8 +405,8 @@ class _Polled(SR.Runner):
             self.asked += 1
             state = "RUNNING" if self.asked <= 2 else "COMPLETED"
             return 0, json.dumps({"jobs": [{"job_id": 7, "name": "train", "job_state": state}]}), ""
-        if argv[:2] == ["bash", "-c"] and argv[3] == "read" and argv[4].endswith("/exit_code"):
-            return 0, "0\n", ""
+        if argv[1:4] == ["-m", "mpirun_kit.exec.remote_host", "read-many"]:
+            return 0, "".join(("+MAo=" if p.endswith("/exit_code") else "-") + "\n" for p in argv[6:]), ""
         return 1, "", ""
 
 
@@ -492,3 +493,81 @@ def test_every_value_stays_inside_its_own_line():
     script = SS.render_script(job="j", run_dir="/r", entrypoint=["python3", odd], sbatch=[f"--comment={odd}"])
     lines = [line for line in script.splitlines() if "touch /tmp/owned" in line]
     assert len(lines) == 2 and lines[0].startswith("#SBATCH ") and lines[1].startswith("ep=(")
+
+
+# -- the job under the one supervisor (SlurmChild), issue 38 item 2 ------------------------------------------------
+class _Job(SR.Runner):
+    """squeue's answers for job 7 from ``states`` (the last one repeats once they run out; a ``scancel --batch``
+    moves to ``after_term``), every command kept.  No cluster: what is tested is which commands the supervisor's
+    stop sends, and when."""
+
+    def __init__(self, states, after_term=None):
+        self.states, self.after_term, self.commands = list(states), after_term, []
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        self.commands.append(argv)
+        if argv[:2] == ["scancel", "--batch"] and self.after_term is not None:
+            self.states = list(self.after_term)
+        if argv[:2] == ["squeue", "--json"]:
+            state = self.states.pop(0) if len(self.states) > 1 else self.states[0]
+            return 0, json.dumps({"jobs": [{"job_id": 7, "name": "train", "job_state": state}]}), ""
+        return (0, "", "") if argv[0] == "scancel" else (1, "", "")
+
+    def scancels(self):
+        return [a for a in self.commands if a[0] == "scancel"]
+
+
+def test_cancel_asks_the_batch_shell_first_and_the_job_ends_as_a_stopped_job_does():
+    runner = _Job(["RUNNING"], after_term=["RUNNING", "COMPLETING", "CANCELLED"])
+    job = ST.cancel_job(runner, "7", grace_s=10.0, clock=FakeClock())
+    assert job.state == "CANCELLED"
+    assert runner.scancels() == [["scancel", "--batch", "--signal=TERM", "7"]]
+
+
+def test_cancel_of_a_job_that_ignores_the_batch_shells_term_ends_with_scancel_then_gives_up():
+    runner = _Job(["RUNNING"])
+    clock = FakeClock()
+    with pytest.raises(ClusterError) as e:
+        ST.cancel_job(runner, "7", grace_s=10.0, clock=clock, timeout=60.0)
+    assert str(e.value) == "Slurm job 7 is still RUNNING 60 s after scancel; check it with scontrol show job 7"
+    assert runner.scancels() == [["scancel", "--batch", "--signal=TERM", "7"], ["scancel", "7"]]
+    # the plain scancel came grace_s + CANCEL_MARGIN_S after the batch shell's TERM, the give-up timeout later
+    assert 10.0 + ST.CANCEL_MARGIN_S + 60.0 <= clock.monotonic() < 10.0 + ST.CANCEL_MARGIN_S + 60.0 + 1.0
+
+
+def test_cancel_of_a_pending_job_is_one_scancel():
+    runner = _Job(["PENDING", "PENDING", "CANCELLED"])
+    assert ST.cancel_job(runner, "7", clock=FakeClock()).state == "CANCELLED"
+    assert runner.scancels() == [["scancel", "7"]]
+
+
+def test_following_ends_with_the_job_running_on_a_signal_to_submit():
+    """``submit --wait`` interrupted: following ends, nothing is cancelled (the supervisor asks no stop)."""
+    runner = _Job(["RUNNING"])
+    asked = []
+
+    def stopped():
+        asked.append(1)
+        return "SIGINT" if len(asked) >= 3 else None
+
+    dry = dry_of()
+    dry = dataclasses.replace(dry, request=dataclasses.replace(dry.request, where={"kind": "ssh"}))
+    job = ST.follow(dry, runner, "7", clock=FakeClock(), out=io.BytesIO(), err=io.BytesIO(), stopped=stopped)
+    assert job.state == "RUNNING" and runner.scancels() == []
+
+
+def test_a_login_side_python_without_mpirun_kit_is_named_with_the_remedy(tmp_path):
+    """The run directory is written and read where Slurm's clients run with exec/remote_host.py's verbs: a Python
+    there without mpirun_kit is named, with the field that picks it (recorded answer of such a Python)."""
+    python = tmp_path / "python3"
+    python.write_text("#!/bin/sh\necho \"$0: No module named mpirun_kit.exec.remote_host\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    runner = SR.LocalRunner()
+    runner.python = str(python)
+    with pytest.raises(ClusterError) as e:
+        runner.write(str(tmp_path / "run" / "batch.sh"), "#!/bin/bash\n", 0o755)
+    assert str(e.value) == (f"could not write {tmp_path}/run/batch.sh on the Slurm side: {python} has no mpirun_kit "
+                            f"({python}: No module named mpirun_kit.exec.remote_host); install mpirun_kit for the "
+                            "Python target.slurm.python names there (pip install mpirun_kit)")
+    with pytest.raises(ClusterError, match=r"install mpirun_kit for the Python target.slurm.python names there"):
+        runner.read_many([str(tmp_path / "run" / "exit_code")])

@@ -3,7 +3,9 @@
 Place in the data flow: target.py hands every Slurm command (sbatch, squeue, sacct, scancel, scontrol) to a
 ``Runner``: ``LocalRunner`` (this machine is a login node: exec/command.py ``run``), ``SshRunner`` (a login node
 over ssh: exec/remote.py, one connection, a session per command) or ``SimRunner`` (algo-1 of a simulated
-cluster).  ``run(argv) -> (code, stdout, stderr)``; ``write``/``read``/``read_many`` are built from that.
+cluster).  ``run(argv) -> (code, stdout, stderr)``; ``write``/``read``/``read_many``/``scrubbed`` are the
+exec/remote_host.py verbs (``write --private --mode``, ``read-many``, ``scrubbed``) run by ``python`` there:
+the ssh target's own argvs, with the run directory checked by the same rule (core/private.py), no shell.
 """
 from __future__ import annotations
 
@@ -11,75 +13,59 @@ import base64
 import os
 import shlex
 import subprocess
+import sys
 
 from ...errors import ClusterError
-from .script import SCRUB
-
-#: Runner.write's script ($1 path, $2 temporary name beside it, $3 mode): make the run directory
-#: (umask 077), check it, the workdir and every directory above them (see ``Runner.write``), then
-#: write the temporary file and rename it over the path.
-_WRITE_SCRIPT = r"""umask 077
-d=$(dirname -- "$1"); mkdir -p -- "$d" || exit 1
-me=$(id -u); p=$d; n=0
-while :; do
-  read -r o m <<<"$(stat -c '%u %a' -- "$p")" || exit 1
-  if [ "$n" -lt 2 ]; then
-    [ "$o" = "$me" ] || { echo "mpirun_kit: $p belongs to uid $o, not to you" >&2; exit 3; }
-    [ $(( 8#$m & 8#22 )) = 0 ] || { echo "mpirun_kit: $p is writable by other users (mode $m)" >&2; exit 3; }
-  else
-    [ "$o" = "$me" ] || [ "$o" = 0 ] || { echo "mpirun_kit: $p belongs to uid $o, not to you or root" >&2; exit 3; }
-    [ $(( 8#$m & 8#22 )) = 0 ] || [ $(( 8#$m & 8#1000 )) != 0 ] ||
-      { echo "mpirun_kit: $p is writable by other users (mode $m)" >&2; exit 3; }
-  fi
-  [ "$p" = / ] && break
-  p=$(dirname -- "$p"); n=$((n + 1))
-done
-cat > "$2" && chmod "$3" "$2" && mv -f "$2" "$1"
-"""
-
-
-#: Runner.read_many's script ($1 the byte limit, then the paths): one line per path, in order: "-" where the
-#: file is missing, else "+" and its first $1 bytes in base64 (any byte, newlines included, fits one line).
-_READ_MANY = ('n=$1; shift; for f; do if [ -f "$f" ]; then printf +; head -c "$n" -- "$f" | base64 -w0; echo; '
-              'else echo -; fi; done')
-
+from ...exec import remote_host
 
 # --- where the clients run -----------------------------------------------------------------------------
 
 class Runner:
-    """Runs Slurm's clients (and file writes) where they reach the cluster; ``run`` -> (code, stdout, stderr)."""
+    """Runs Slurm's clients (and file writes) where they reach the cluster; ``run`` -> (code, stdout, stderr).
+
+    ``python``: the interpreter with mpirun_kit where the clients run (exec/remote_host.py's verbs run there)."""
+
+    python: str = sys.executable
+
+    def _host(self, verb: str, *args: str) -> list[str]:
+        return remote_host.argv(self.python, verb, *args)
 
     def run(self, argv: list[str], *, input: str | None = None, timeout: float = 60.0) -> tuple[int, str, str]:
         raise NotImplementedError
 
     def scrubbed(self, argv: list[str], **kw) -> tuple[int, str, str]:
         """``argv`` with the inherited SLURM_*/SBATCH_*/PMIX_* removed from its environment first."""
-        return self.run(["bash", "-c", SCRUB, "scrub", *argv], **kw)
+        return self.run(self._host("scrubbed", "--", *argv), **kw)
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
-        """Write ``path`` atomically where the cluster sees it (a temporary name, then mv).
+        """Write ``path`` atomically where the cluster sees it (remote_host ``write``: a temporary name, then rename).
 
-        The run directory and the workdir above it must be ours and writable by no one else, and
-        every directory above them ours or root's and not writable by others unless sticky: the
-        default workdir is under /tmp, shared by every user of a login node, and whoever can
-        rename an entry there could swap the batch script or read the secret before sbatch runs.
+        The run directory (``path``'s) is made 0700, and it and the workdir above it must be ours and writable by
+        no one else, every directory above them ours or root's and not writable by others unless sticky
+        (remote_host ``--private``, core/private.py): the default workdir is under /tmp, shared by every user of
+        a login node, and whoever can rename an entry there could swap the batch script or read the secret
+        before sbatch runs.
 
         Raises:
-            ClusterError: a directory another user controls (exit 3 of the script), or the write failed.
+            ClusterError: a directory another user controls (remote_host.UNSAFE_DIR), or the write failed.
         """
-        tmp = f"{path}.tmp{os.getpid()}"
-        code, _, err = self.run(["bash", "-c", _WRITE_SCRIPT, "write", path, tmp, f"{mode:o}"], input=text)
-        if code == 3:
+        argv = self._host("write", path, "--private", os.path.dirname(path), "--mode", f"{mode:o}")
+        code, _, err = self.run(argv, input=text)
+        if code == remote_host.UNSAFE_DIR:
             raise ClusterError(f"{err.strip().removeprefix('mpirun_kit: ')}: another user could replace the job's "
                                "files there; set target.slurm.workdir to a directory only you can write (on a "
                                "file system every node sees)")
+        if "No module named" in err:
+            raise ClusterError(f"could not write {path} on the Slurm side: {self.python} has no mpirun_kit "
+                               f"({err.strip()[-200:]}); install mpirun_kit for the Python target.slurm.python "
+                               "names there (pip install mpirun_kit)")
         if code != 0:
             raise ClusterError(f"could not write {path} on the Slurm side ({err.strip()[-300:]}); check that "
                                "target.slurm.workdir is writable there")
 
     def read(self, path: str, limit: int = 1 << 20) -> str | None:
-        code, out, _ = self.run(["bash", "-c", 'test -f "$1" && head -c "$2" -- "$1"', "read", path, str(limit)])
-        return out if code == 0 else None
+        """At most ``limit`` bytes of ``path`` (None: missing)."""
+        return self.read_many([path], limit)[0]
 
     def close(self) -> None:
         """Let go of what reaches the cluster (an ssh connection); nothing to do for the others."""
@@ -91,17 +77,23 @@ class Runner:
         self.close()
 
     def read_many(self, paths: list[str], limit: int = 1 << 20) -> list[str | None]:
-        """``read`` of each path, in one command (over ssh: one session instead of one each); None where a file is
-        missing.  An answer it cannot read (no base64 on the node) falls back to ``read`` one by one."""
-        code, out, _ = self.run(["bash", "-c", _READ_MANY, "read-many", str(limit), *paths])
+        """At most ``limit`` bytes of each path, in one command (over ssh: one session instead of one each); None
+        where a file is missing.
+
+        Raises:
+            ClusterError: the command failed or gave an answer that is not remote_host ``read-many``'s.
+        """
+        code, out, err = self.run(self._host("read-many", "--limit", str(limit), *paths))
         lines = out.splitlines()
-        if code != 0 or len(lines) != len(paths) or any(line[:1] not in ("+", "-") for line in lines):
-            return [self.read(p, limit) for p in paths]
         try:
+            if code != 0 or len(lines) != len(paths) or any(line[:1] not in ("+", "-") for line in lines):
+                raise ValueError(err.strip()[-300:] or out.strip()[-300:])
             return [base64.b64decode(line[1:], validate=True).decode(errors="replace") if line[0] == "+" else None
                     for line in lines]
-        except ValueError:
-            return [self.read(p, limit) for p in paths]
+        except ValueError as exc:
+            raise ClusterError(f"could not read the run directory's files on the Slurm side with {self.python} "
+                               f"-m {remote_host.MODULE} (exit {code}: {exc}); install mpirun_kit for the Python "
+                               "target.slurm.python names there") from None
 
 
 class LocalRunner(Runner):
@@ -168,6 +160,7 @@ class SshRunner(Runner):
 
     def __init__(self, where: dict):
         self.where = where
+        self.python = where.get("python") or "python3"   # the login node's (target.slurm.python)
         self._client = None
 
     def _connect(self, settings: dict, host: str) -> _KeptOpen:

@@ -33,10 +33,6 @@ KEEP_VARS = (*ALLOCATION_VARS, "SLURMD_NODENAME", "SLURM_RESTART_COUNT", "SLURM_
              "SLURM_CPUS_ON_NODE", "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_GTIDS", "SLURM_TASK_PID",
              "SLURM_PRIO_PROCESS", "SLURM_TOPOLOGY_ADDR", "SLURM_TOPOLOGY_ADDR_PATTERN", "SLURM_WORKING_CLUSTER",
              "SLURM_NODE_ALIASES")
-#: runs a command with the submitting shell's inherited SLURM_*/SBATCH_*/PMIX_* removed (SLURM_CONF kept):
-#: sbatch reads SBATCH_* as options and passes the rest into the job (submitit's clean_env).
-SCRUB = ('for v in $(compgen -e); do case "$v" in SLURM_CONF) ;; SLURM_*|SBATCH_*|PMIX_*) unset "$v";; esac; '
-         'done; exec "$@"')
 #: codes a requeue cannot change (bad input, usage, Ctrl-C, a cancel's SIGTERM).
 NOT_REQUEUED = (0, 2, 64, 130, 143)
 # --- the request: a value ------------------------------------------------------------------------------
@@ -209,7 +205,8 @@ def srun_options(compiled: CompiledJob) -> tuple[str, ...]:
 
 
 def where_of(compiled: CompiledJob) -> dict:
-    """Where sbatch and the other clients run: ``local``, ``ssh`` (a login node) or ``sim`` (algo-1 of a sim cluster)."""
+    """Where sbatch and the other clients run: ``local``, ``ssh`` (a login node, and the Python with mpirun_kit
+    there: target.slurm.python) or ``sim`` (algo-1 of a sim cluster)."""
     s = compiled.job.target.slurm
     if s.sim:
         return {"kind": "sim", "name": s.sim, "root": s.sim_root or f"/var/tmp/mpirun-kit-sim/{s.sim}"}
@@ -217,7 +214,8 @@ def where_of(compiled: CompiledJob) -> dict:
         user, _, host = s.login.partition("@")
         host, _, port = host.partition(":")
         return {"kind": "ssh", "user": user, "host": host, "port": int(port or 22),
-                "identity_file": s.identity_file, "known_hosts": s.known_hosts, "connect_timeout_s": 10.0}
+                "identity_file": s.identity_file, "known_hosts": s.known_hosts, "connect_timeout_s": 10.0,
+                "python": s.python}
     return {"kind": "local"}
 
 
@@ -236,8 +234,7 @@ class SlurmRequest:
     account: str | None
     launch: str                     # "srun" (direct launch, PMIx) or "mpirun"
     gpus_per_node: int | None       # its #SBATCH line's form depends on the cluster's version (for_cluster)
-    sbatch: list[str]               # run with the submitting shell's SLURM_*/SBATCH_*/PMIX_* removed (scrub)
-    scrub: str
+    sbatch: list[str]               # run with the submitting shell's SLURM_*/SBATCH_*/PMIX_* removed
     grace_s: float
     deadline_s: float               # how long ``--wait`` follows the job
 
@@ -276,7 +273,7 @@ def dryrun(compiled: CompiledJob, *, run_id: str, python: str, verbose: bool = F
         where=where_of(compiled), run_dir=run_dir, run_id=run_id, job=compiled.job.name,
         nodes=nodes, tasks_per_node=ppn, partition=s.partition, account=s.account, launch=s.launch,
         gpus_per_node=s.gpus_per_node,
-        sbatch=["sbatch", "--parsable", f"{run_dir}/batch.sh"], scrub=SCRUB,
+        sbatch=["sbatch", "--parsable", f"{run_dir}/batch.sh"],
         grace_s=t.grace_s, deadline_s=(t.job_s or 7 * 24 * 3600.0) + 600.0)
     files = ((f"{run_dir}/batch.sh", script), (f"{run_dir}/launch-spec.json", launch.to_json() + "\n"))
     return DryRun("slurm", compiled.job.name, request, files=files, notes=(

@@ -20,6 +20,7 @@ from typing import Iterator
 from ...core import verbosity
 from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ...errors import ClusterError, ExitCode, SpecError
+from ...exec.supervisor import Phase, Stop, Supervisor
 from ...records import JobRecord, JobState
 from ..base import DryRun, JobStatus, StatusLine, SubmitOptions, Target
 from ..outcome import Outcome, outcome_of
@@ -101,11 +102,89 @@ def slurm_ended_it(res: JobResultFiles, job: SlurmJob | None) -> str | None:
     return None
 
 
+#: after a graceful cancel's SIGTERM to the batch step, how long past ``grace_s`` before ``scancel`` kills the rest.
+CANCEL_MARGIN_S = 20.0
+
+
+class SlurmChild:
+    """A Slurm job as the one supervisor's ``Child`` (exec/supervisor.py): the supervisor's loop follows it, stops
+    it and drains it, as it does a local process or the ssh sessions.
+
+    ``poll``: Slurm's state (squeue, then sacct: accounting.query); once Slurm no longer runs it, its result file
+    is waited for up to RESULT_GRACE_S (a shared file system's attribute cache), then the master's code (or
+    ``NO_RESULT``).  ``terminate``: ``scancel --batch --signal=TERM`` to a running job's batch shell (its trap stops
+    the master, which asks every rank to stop within the grace period and writes the result), its kill deadline
+    ``grace_s`` + CANCEL_MARGIN_S; a pending job has no batch shell, so it gets ``scancel`` at once.  ``kill``:
+    ``scancel`` (Slurm's SIGTERM to every step, SIGKILL after KillWait).  ``drain``: the last of slurm.out/err.
+    ``detached()``: true once following should end with the job left running (a signal to ``submit --wait``, its
+    deadline): ``poll`` then answers ``DETACHED``.
+    """
+
+    #: ``poll``'s answer when the job ended but its batch step left no exit code.
+    NO_RESULT = -1
+    #: ``poll``'s answer when following ended with the job left running (``detached``).
+    DETACHED = -2
+
+    def __init__(self, runner: Runner, job_id: str, run_dir: str, *, grace_s: float = 10.0,
+                 clock: Clock = SYSTEM_CLOCK, tails=(), detached=lambda: False):
+        self.runner, self.job_id, self.run_dir = runner, job_id, run_dir
+        self.grace_s, self.clock, self.tails, self.detached = grace_s, clock, list(tails), detached
+        self.last: SlurmJob | None = None      # the job as Slurm last reported it
+        self._gone: Deadline | None = None
+        self._scancelled = False               # the plain scancel was sent: once is enough
+
+    def poll(self) -> int | None:
+        for t, dst in self.tails:
+            t.pump(dst)
+        job = query(self.runner, self.job_id)
+        if job is not None:
+            self.last = job
+        if job is not None and job.job_state not in ENDED:
+            self._gone = None
+            return self.DETACHED if self.detached() else None
+        # Ended (or forgotten): its result file may lag on a shared file system; wait for it briefly.
+        self._gone = self._gone or Deadline(self.clock, RESULT_GRACE_S)
+        code = read_result(self.runner, self.run_dir).exit_code
+        if code is not None:
+            return code
+        if self._gone.expired():
+            return self.NO_RESULT
+        return self.DETACHED if self.detached() else None
+
+    def _scancel(self, *flags: str) -> None:
+        code, _, err = self.runner.run(["scancel", *flags, self.job_id])
+        if code != 0 and "already completing or completed" not in err and "Invalid job id" not in err:
+            raise ClusterError(f"scancel {self.job_id} failed (exit {code}): {err.strip()[-300:]}")
+
+    def terminate(self, stop) -> float | None:
+        if self.last is not None and self.last.job_state == JobState.RUNNING:
+            self._scancel("--batch", "--signal=TERM")
+            return self.grace_s + CANCEL_MARGIN_S
+        self.kill()     # pending: no batch shell to ask; Slurm removes it
+        return 0.0
+
+    def stopping(self) -> float | None:
+        return None
+
+    def kill(self) -> None:
+        if not self._scancelled:
+            self._scancel()
+            self._scancelled = True
+
+    def drain(self, deadline: Deadline) -> None:
+        for t, dst in self.tails:
+            t.pump(dst, final=True)
+
+    def wait(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
+
 def follow(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, *, clock: Clock = SYSTEM_CLOCK, out=None, err=None,
            progress: StatusLine | None = None, stopped=lambda: None,
            level: int = verbosity.VERBOSE) -> SlurmJob | None:
-    """Wait until Slurm no longer runs the job, copying slurm.out/slurm.err as they grow (when they are on this
-    machine); its last record.  ``stopped()`` names a signal submit received: following ends (the job runs on)."""
+    """Follow the job under the supervisor (``SlurmChild``) until Slurm no longer runs it, copying
+    slurm.out/slurm.err as they grow (when they are on this machine); its last record.  ``stopped()`` names a
+    signal submit received, and the follow deadline may pass: following ends, the job runs on."""
     req = dry.request
     out = out or sys.stdout.buffer
     err = err or sys.stderr.buffer
@@ -117,36 +196,24 @@ def follow(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, *, clock: Clo
         tails = [(FileTail(Path(req.run_dir) / "slurm.out", ""), out),
                  (FileTail(Path(req.run_dir) / "slurm.err", ""), err)]
     deadline = Deadline(clock, req.deadline_s)
-    poll_s = SIM_POLL_S if req.where["kind"] == "sim" else POLL_S
-    last: SlurmJob | None = None
-    gone = None
-    while True:
-        for t, dst in tails:
-            t.pump(dst)
-        job = query(runner, job_id)
-        if job is not None:
-            last = job
-        state = job.job_state if job is not None else None
-        if state in ENDED or job is None:
-            # Ended (or forgotten): its result file may lag on a shared file system; wait for it briefly.
-            gone = gone or Deadline(clock, RESULT_GRACE_S)
-            if read_result(runner, req.run_dir).exit_code is not None or gone.expired():
-                break
-        else:
-            gone = None
+    child = SlurmChild(runner, job_id, req.run_dir, grace_s=req.grace_s, clock=clock, tails=tails,
+                       detached=lambda: bool(stopped()) or deadline.expired())
+
+    def show(phase: Phase) -> None:
+        job = child.last
+        if phase is Phase.RUNNING and job is not None and job.job_state not in ENDED:
             progress.update(f"slurm: job {job_id} {job.state.lower()}"
                             + (f" ({job.reason})" if job.reason and job.reason != "None" else ""))
-        if stopped():
-            break
-        if deadline.expired():
-            progress.done(f"slurm: job {job_id} still {last.state if last else 'unknown'} after "
-                          f"{req.deadline_s:g} s; stopped following it (it keeps running; cancel it with "
-                          f"mpirun_kit cancel or scancel {job_id})")
-            break
-        clock.sleep(poll_s)
-    for t, dst in tails:
-        t.pump(dst, final=True)
-    return last
+
+    poll_s = SIM_POLL_S if req.where["kind"] == "sim" else POLL_S
+    # No stop is ever asked here: a signal to submit or the follow deadline leave the job running (detached).
+    ended = Supervisor(child, clock=clock, tick_s=poll_s, on_tick=show, deadline_what="following the job").run()
+    if ended.returncode == SlurmChild.DETACHED and not stopped():
+        last = child.last
+        progress.done(f"slurm: job {job_id} still {last.state if last else 'unknown'} after "
+                      f"{req.deadline_s:g} s; stopped following it (it keeps running; cancel it with "
+                      f"mpirun_kit cancel or scancel {job_id})")
+    return child.last
 
 
 def outcome_for(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, job: SlurmJob | None, *,
@@ -182,13 +249,11 @@ def job_id_of(record: JobRecord) -> str:
     raise SpecError(f"job {record.job_id} has no Slurm job id (it was never submitted)")
 
 
-#: after a graceful cancel's SIGTERM to the batch step, how long past ``grace_s`` before ``scancel`` kills the rest.
-CANCEL_MARGIN_S = 20.0
 
 
 def cancel_job(runner: Runner, job_id: str, *, grace_s: float = 10.0, clock: Clock = SYSTEM_CLOCK,
                timeout: float = 60.0) -> SlurmJob | None:
-    """Stop the job and wait until Slurm no longer runs any of it.
+    """Stop the job under the supervisor (``SlurmChild``) and wait until Slurm no longer runs any of it.
 
     First SIGTERM to the batch shell only (``scancel --batch``): its trap stops the master, which asks every
     rank to stop (SIGTERM to each program, ``grace_s`` for its handler) and writes the result, so the job ends
@@ -202,30 +267,25 @@ def cancel_job(runner: Runner, job_id: str, *, grace_s: float = 10.0, clock: Clo
     job = query(runner, job_id)
     if job is None or job.job_state in ENDED:
         return job
+    # The run directory plays no part here: the job is over once Slurm no longer runs it (its result is read after).
+    child = _Cancelled(runner, job_id, "", grace_s=grace_s, clock=clock)
+    child.last = job
+    sup = Supervisor(child, clock=clock, tick_s=0.2, kill_wait_s=timeout, grace_s=grace_s + CANCEL_MARGIN_S)
+    sup.request_stop(Stop("user", f"mpirun_kit cancel of Slurm job {job_id}", int(ExitCode.SIGTERM), "SIGTERM"))
+    ended = sup.run()
+    if ended.abandoned:
+        last = child.last
+        raise ClusterError(f"Slurm job {job_id} is still {last.state if last else 'running'} {timeout:g} s after "
+                           f"scancel; check it with scontrol show job {job_id}")
+    return child.last
 
-    def scancel(*flags: str) -> None:
-        code, _, err = runner.run(["scancel", *flags, job_id])
-        if code != 0 and "already completing or completed" not in err and "Invalid job id" not in err:
-            raise ClusterError(f"scancel {job_id} failed (exit {code}): {err.strip()[-300:]}")
 
-    if job.job_state == JobState.RUNNING:
-        scancel("--batch", "--signal=TERM")
-        soft = Deadline(clock, grace_s + CANCEL_MARGIN_S)
-        while not soft.expired():
-            job = query(runner, job_id)
-            if job is None or job.job_state in ENDED:
-                return job
-            clock.sleep(0.2)
-    scancel()
-    deadline = Deadline(clock, timeout)
-    while True:
-        job = query(runner, job_id)
-        if job is None or job.job_state in ENDED:
-            return job
-        if deadline.expired():
-            raise ClusterError(f"Slurm job {job_id} is still {job.state} {timeout:g} s after scancel; check it with "
-                               f"scontrol show job {job_id}")
-        clock.sleep(0.2)
+class _Cancelled(SlurmChild):
+    """``SlurmChild`` for a cancel: done as soon as Slurm no longer runs the job (no result file is waited for)."""
+
+    def poll(self) -> int | None:
+        self.last = query(self.runner, self.job_id)
+        return 0 if self.last is None or self.last.job_state in ENDED else None
 
 
 class SlurmTarget(Target[SlurmRequest]):
