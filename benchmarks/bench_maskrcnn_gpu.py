@@ -227,9 +227,14 @@ def run(args: argparse.Namespace) -> dict:
             cuda = t.device.type == "cuda"
             sync = torch.cuda.synchronize if cuda else (lambda: None)
             t.ddp_model.train()
-            for _ in range(args.warmup):
-                t.train_step(next(batches))
-            sync()
+            # DDP says once per process when a gradient's strides differ from its bucket view's (a
+            # copy per bucket per step: issue #36 saw it for a 1x1 conv weight under channels-last)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for _ in range(args.warmup):
+                    t.train_step(next(batches))
+                sync()
+            stride_warnings = [str(w.message)[:200] for w in caught if "Grad strides do not match" in str(w.message)]
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
             loop = _windows(args, t, ipg, sync, lambda: next(batches))
@@ -250,7 +255,8 @@ def run(args: argparse.Namespace) -> dict:
                 "step_only_images_per_s": round(step_rate, 2), "step_only_window_images_per_s": [round(r, 2) for r in step],
                 "loop_over_step": round(loop_rate / step_rate, 3),
                 "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
-                "host_syncs_per_step": syncs, "bar_images_per_s": cost_goal(),
+                "host_syncs_per_step": syncs, "ddp_grad_stride_warnings": stride_warnings,
+                "bar_images_per_s": cost_goal(),
             }
         finally:
             if dist.is_initialized():

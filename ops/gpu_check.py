@@ -108,7 +108,8 @@ def _figures(kind: str, text: str, out: Path, step: Step) -> dict:
             return {"per_core_images_per_s": r["per_core_images_per_s"], "workers_images_per_s": r["workers_images_per_s"]}
         keys = ("images_per_s", "step_only_images_per_s", "loop_over_step", "loader_workers", "peak_memory_gib",
                 "ims_per_gpu", "set", "device")
-        return {k: r.get(k) for k in keys} | {"host_syncs": r.get("host_syncs_per_step", {}).get("cuda_sync_debug_warnings")}
+        return {k: r.get(k) for k in keys} | {"host_syncs": r.get("host_syncs_per_step", {}).get("cuda_sync_debug_warnings"),
+                                              "ddp_stride_warnings": len(r.get("ddp_grad_stride_warnings", []))}
     if kind == "demo":
         m = re.search(r"bbox_mAP=([0-9.]+) segm_mAP=([0-9.]+)", text)
         speed = [float(v) for v in re.findall(r"images_per_s=([0-9.]+)", text)]
@@ -218,7 +219,8 @@ def _line(rec: dict) -> str:
     if "step_only_images_per_s" in f:
         text = (f"loop {f['images_per_s']} img/s, step only {f['step_only_images_per_s']} (loop/step "
                 f"{f['loop_over_step']}), {f['loader_workers']} workers, {f['ims_per_gpu']} img/GPU, "
-                f"peak {f['peak_memory_gib']} GiB, sync warnings {f['host_syncs']}")
+                f"peak {f['peak_memory_gib']} GiB, sync warnings {f['host_syncs']}, DDP stride warnings "
+                f"{f['ddp_stride_warnings']}")
     elif "per_core_images_per_s" in f:
         text = f"loader {f['per_core_images_per_s']} img/s per core; by workers {f['workers_images_per_s']}"
     elif "bbox_mAP" in f:
