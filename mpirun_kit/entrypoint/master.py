@@ -38,7 +38,7 @@ from ..exec.signals import SignalLatch
 from ..exec.ssh import wait_reachable
 from ..observe import timeline
 from ..observe.hang import HangMonitor, check_observe_report
-from ..plan.env import launcher_env
+from ..plan.env import FORWARD_HOW, launcher_env
 from ..plan.launch_plan import RANK_MODULE, LaunchPlan
 from ..plan.mpi import get_flavour
 from ..redact import is_secret, redact_text
@@ -130,6 +130,7 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
         LaunchError: the result channel cannot be opened (port taken, name unresolvable).
     """
     out = log_stream or sys.stderr
+    _say_env_left_out(plan)
     bind = bind or bind_address(plan)
     t = plan.timeouts
     rec = timeline.Recorder(plan.master, "master", clock)   # phases -> <opt_ml>/output/timeline.json
@@ -241,6 +242,20 @@ def run_master(plan: LaunchPlan, environ: Mapping[str, str], opt_ml: Path, latch
                 opt_ml, out, rec, everyone=not started, progress=progress)
         if handoff is not None:
             handoff.close(clock=clock)      # every other host's key directory goes
+
+
+def _say_env_left_out(plan: LaunchPlan) -> None:
+    """Name, once, the launching host's variables that reach no rank, each with why and how to send it: the
+    ones left out on purpose (secrets, AWS credentials, another launcher's state) as a warning, the others
+    (not on the allow-list) in the log (plan/env.py)."""
+    by_why: dict[str, list[str]] = {}
+    for name, why in plan.env_dropped:
+        by_why.setdefault(why, []).append(name)
+    for why, names in by_why.items():
+        log.warning("env: not forwarded to the ranks: %s (%s)", ", ".join(names), why)
+    if plan.env_left:
+        log.info("env: not forwarded to the ranks (not on the allow-list): %s; %s to send one",
+                 ", ".join(plan.env_left), FORWARD_HOW)
 
 
 def _finished(server: ResultServer, plan: LaunchPlan, keys: str | None, result: JobResult, opt_ml: Path,

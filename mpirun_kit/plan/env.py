@@ -1,8 +1,10 @@
 """Which environment variables reach the ranks, and how they are shown.
 
 Forwarding is an explicit allow-list: a few names (PATH, LD_LIBRARY_PATH, ...),
-a few prefixes (NCCL_, FI_, SM_ ...), the LaunchSpec's ``env_forward`` names and
-its ``env`` values (which win).  Names that look secret (SECRET, TOKEN, PASSWORD,
+the prefixes users rely on (NCCL_, SM_, WANDB_, MLFLOW_, CUDA_ ...), the LaunchSpec's ``env_forward`` names and
+its ``env`` values (which win); with ``env_inherit`` (target local, as torchrun does) the launching shell's
+whole environment instead.  Whatever is left out is named with why and how to forward it (``dropped``,
+``left_behind``).  Names that look secret (SECRET, TOKEN, PASSWORD,
 KEY, CREDENTIAL) are never picked up by a prefix, only when named explicitly, and
 are always redacted when printed.  AWS credentials are never forwarded at all:
 ranks get them from the instance role, never from the master's environment
@@ -17,14 +19,36 @@ from ..redact import AWS_CREDENTIALS, is_secret
 
 FORWARD_NAMES: tuple[str, ...] = (
     "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "LANG", "LC_ALL", "TZ",
-    "OMP_NUM_THREADS", "VIRTUAL_ENV",
+    "OMP_NUM_THREADS", "VIRTUAL_ENV", "AWS_REGION", "AWS_DEFAULT_REGION", "PYTHONHASHSEED", "PYTHONWARNINGS",
 )
-FORWARD_PREFIXES: tuple[str, ...] = ("SM_", "NCCL_", "FI_", "UCX_", "TORCH_", "HF_", "MPIRUN_KIT_")
-#: per-host values: forwarding the master's copy would lie to every other host.
+#: what users of torchrun and srun expect to reach every rank: the platform's, the collectives', the trackers'
+#: (Weights & Biases, MLflow, Comet, Neptune), CUDA's and the frameworks' settings.
+FORWARD_PREFIXES: tuple[str, ...] = (
+    "SM_", "NCCL_", "FI_", "UCX_", "TORCH_", "HF_", "MPIRUN_KIT_", "WANDB_", "MLFLOW_", "COMET_", "NEPTUNE_",
+    "CUDA_", "PYTORCH_", "TORCHINDUCTOR_", "TRANSFORMERS_", "TOKENIZERS_", "OMP_", "MKL_", "KMP_", "XLA_", "JAX_",
+    "TF_",
+)
+#: per-host values: forwarding the master's copy would lie to every other host (a GPU list is this host's).
 PER_HOST_NAMES: frozenset[str] = frozenset({
     "SM_CURRENT_HOST", "SM_CURRENT_INSTANCE_TYPE", "SM_CURRENT_INSTANCE_GROUP",
-    "SM_CURRENT_INSTANCE_GROUP_HOSTS", "SM_RESOURCE_CONFIG",
+    "SM_CURRENT_INSTANCE_GROUP_HOSTS", "SM_RESOURCE_CONFIG", "CUDA_VISIBLE_DEVICES",
 })
+#: a launcher's own state in the submitting shell (one job inside another's allocation, say): handed to this job's
+#: ranks it would make them join the other job's MPI or Slurm step.  Never inherited (``inherit``).
+LAUNCHER_STATE_PREFIXES: tuple[str, ...] = ("OMPI_", "PMIX_", "PRTE_", "OPAL_", "SLURM_", "SBATCH_", "SRUN_",
+                                           "PMI_", "HYDRA_", "I_MPI_")
+#: the shell's own bookkeeping, meaningless in a rank: never inherited, never listed as left behind.
+SHELL_NAMES: frozenset[str] = frozenset({"_", "SHLVL", "PWD", "OLDPWD", "PS1", "PS2", "COLUMNS", "LINES"})
+#: how a variable left out reaches the ranks anyway (the plan says it with each name).
+FORWARD_HOW = "name it in env_forward (or set it in env)"
+SECRET_WHY = f"secret-looking name: not forwarded unless named; {FORWARD_HOW} to send it (shown as ***)"
+AWS_WHY = "AWS credential: never forwarded; ranks use the instance role"
+STATE_WHY = "a launcher's own state (another MPI or Slurm job's): never inherited; " + FORWARD_HOW + " if meant"
+
+
+def _env_name(name: str) -> bool:
+    """A name mpirun's ``-x`` and a POSIX shell take (exported bash functions, ``BASH_FUNC_f%%``, are not)."""
+    return bool(name) and (name[0].isalpha() or name[0] == "_") and all(c.isalnum() or c == "_" for c in name)
 
 #: what mpirun itself needs from the launching host besides the ranks' env: what an ssh login gives
 #: a remote host's MPI daemon, and MPI's own settings.  Local ranks inherit mpirun's environment, so
@@ -46,32 +70,59 @@ def launcher_env(environ: Mapping[str, str], ranks_env: Iterable[tuple[str, str]
 
 
 def resolve_env(environ: Mapping[str, str], forward: Iterable[str] = (),
-                explicit: Iterable[tuple[str, str]] = ()) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+                explicit: Iterable[tuple[str, str]] = (), *,
+                inherit: bool = False) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """The ranks' environment, and what was left out on purpose.
 
     Args:
         environ: the launching host's environment (an argument, never os.environ here).
         forward: names to copy from ``environ`` when set there (LaunchSpec.env_forward).
         explicit: ``(name, value)`` set for every rank (LaunchSpec.env); these win.
+        inherit: every variable of ``environ`` (target local: the submitting shell's, as torchrun's ranks get
+            it), less secret-looking names, AWS credentials and another launcher's state, each named in
+            ``dropped``; else the allow-list (``FORWARD_NAMES``/``FORWARD_PREFIXES``).
 
     Returns:
-        (env, dropped): env sorted by name; dropped as ``(name, reason)``.
+        (env, dropped): env sorted by name; dropped as ``(name, reason and remedy)``.
     """
     forward = tuple(forward)
     picked: dict[str, str] = {}
     dropped: dict[str, str] = {}
     for name in sorted(environ):
-        by_default = name in FORWARD_NAMES or (name.startswith(FORWARD_PREFIXES) and not is_secret(name))
-        if by_default and name not in PER_HOST_NAMES:
+        if inherit:
+            if name in SHELL_NAMES or not _env_name(name) or name.startswith(LAUNCHER_PREFIXES):
+                continue        # LAUNCHER_PREFIXES: MPI's own settings, which reach mpirun (launcher_env)
+            if name.startswith(LAUNCHER_STATE_PREFIXES):
+                dropped[name] = STATE_WHY
+            elif is_secret(name):
+                dropped[name] = AWS_WHY if name in AWS_CREDENTIALS else SECRET_WHY
+            else:
+                picked[name] = environ[name]
+            continue
+        listed = name in FORWARD_NAMES or name.startswith(FORWARD_PREFIXES)
+        if listed and is_secret(name) and name not in AWS_CREDENTIALS:
+            dropped[name] = SECRET_WHY      # HF_TOKEN, WANDB_API_KEY: a prefix never carries a secret
+        elif listed and name not in PER_HOST_NAMES:
             picked[name] = environ[name]
     for name in forward:
         if name in environ:
             picked[name] = environ[name]
+            dropped.pop(name, None)
     for name, value in explicit:
         picked[name] = value
+        dropped.pop(name, None)
     for name in sorted(picked):
         if name in AWS_CREDENTIALS:
-            dropped[name] = "AWS credential: never forwarded; ranks use the instance role"
+            dropped[name] = AWS_WHY
             del picked[name]
     return tuple(sorted(picked.items())), tuple(sorted(dropped.items()))
 
+
+def left_behind(environ: Mapping[str, str], env: Iterable[tuple[str, str]],
+                dropped: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The launching host's variables that reach no rank and are not in ``dropped`` (which says why for its
+    own): the names a user may expect (``MYVAR``), for the plan to list with ``FORWARD_HOW``.  mpirun's own
+    login variables (HOME, USER, ...) and the shell's bookkeeping are not listed: each host has its own."""
+    sent = {n for n, _ in env} | {n for n, _ in dropped}
+    return tuple(n for n in sorted(environ) if n not in sent and n not in SHELL_NAMES and n not in LAUNCHER_NAMES
+                 and n not in PER_HOST_NAMES and not n.startswith(LAUNCHER_PREFIXES) and _env_name(n))

@@ -108,6 +108,8 @@ def make_job_plan(compiled: CompiledJob, environ: Mapping[str, str], *, topology
             origin = "forwarded (env_forward)"
         elif name.startswith("MPIRUN_KIT_"):
             origin = "launcher"
+        elif compiled.launch.env_inherit:
+            origin = "inherited (target local)"
         else:
             origin = "forwarded (allow-list)"
         rows.append(EnvRow(name, value, origin))

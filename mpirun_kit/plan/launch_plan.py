@@ -16,7 +16,7 @@ from typing import Mapping
 from ..cluster import Cluster, Host, elect_master
 from ..errors import SpecError
 from ..spec.launch_spec import LaunchSpec, Timeouts
-from .env import resolve_env
+from .env import FORWARD_HOW, left_behind, resolve_env
 from ..redact import redact_argv, redact_pairs
 from .mpi import get_flavour
 from .mpirun import build_mpirun_argv
@@ -48,6 +48,8 @@ class LaunchPlan:
     #: the master waits for every worker's sshd before launching: mpirun starts its daemons over ssh
     #: (not srun's direct launch, nor mpirun inside a Slurm allocation, whose daemons srun starts)
     worker_sshd: bool = True
+    #: the launching host's variables that reach no rank, besides ``env_dropped`` (plan/env.py left_behind)
+    env_left: tuple[str, ...] = ()
 
     @property
     def workers(self) -> tuple[str, ...]:
@@ -111,7 +113,8 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
     elif master not in cluster.host_names:
         raise SpecError(f"master {master!r} is not among the hosts {list(cluster.host_names)}; "
                         "the master must be one of the job's hosts")
-    env, dropped = resolve_env(environ, spec.env_forward, spec.env)
+    env, dropped = resolve_env(environ, spec.env_forward, spec.env, inherit=spec.env_inherit)
+    left = left_behind(environ, env, dropped)
     # A port chosen per job at run time (None here) reaches the ranks in mpirun's environment: the master sets
     # RESULT_ADDR_VAR to the port it bound, whatever the plan says (entrypoint/master.py).
     env = tuple(sorted(dict(env, **{RESULT_ADDR_VAR: f"{master}:{spec.result_port or 0}",
@@ -136,7 +139,7 @@ def build_launch_plan(spec: LaunchSpec, cluster: Cluster, environ: Mapping[str, 
         mpi_flavour=flavour.name, daemons=flavour.daemons, argv=argv, conflicts=conflicts,
         network_interface=cluster.network_interface, result_port=spec.result_port, ssh_port=spec.ssh_port,
         timeouts=spec.timeouts, working_dir=spec.working_dir, source=cluster.source,
-        worker_sshd=flavour.uses_ssh and spec.daemons_via == "ssh")
+        worker_sshd=flavour.uses_ssh and spec.daemons_via == "ssh", env_left=left)
 
 
 def to_dict(plan: LaunchPlan) -> dict:
@@ -180,6 +183,8 @@ def render(plan: LaunchPlan) -> str:
     lines.append(f"    {RUN_NONCE_VAR}=*** (result channel run nonce, made by the master for each run)")
     for n, why in plan.env_dropped:
         lines.append(f"    dropped {n}: {why}")
+    if plan.env_left:
+        lines.append(f"    not forwarded ({len(plan.env_left)}): {' '.join(plan.env_left)}; {FORWARD_HOW} to send one")
     for c in plan.conflicts:
         lines.append(f"  conflict   {c}")
     lines.append(f"  timeouts   ssh {plan.ssh_deadline_s():g}s, daemon {plan.daemon_deadline_s():g}s, "

@@ -250,7 +250,7 @@ def _check_macros(job: S.JobSpec, pos: dict) -> list[Finding]:
                        f"channels: {', '.join(sorted(names)) or 'none'}")
             else:
                 msg = (f"unknown reference ${{{body}}}; expected ${{data:CHANNEL}}, ${{checkpoint}}, ${{output}} "
-                       "or ${stack:STACK.OutputKey}")
+                       f"or ${{stack:STACK.OutputKey}}, or write $${{{body}}} for a literal ${{{body}}} (the shell's)")
             out.append(Finding(line_of(pos, path), render_path(path), msg))
     return out
 

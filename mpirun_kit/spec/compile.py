@@ -193,7 +193,7 @@ def output_path(job: S.JobSpec) -> str:
 
 
 def expand_macros(text: str, job: S.JobSpec) -> str:
-    """``${data:NAME}``, ``${checkpoint}``, ``${output}`` -> paths on the job's target."""
+    """``${data:NAME}``, ``${checkpoint}``, ``${output}`` -> paths on the job's target; ``$${`` -> ``${``."""
     chans = dict(channel_paths(job))
 
     def one(m: re.Match) -> str:
@@ -205,7 +205,8 @@ def expand_macros(text: str, job: S.JobSpec) -> str:
         if body == "output":
             return output_path(job)
         return m.group(0)
-    return MACRO_RE.sub(one, text)
+    # ``$${`` escapes a literal ``${`` (a shell's own ${VAR} in a command, say): MACRO_RE skipped it
+    return MACRO_RE.sub(one, text).replace("$${", "${")
 
 
 def program_argv(job: S.JobSpec, python: str) -> tuple[str, ...]:
@@ -298,6 +299,8 @@ def compile_job(job: S.JobSpec, *, python: str = "python3", resolver: StackResol
         processes_per_host=job.resources.processes_per_host or (gpus or None),
         env=tuning.env,
         env_forward=job.env_forward,
+        # local ranks get the submitting shell's environment, as torchrun's do; other targets the allow-list
+        env_inherit=job.target.type == "local",
         mpi_flavour=job.mpi.flavour,
         mpi_options=job.mpi.options,
         mca=job.mpi.mca,

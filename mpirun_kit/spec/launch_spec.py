@@ -86,6 +86,10 @@ class LaunchSpec:
     env: tuple[tuple[str, str], ...] = key((), names=NAME)
     #: names copied from the launching host's environment, when set there.
     env_forward: tuple[str, ...] = key((), items=NAME)
+    #: every rank gets the launching host's whole environment (less secret-looking names, AWS credentials and
+    #: another launcher's state, each named in the plan), as torchrun's ranks do; False: the allow-list
+    #: (plan/env.py).  The job layer sets it for target local, whose launching host is the submitting shell's.
+    env_inherit: bool = False
     #: "srun": inside a Slurm job (plan/srun.py)
     mpi_flavour: str = key("auto", enum=("auto", "openmpi4", "openmpi5", "mpich", "srun"))
     #: how mpirun starts its daemons on the other hosts: "ssh" (the master first waits for every worker's

@@ -32,7 +32,8 @@ API_VERSION = "mpirun_kit/v1"
 
 #: the references a spec's strings may hold (``${data:NAME}``, ``${stack:STACK.Key}``, ...): checked in
 #: checks.py, resolved per target in compile.py.
-MACRO_RE = re.compile(r"\$\{([^}]*)\}")
+#: ``${...}``; ``$${`` is a literal ``${`` (compile.py ``expand_macros`` drops the first ``$``), never a reference
+MACRO_RE = re.compile(r"(?<!\$)\$\{([^}]*)\}")
 STACK_RE = re.compile(r"^stack:([A-Za-z][A-Za-z0-9-]*)\.([A-Za-z0-9]+)$")
 KIND = "Job"
 TARGETS = ("local", "sim", "ssh", "sagemaker", "slurm")

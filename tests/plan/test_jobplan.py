@@ -34,24 +34,28 @@ def test_demo_plan_on_this_kind_of_machine():
     program = ("/venv/bin/python", "-m", "mpirun_kit.maskrcnn.train", "--config", "demo", "--data-dir",
                "../data/shapes", "--output-dir", "../runs/maskrcnn-demo", "--synthetic-if-missing", "--resume", "auto")
     assert c.launch == LaunchSpec(program=program, processes_per_host=2,
-                                  env=(("OMP_NUM_THREADS", "1"),),
+                                  env=(("OMP_NUM_THREADS", "1"),), env_inherit=True,   # target local
                                   timeouts=Timeouts(job_s=10800))
     environ = {"PATH": "/usr/bin", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "s", "NCCL_DEBUG": "x", "HF_TOKEN": "t"}
     p = make_job_plan(c, environ, topology=topo("no-gpu"), run_as_root=True, cpu_count=2, python="/venv/bin/python")
     assert list(p.launch.argv) == ["mpirun", "--allow-run-as-root", "-np", "2", "-H", "localhost:2", *COMMON,
-                                   "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_MASTER_ADDR", "-x", "MPIRUN_KIT_PINNING",
-                                   "-x", "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG", "-x", "OMP_NUM_THREADS", "-x", "PATH",
-                                   "-x", "MPIRUN_KIT_RUN_NONCE",
+                                   "-x", "HOME", "-x", "MPIRUN_KIT_HOSTS", "-x", "MPIRUN_KIT_MASTER_ADDR",
+                                   "-x", "MPIRUN_KIT_PINNING", "-x", "MPIRUN_KIT_RESULT_ADDR", "-x", "NCCL_DEBUG",
+                                   "-x", "OMP_NUM_THREADS", "-x", "PATH", "-x", "MPIRUN_KIT_RUN_NONCE",
                                    "/venv/bin/python", "-m", "mpirun_kit.rank", "--", *program]
-    assert p.env == (
+    assert p.env == (     # the submitting shell's environment, as torchrun's ranks get it (issue #40)
+        EnvRow("HOME", "/root", "inherited (target local)"),
         EnvRow("MPIRUN_KIT_HOSTS", "localhost:2", "launcher"),
         EnvRow("MPIRUN_KIT_MASTER_ADDR", "localhost", "launcher"),
         EnvRow("MPIRUN_KIT_PINNING", "auto", "launcher"),
         EnvRow("MPIRUN_KIT_RESULT_ADDR", "localhost:0", "launcher"),   # the port: bound when the job starts
-        EnvRow("NCCL_DEBUG", "x", "forwarded (allow-list)"),
+        EnvRow("NCCL_DEBUG", "x", "inherited (target local)"),
         EnvRow("OMP_NUM_THREADS", "1", "spec env"),
-        EnvRow("PATH", "/usr/bin", "forwarded (allow-list)"),
+        EnvRow("PATH", "/usr/bin", "inherited (target local)"),
     )
+    # ... less the secrets, each named with how to send it
+    assert [n for n, _ in p.launch.env_dropped] == ["AWS_SECRET_ACCESS_KEY", "HF_TOKEN"]
+    assert "name it in env_forward" in dict(p.launch.env_dropped)["HF_TOKEN"]
     assert p.ranks == (RankRow(0, "localhost", 0, "-", "all (no GPU)"), RankRow(1, "localhost", 1, "-", "all (no GPU)"))
     assert p.warnings == ()
 

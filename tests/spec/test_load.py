@@ -234,7 +234,7 @@ def test_unknown_macro_and_channel():
     assert errors(text) == [
         "job.yaml:6: program.args[0]: ${data:traen} names no data channel; did you mean 'train'? channels: train",
         "job.yaml:6: program.args[1]: unknown reference ${outptu}; expected ${data:CHANNEL}, ${checkpoint}, "
-        "${output} or ${stack:STACK.OutputKey}",
+        "${output} or ${stack:STACK.OutputKey}, or write $${outptu} for a literal ${outptu} (the shell's)",
     ]
 
 
