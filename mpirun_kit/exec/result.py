@@ -37,7 +37,7 @@ CAUSES: dict[str, str] = {
     "succeeded": "job",         # every rank exited 0
     "rank_failed": "job",       # a rank exited non-zero or was killed: the root cause names it
     "mpirun_failed": "launcher",  # mpirun exited non-zero or was killed and no rank reported a failure
-    "interrupted": "launcher",  # the entrypoint received a signal (the platform's SIGTERM) and stopped the job
+    "interrupted": "user",      # the entrypoint received a signal (Ctrl-C, SIGHUP, a cancel, the platform's stop)
     "timeout": "launcher",      # past timeouts.job_s
     "hung": "launcher",         # a stall outlasted timeouts.hang_abort_s
     "host_lost": "launcher",    # a worker went silent on the result channel

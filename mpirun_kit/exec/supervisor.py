@@ -248,7 +248,9 @@ class ProcessChild:
         return self.proc.poll()
 
     def terminate(self, stop: Stop) -> float | None:
-        sig = signal.Signals[stop.signal] if self.forward and stop.signal in ("SIGINT", "SIGTERM") else signal.SIGTERM
+        # SIGHUP too: the launcher then records the stop as the signal submit got (129), not SIGTERM (issue #40)
+        sig = signal.Signals[stop.signal] if self.forward and stop.signal in ("SIGINT", "SIGTERM", "SIGHUP") \
+            else signal.SIGTERM
         if self.term_group:
             signal_group(self.proc.pid, sig)
         else:

@@ -106,7 +106,7 @@ def test_no_rank_report():
 
 def test_interrupted_wins():
     r = job_result(1, None, (RankFailure(0, "h", None, "SIGTERM", 1.0),), interrupted_by="SIGTERM")
-    assert (r.exit_code, r.source, r.kind, r.interrupted_by, r.root_cause) == (143, "launcher", "interrupted",
+    assert (r.exit_code, r.source, r.kind, r.interrupted_by, r.root_cause) == (143, "user", "interrupted",
                                                                                  "SIGTERM", None)
     assert r.summary == ("the job was stopped by SIGTERM sent to the master entrypoint\n"
                          "1 rank(s) ended by the stop: rank 0@h SIGTERM")
