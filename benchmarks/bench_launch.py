@@ -17,15 +17,23 @@ For N hosts x 2 ranks, median of several runs, read from the job's own timeline
     worker having acknowledged the result (bare mpirun's own abort of the same failure,
     measured in the same run, is its floor).
 
+(d) the account (issue 41): for each phase of the launch (observe/timeline.py ``ACCOUNT_PHASES``: entrypoints
+    started, sshd ready, key hand-off, mpirun started, daemons up, wrappers started, keys taken, programs
+    started, channel hello) and the programs' first output, the seconds from the first entrypoint's start to
+    the last host or rank that reached it, next to the floor's daemons up, programs started and first output
+    from its mpirun's start; and the CPU the toolkit's own processes spent per rank (entrypoints without
+    mpirun, wrappers without their programs), up to the programs' start and in the whole job.
+
 The floor has no timeline: its program stamps when its own process started (from
-/proc/self/stat, the moment the MPI daemon forked it) into its host's
-/opt/ml/output/stamps, the same event the rank wrapper reports as a rank's start.
-Every sim host shares this machine's clock.  The machine is shared and noisy:
-compare each figure with its floor from the same run.
+/proc/self/stat, the moment the MPI daemon forked it), when its parent (the daemon) started,
+and when its first line ran (its first output) into its host's /opt/ml/output/stamps; the
+rank wrapper reports the same events.  Every sim host shares this machine's clock.  The
+machine is shared and noisy: compare each figure with its floor from the same run.
 
     python benchmarks/bench_launch.py                      # N = 2, 4, 8; 3 runs each
     python benchmarks/bench_launch.py --hosts 2,4,8,16 --repeats 3
     python benchmarks/bench_launch.py --hosts 2 --repeats 5 --json
+    python benchmarks/bench_launch.py --hosts 8 --launch-only   # (a), (b), (d) and the floor only
 """
 from __future__ import annotations
 
@@ -53,11 +61,16 @@ def stamp(kind, value):
     with open(tmp, "w") as f:
         f.write(repr(value))
     os.replace(tmp, f"{d}/{kind}.{rank}")
-with open("/proc/self/stat") as f:
-    ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-with open("/proc/uptime") as f:
-    up = float(f.read().split()[0])
-stamp("proc", t - (up - ticks / os.sysconf("SC_CLK_TCK")))
+def started(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        up = float(f.read().split()[0])
+    return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+stamp("proc", started("self"))
+# the floor's daemon (orted; mpirun on its own host) is the program's parent; a rank wrapper's program's
+# parent is the wrapper (the wrapper reports its own parent)
+stamp("parent", started(os.getppid()))
 stamp("start", t)
 crash = int(sys.argv[1]) if len(sys.argv) > 1 else -1
 if int(rank) == crash:
@@ -115,6 +128,31 @@ def figures(data: dict) -> dict:
             "master_cpu": s["startup_cpu_s"].get(master)}
 
 
+#: the account's phases (observe/timeline.py ACCOUNT_PHASES) and the programs' first output, which the
+#: benchmark's program stamps; the floor has three of them.
+ACCOUNT = ("entrypoints started", "sshd ready", "key hand-off", "mpirun started", "daemons up", "wrappers started",
+           "keys taken", "programs started", "channel hello", "first output")
+FLOOR_ACCOUNT = ("daemons up", "programs started", "first output")
+
+
+def account(sim, data: dict) -> dict:
+    """One job's account: each phase's seconds from the first entrypoint's start (None where unknown), and
+    the toolkit's CPU per rank up to the programs' start and in the whole job."""
+    from mpirun_kit.observe import timeline
+
+    acc = timeline.launch_account(data)
+    path = timeline.critical_path(data)
+    firsts = stamps(sim, "start")
+    phases = {**acc["phases"], "first output": max(firsts) - path[0].t if firsts and path else None}
+    return {"phases": phases, "cpu_launch": acc["cpu"]["per_rank_launch_s"], "cpu_job": acc["cpu"]["per_rank_job_s"]}
+
+
+def floor_account(sim, t0: float) -> dict:
+    """The floor's phases, from its mpirun's start ``t0``: the last daemon up, program started, first output."""
+    return {"daemons up": max(stamps(sim, "parent")) - t0, "programs started": max(stamps(sim, "proc")) - t0,
+            "first output": max(stamps(sim, "start")) - t0}
+
+
 def stamps_launch(sim, t0: float) -> float:
     """The launch by the programs' own stamps: ``t0`` -> the last rank's program process started."""
     return max(stamps(sim, "proc")) - t0
@@ -150,7 +188,8 @@ def run_job(sim, crash: int = -1, hosts=None, timeouts=None) -> tuple[float, dic
     return t0, sim.start_entrypoints(entry_argv(), hosts=hosts)
 
 
-def one_n(n: int, repeats: int, root: Path) -> dict:
+def one_n(n: int, repeats: int, root: Path, launch_only: bool = False, name: str = "benchl") -> dict:
+    """Every figure at ``n`` hosts, median of ``repeats``; ``launch_only``: the floor, (a), (b) and (d) only."""
     from mpirun_kit.sim import SimCluster
 
     py = sys.executable
@@ -165,7 +204,9 @@ def one_n(n: int, repeats: int, root: Path) -> dict:
 
     keys = ("floor", "launch", "to_mpirun", "master_last", "master_cpu", "tail", "floor_abort", "fanout")
     res: dict[str, list[float]] = {k: [] for k in keys}
-    with SimCluster(n, root / f"n{n}", name=f"benchl{n}") as sim:
+    ours: dict[str, list[float]] = {k: [] for k in (*ACCOUNT, "cpu_launch", "cpu_job")}
+    floors: dict[str, list[float]] = {k: [] for k in FLOOR_ACCOUNT}
+    with SimCluster(n, root / f"n{n}", name=f"{name}{n}") as sim:
         for _ in range(repeats):
             # floor: bare mpirun from algo-1, sshds already up
             clear(sim)
@@ -174,15 +215,24 @@ def one_n(n: int, repeats: int, root: Path) -> dict:
             if r.returncode != 0:
                 raise RuntimeError(f"bare mpirun failed: {r.stderr[-800:]}")
             res["floor"].append(stamps_launch(sim, t0))
-            # (a) + (b)
+            for k, v in floor_account(sim, t0).items():
+                floors[k].append(v)
+            # (a) + (b) + (d)
             _, procs = run_job(sim)
             exits = wait_exits(procs, 300)
             bad = {h: c for h, (_, c) in exits.items() if c != 0}
             if bad:
                 raise RuntimeError(f"launch run failed on {bad}; see {sim.hosts[0].dir}/entrypoint.log")
-            f = figures(timeline_of(sim))
+            data = timeline_of(sim)
+            f = figures(data)
             for k in ("launch", "to_mpirun", "tail", "master_cpu"):
                 res[k].append(f[k])
+            acc = account(sim, data)
+            for k, v in (*acc["phases"].items(), ("cpu_launch", acc["cpu_launch"]), ("cpu_job", acc["cpu_job"])):
+                if v is not None:
+                    ours[k].append(v)
+            if launch_only:
+                continue
             # (a') the same launch with the workers' entrypoints already up and idle when the master's
             # starts: what a real cluster sees, where no host's start-up competes for another's CPUs.
             _, workers = run_job(sim, hosts=[h.name for h in sim.hosts[1:]])
@@ -211,10 +261,15 @@ def one_n(n: int, repeats: int, root: Path) -> dict:
                 raise RuntimeError(f"fan-out run: some entrypoint exited 0: {exits}")
             res["fanout"].append(figures(timeline_of(sim))["fanout"])
     med = {k: round(statistics.median(v), 3) if v else float("nan") for k, v in res.items()}
+
+    def medians(d):
+        return {k: round(statistics.median(v), 3) if v else None for k, v in d.items()}
+
     return {"hosts": n, "ranks": ranks, "repeats": repeats, **{f"{k}_s": v for k, v in med.items()},
             "launch_over_floor_s": round(med["launch"] - med["floor"], 3),
             "fanout_over_floor_s": round(med["fanout"] - med["floor_abort"], 3),
-            "runs": {k: [round(x, 3) for x in v] for k, v in res.items()}}
+            "account": {"ours": medians(ours), "floor": medians(floors)},
+            "runs": {k: [round(x, 3) for x in v] for k, v in {**res, **ours}.items()}}
 
 
 def table(rows: list[dict]) -> str:
@@ -230,11 +285,35 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def account_table(rows: list[dict]) -> str:
+    """The account (d): a row per phase, a column per host count; each cell ours, then the floor's in brackets
+    where the floor has that phase (its seconds from its own mpirun's start)."""
+    def s(v):
+        return "-" if v is None else f"{v:.2f}"
+
+    lines = ["| phase (s from the first start to the last) | " + " | ".join(f"{r['hosts']} x {PPH}" for r in rows)
+             + " |", "|---|" + "---|" * len(rows)]
+    for k in ACCOUNT:
+        cells = []
+        for r in rows:
+            ours, floor = r["account"]["ours"].get(k), r["account"]["floor"].get(k)
+            cells.append(s(ours) + (f" ({s(floor)})" if k in FLOOR_ACCOUNT else ""))
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    for k, what in (("cpu_launch", "toolkit CPU per rank to the programs' start"),
+                    ("cpu_job", "toolkit CPU per rank, whole job")):
+        lines.append(f"| {what} | " + " | ".join(
+            "-" if r["account"]["ours"].get(k) is None else f"{r['account']['ours'][k] * 1000:.0f} ms"
+            for r in rows) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hosts", default="2,4,8", help="comma-separated host counts, e.g. 2,4,8,16 (default 2,4,8)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true", help="print one JSON object per host count")
+    p.add_argument("--launch-only", action="store_true",
+                   help="the floor, (a) launch, (b) tail and (d) the account only: no master-last run, no fan-out")
     a = p.parse_args()
     try:
         counts = [int(x) for x in a.hosts.split(",")]
@@ -245,7 +324,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_launch.") as root:
         for n in counts:
-            rows.append(one_n(n, a.repeats, Path(root)))
+            rows.append(one_n(n, a.repeats, Path(root), launch_only=a.launch_only))
             if a.json:
                 print(json.dumps(rows[-1]), flush=True)
             else:
@@ -254,6 +333,9 @@ def main() -> int:
     if not a.json:
         print(f"median of {a.repeats} runs, {PPH} ranks per host, simulated cluster on this machine")
         print(table(rows))
+        print()
+        print("the account (d): ours, and bare mpirun's in brackets from its own start")
+        print(account_table(rows))
     return 0
 
 

@@ -82,6 +82,7 @@ def run_worker(plan: LaunchPlan, me: str, opt_ml: Path, latch: SignalLatch, *, c
         sessions.append(session_dir(run_nonce.hex()))
         try:
             keys.append(write_key_dir(run_nonce.hex(), me, seed, job, mine))
+            rec.mark("keys_written")    # the key hand-off, in the launch's account (observe/timeline.py)
         except OSError as exc:
             log.warning("worker %s: cannot write the ranks' key files (%s); ranks here will not report to the "
                         "result channel", me, exc)

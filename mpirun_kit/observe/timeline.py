@@ -29,12 +29,20 @@ VERSION = 1
 #: every phase an entrypoint records, in the order they happen on one host.
 #: master: started, sshd_up, ready (all workers' sshd answered), mpirun_started, mpirun_exited,
 #: result_published, acked (every worker acknowledged), exited.
-#: worker: started, sshd_up, ready (connected to the master), daemon_up, result_received, acked.
-PHASES = ("started", "sshd_up", "ready", "mpirun_started", "daemon_up", "mpirun_exited",
+#: worker: started, sshd_up, ready (connected to the master), keys_written (its ranks' key files, from the seed
+#: the master answered its hello with), daemon_up, result_received, acked.
+PHASES = ("started", "sshd_up", "ready", "keys_written", "mpirun_started", "daemon_up", "mpirun_exited",
           "result_published", "result_received", "acked", "exited")
 MASTER_PHASES = ("started", "sshd_up", "ready", "mpirun_started", "mpirun_exited", "result_published",
                  "acked", "exited")
-WORKER_PHASES = ("started", "sshd_up", "ready", "daemon_up", "result_received", "acked")
+WORKER_PHASES = ("started", "sshd_up", "ready", "keys_written", "daemon_up", "result_received", "acked")
+#: what a rank's wrapper adds to its start and exit reports (exec/channel/protocol.py), as the rank's row
+#: names it: when its parent (the MPI daemon, or mpirun on the master's host) and the wrapper itself started,
+#: when it had its key (its host's other ranks theirs too), its CPU from its exec to its program's start, when
+#: its channel connection was greeted, its whole CPU at exit.
+RANK_ACCOUNT = {"start": (("parent_t", "daemon_started"), ("proc_t", "wrapper_started"), ("key_t", "key_taken"),
+                          ("cpu_s", "cpu_to_program_s")),
+                "exit": (("hello_t", "hello"), ("cpu_s", "wrapper_cpu_s"))}
 #: at most this many records per host are accepted from a worker (hostile input is capped).
 MAX_RECORDS = 32
 
@@ -43,6 +51,12 @@ def cpu_seconds() -> float:
     """This process's CPU time (user + system), children that were waited for included."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+def own_cpu_seconds() -> float:
+    """This process's own CPU time (user + system): the toolkit's share, mpirun's (a waited child) left out."""
+    t = os.times()
+    return t.user + t.system
 
 
 def process_age_s() -> float | None:
@@ -72,7 +86,7 @@ class Recorder:
 
     def mark(self, phase: str, **extra) -> dict:
         rec = {"phase": phase, "t": self.clock.time(), "mono": self.clock.monotonic(), "cpu_s": cpu_seconds(),
-               **extra}
+               "own_cpu_s": own_cpu_seconds(), **extra}
         self.records.append(rec)
         return rec
 
@@ -108,6 +122,8 @@ def clean_records(raw) -> list[dict] | None:
         if not all(_finite(r.get(k)) for k in ("t", "mono", "cpu_s")):
             return None
         out.append({"phase": r["phase"], "t": float(r["t"]), "mono": float(r["mono"]), "cpu_s": float(r["cpu_s"])})
+        if _finite(r.get("own_cpu_s")):     # optional (an older entrypoint's records have none)
+            out[-1]["own_cpu_s"] = float(r["own_cpu_s"])
     return out
 
 
@@ -127,6 +143,9 @@ def merge(master: Recorder, workers: Mapping[str, list[dict]], rank_events: Iter
         r["started" if ev["event"] == "start" else "exited"] = ev["t"]
         if ev["event"] == "exit":
             r["exit_code"], r["signal"] = ev.get("exit_code"), ev.get("signal")
+        for sent, name in RANK_ACCOUNT[ev["event"]]:
+            if _finite(ev.get(sent)):
+                r[name] = ev[sent]
     data = {"version": VERSION, "hosts": hosts, "ranks": [ranks[k] for k in sorted(ranks)]}
     # How the job ended, for the chart's stop marks: its exit code, and the stall the hang monitor found
     # (observe/hang.py hang_json: when, which ranks, their last frames).
@@ -181,9 +200,10 @@ def _problem(data) -> str:
     ranks = data.get("ranks")
     if not isinstance(ranks, list) or not all(isinstance(r, dict) and r.get("host") in hosts for r in ranks):
         return "field 'ranks' must be a list of ranks on the listed hosts"
+    account = [name for pairs in RANK_ACCOUNT.values() for _, name in pairs]
     for r in ranks:
-        if not all(_finite(r[k]) for k in ("started", "exited") if k in r):
-            return f"rank {r.get('rank')!r}: start/exit times must be finite numbers"
+        if not all(_finite(r[k]) for k in ("started", "exited", *account) if k in r):
+            return f"rank {r.get('rank')!r}: start/exit times and the wrapper's figures must be finite numbers"
     if "exit_code" in data and not (isinstance(data["exit_code"], int) and not isinstance(data["exit_code"], bool)):
         return "field 'exit_code' must be an integer"
     hang = data.get("hang")
@@ -253,15 +273,21 @@ def critical_path(data: dict) -> list[Step]:
         t, h = min(starts)
         marks.append((f"first entrypoint started ({h})", t))
     marks.append((f"master {master} started", _phase(data, master, "started")))
-    if workers:
-        ready = [(_phase(data, h, "sshd_up"), h) for h in workers]
-        ready = [r for r in ready if r[0] is not None]
-        if ready:
-            t, h = max(ready)
-            marks.append((f"last worker sshd up ({h})", t))
+    for phase, what in (("sshd_up", "last worker sshd up"), ("keys_written", "last worker wrote its ranks' key files")):
+        seen = [(t, h) for t, h in ((_phase(data, h, phase), h) for h in workers) if t is not None]
+        if seen:
+            t, h = max(seen)
+            marks.append((f"{what} ({h})", t))
     marks.append(("every sshd answered the master", _phase(data, master, "ready")))
     marks.append(("mpirun started", _phase(data, master, "mpirun_started")))
     ranks = data["ranks"]
+    # the wrappers' own account (rank/wrapper.py), where they sent it: the last rank's daemon, wrapper, key
+    for name, what in (("daemon_started", "last rank's MPI daemon started"), ("wrapper_started",
+                         "last rank wrapper started"), ("key_taken", "last rank wrapper had its key")):
+        got = [(r[name], r["rank"], r["host"]) for r in ranks if name in r]
+        if got:
+            t, rank, host = max(got)
+            marks.append((f"{what} (rank {rank} on {host})", t))
     started = [(r["started"], r["rank"], r["host"]) for r in ranks if "started" in r]
     if started:
         t, rank, host = max(started)
@@ -312,6 +338,82 @@ def summary(data: dict) -> dict:
     }
 
 
+#: the launch account's phases (``launch_account``), in the order they happen.
+ACCOUNT_PHASES = ("entrypoints started", "sshd ready", "key hand-off", "mpirun started", "daemons up",
+                  "wrappers started", "keys taken", "programs started", "channel hello")
+
+
+def _own_cpu(phases: list[dict], upto: tuple[str, ...] = ()) -> float | None:
+    """An entrypoint's own CPU at its first phase in ``upto`` (none given: at its last record)."""
+    recs = [r for r in phases if "own_cpu_s" in r and (not upto or r["phase"] in upto)]
+    if not recs:
+        return None
+    return (recs[0] if upto else recs[-1])["own_cpu_s"]
+
+
+def launch_account(data: dict) -> dict:
+    """Where the launch's time and CPU went: for each of ``ACCOUNT_PHASES``, the seconds from the first
+    entrypoint's start to the *last* host or rank that reached it (what the next phase waited for; None where
+    the timeline does not say: an older entrypoint or wrapper, or no worker); and the CPU the toolkit's own
+    processes spent (entrypoints without mpirun, wrappers without their programs), in all and per rank: up to
+    the launch (entrypoints to mpirun's start or their daemon's, wrappers to their program's start) and in the
+    whole job."""
+    path = critical_path(data)
+    t0 = path[0].t if path else 0.0
+    master = master_of(data)
+    hosts = data["hosts"]
+    workers = [h for h, v in hosts.items() if v["role"] == "worker"]
+    ranks = data["ranks"]
+
+    def last(ts):
+        ts = [t for t in ts if t is not None]
+        return max(ts) - t0 if ts else None
+
+    phases = {
+        "entrypoints started": last(_phase(data, h, "started") for h in hosts),
+        "sshd ready": last([_phase(data, master, "ready")]),
+        "key hand-off": last(_phase(data, h, "keys_written") for h in workers),
+        "mpirun started": last([_phase(data, master, "mpirun_started")]),
+        "daemons up": last(r.get("daemon_started") for r in ranks),
+        "wrappers started": last(r.get("wrapper_started") for r in ranks),
+        "keys taken": last(r.get("key_taken") for r in ranks),
+        "programs started": last(r.get("started") for r in ranks),
+        "channel hello": last(r.get("hello") for r in ranks),
+    }
+    ep_launch = [_own_cpu(v["phases"], ("mpirun_started", "daemon_up")) for v in hosts.values()]
+    ep_all = [_own_cpu(v["phases"]) for v in hosts.values()]
+    wr_launch = [r.get("cpu_to_program_s") for r in ranks]
+    wr_all = [r.get("wrapper_cpu_s") for r in ranks]
+
+    def total(xs):
+        return None if not xs or any(x is None for x in xs) else sum(xs)
+
+    cpu = {"entrypoints_launch_s": total(ep_launch), "wrappers_launch_s": total(wr_launch),
+           "entrypoints_s": total(ep_all), "wrappers_s": total(wr_all)}
+    n = len(ranks)
+    for part in ("launch", "job"):
+        a, b = (cpu["entrypoints_launch_s"], cpu["wrappers_launch_s"]) if part == "launch" else \
+            (cpu["entrypoints_s"], cpu["wrappers_s"])
+        cpu[f"per_rank_{part}_s"] = None if a is None or b is None or not n else (a + b) / n
+    return {"phases": phases, "cpu": cpu, "ranks": n}
+
+
+def account_line(data: dict) -> str:
+    """``launch_account`` in one line: each phase's seconds, then the toolkit's CPU per rank; "" when the
+    timeline has no wrapper figures (an older wrapper)."""
+    acc = launch_account(data)
+    if acc["phases"]["wrappers started"] is None:
+        return ""
+    steps = ", ".join(f"{k} {v:.2f}" for k, v in acc["phases"].items() if v is not None)
+    cpu = acc["cpu"]
+
+    def ms(v):
+        return "-" if v is None else f"{v * 1000:.0f} ms"
+
+    return (f"launch account (s from the first start to the last of each): {steps}; toolkit CPU per rank: "
+            f"{ms(cpu['per_rank_launch_s'])} to the programs' start, {ms(cpu['per_rank_job_s'])} in the job")
+
+
 def summary_line(data: dict) -> str:
     s = summary(data)
 
@@ -332,6 +434,9 @@ def render_text(data: dict) -> str:
     if cpu:
         lines.append("entrypoint CPU time during start-up (to mpirun/daemon start): "
                      + ", ".join(f"{h} {c:.2f} s" for h, c in cpu.items()))
+    account = account_line(data)
+    if account:
+        lines.append(account)
     lines.append(summary_line(data))
     ending = outcome_line(data)
     if ending:
@@ -346,6 +451,7 @@ def render_text(data: dict) -> str:
 
 #: the Gantt bars: one per span between consecutive phases, named (and coloured) by the phase it ends in.
 _SPANS = {"sshd_up": ("start-up", "#c6dbef"), "ready": ("waiting for sshd / the master", "#6baed6"),
+          "keys_written": ("key hand-off", "#fdd0a2"),
           "mpirun_started": ("planning", "#08519c"), "daemon_up": ("waiting for mpirun's daemon", "#9e9ac8"),
           "mpirun_exited": ("job running", "#a1d99b"), "result_published": ("result out", "#fdae6b"),
           "result_received": ("job running (worker)", "#c7e9c0"), "acked": ("acks", "#e6550d"),

@@ -117,6 +117,26 @@ def die_with_parent() -> None:
     set_parent_death_signal(signal.SIGTERM, os.getppid())
 
 
+def process_started(pid: int | str = "self") -> float | None:
+    """When process ``pid`` started, in wall-clock seconds (Linux /proc: 10 ms ticks), or None.  The wrapper's
+    own start and its parent's (the MPI daemon, or mpirun on its host) go into its start report: the launch
+    timeline's "daemon up" and "wrapper started" per rank (observe/timeline.py)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def own_cpu_s() -> float:
+    """This wrapper's own CPU time (user + system), its program's not included."""
+    t = os.times()
+    return t.user + t.system
+
+
 PR_SET_DUMPABLE = 4
 
 
@@ -180,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, host, local, _ = rank_identity(env)
     set_not_dumpable()      # before the key is read: nothing of this process's memory is readable from then on
     link, why_not = channel_link(env, rank, host)
+    key_taken = time.time()
     if why_not:
         print(f"mpirun_kit.rank: rank {rank} on {host}: {why_not}", file=sys.stderr, flush=True)
 
@@ -228,13 +249,19 @@ def main(argv: list[str] | None = None) -> int:
         return early_exit(127, f"cannot start {argv[0]!r}: {exc.strerror}")
     finally:
         os.close(progress_w)
+    cpu_to_program = own_cpu_s()
     for signum in held:
         child.send_signal(signum)
     # The start is reported once the program runs, not before: connecting to the master is off the
-    # program's path.  "t" is when it was started; "program_pid" shows the report came after.
+    # program's path.  "t" is when it was started; "program_pid" shows the report came after.  The launch's
+    # account (observe/timeline.py): when this wrapper and its parent (the MPI daemon) started, when it had
+    # its key (and its siblings theirs), and the CPU it spent from its exec to its program's.
     if link is not None:
+        stamps = {k: v for k, v in (("proc_t", process_started()), ("parent_t", process_started(parent)))
+                  if v is not None}
         link.send({"event": "start", "rank": rank, "host": host, "local_rank": local,
-                   "pid": os.getpid(), "program_pid": child.pid, "t": started})
+                   "pid": os.getpid(), "program_pid": child.pid, "t": started, **stamps,
+                   "key_t": key_taken, "cpu_s": cpu_to_program})
     seen_at_stop = [0]
 
     def stop_program(signum: int) -> None:
@@ -252,7 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     sig = -status if status < 0 else None
     if link is not None:
         if link.send({"event": "exit", "rank": rank, "host": host, "exit_code": None if sig else status,
-                      "signal": signal_name(sig) if sig else None, "t": time.time()}):
+                      "signal": signal_name(sig) if sig else None, "t": time.time(),
+                      # the account: this wrapper's whole CPU, and when its channel connection was greeted
+                      "cpu_s": own_cpu_s(), **({"hello_t": link.connected_at} if link.connected_at else {})}):
             # During the master's stop, mpirun must not see this rank end while others still run their handlers.
             held = watcher.hold(lambda: signals_seen[0] > seen_at_stop[0] or os.getppid() != parent)
             link.close()

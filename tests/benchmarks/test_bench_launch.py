@@ -56,3 +56,22 @@ def test_fanout_is_read_from_the_failing_rank(sim):
     master_exit = bench_launch.phase_t(data, "algo-1", "exited")
     assert fig["fanout"] == pytest.approx(master_exit - crashed[0]["exited"])
     assert fig["fanout"] > 0
+
+
+def test_account_has_every_phase_in_order_beside_the_floor(tmp_path):
+    """Issue 41: the account (d) at 2 hosts, 1 run (its own cluster, h41ac2): every phase of the launch, each no
+    earlier than the one it waits for, the floor's three phases from the same run, and the toolkit's CPU per
+    rank; the table names them all.  Shape only: no figure is compared with a time limit."""
+    row = bench_launch.one_n(2, 1, tmp_path, launch_only=True, name="h41ac")
+    ours, floor = row["account"]["ours"], row["account"]["floor"]
+    assert list(ours) == [*bench_launch.ACCOUNT, "cpu_launch", "cpu_job"] and list(floor) == list(
+        bench_launch.FLOOR_ACCOUNT)
+    assert all(v is not None and v >= 0 for v in (*ours.values(), *floor.values())), row["account"]
+    order = ("mpirun started", "daemons up", "wrappers started", "keys taken", "programs started", "first output")
+    tick = 0.011        # /proc's process start times come in 10 ms ticks
+    assert all(ours[a] <= ours[b] + tick for a, b in zip(order, order[1:])), ours
+    assert ours["entrypoints started"] <= ours["sshd ready"] <= ours["mpirun started"], ours
+    assert floor["daemons up"] <= floor["programs started"] + tick <= floor["first output"] + 2 * tick, floor
+    assert 0 < ours["cpu_launch"] <= ours["cpu_job"]
+    table = bench_launch.account_table([row])
+    assert all(f"| {k} |" in table for k in bench_launch.ACCOUNT) and "toolkit CPU per rank" in table

@@ -26,6 +26,7 @@ def recorded_job():
     for w in workers.values():
         w.mark("sshd_up")
         w.mark("ready")
+        w.mark("keys_written")
     master.mark("sshd_up")
     master.mark("ready")
     master.mark("mpirun_started")
@@ -35,10 +36,14 @@ def recorded_job():
     ranks = []
     for r, h in enumerate(hosts):
         time.sleep(0.01)
-        ranks.append({"event": "start", "rank": r, "host": h, "t": time.time()})
+        # the wrapper's account (rank/wrapper.py): its daemon's and its own start, its key, its CPU
+        now = time.time()
+        ranks.append({"event": "start", "rank": r, "host": h, "t": now, "parent_t": now - 0.004,
+                      "proc_t": now - 0.003, "key_t": now - 0.001, "cpu_s": 0.03})
     for r, h in enumerate(hosts):
         time.sleep(0.01)
-        ranks.append({"event": "exit", "rank": r, "host": h, "t": time.time(), "exit_code": 0, "signal": None})
+        ranks.append({"event": "exit", "rank": r, "host": h, "t": time.time(), "exit_code": 0, "signal": None,
+                      "hello_t": ranks[r]["t"] + 0.002, "cpu_s": 0.05})
     master.mark("mpirun_exited")
     master.mark("result_published")
     for w in workers.values():
@@ -69,6 +74,43 @@ def test_critical_path_names_the_last_rank_and_is_in_order():
     assert [s.t for s in path] == sorted(s.t for s in path)
     s = timeline.summary(data)
     assert set(s["startup_cpu_s"]) == {"algo-1", "algo-2", "algo-3"} and s["launch_s"] > 0
+
+
+def test_launch_account_names_every_phase_in_order_and_the_cpu_per_rank():
+    data = recorded_job()
+    acc = timeline.launch_account(data)
+    assert list(acc["phases"]) == list(timeline.ACCOUNT_PHASES)
+    assert all(v is not None and v >= 0 for v in acc["phases"].values()), acc
+    got = acc["phases"]
+    # each phase's last instance comes no earlier than the one it waited for
+    assert got["sshd ready"] <= got["mpirun started"] <= got["daemons up"] <= got["wrappers started"] \
+        <= got["keys taken"] <= got["programs started"] <= got["channel hello"], got
+    assert got["key hand-off"] <= got["mpirun started"]
+    cpu = acc["cpu"]
+    assert cpu["wrappers_launch_s"] == pytest.approx(0.09) and cpu["wrappers_s"] == pytest.approx(0.15)
+    assert cpu["per_rank_launch_s"] == pytest.approx((cpu["entrypoints_launch_s"] + 0.09) / 3)
+    assert cpu["per_rank_job_s"] == pytest.approx((cpu["entrypoints_s"] + 0.15) / 3)
+    assert "toolkit CPU per rank" in timeline.render_text(data)
+    assert "last rank wrapper had its key (rank 2 on algo-3)" in [s.what for s in timeline.critical_path(data)]
+
+
+def test_launch_account_of_an_older_timeline_says_what_it_does_not_know():
+    data = recorded_job()
+    for r in data["ranks"]:
+        for k in ("daemon_started", "wrapper_started", "key_taken", "cpu_to_program_s", "hello", "wrapper_cpu_s"):
+            r.pop(k)
+    acc = timeline.launch_account(data)
+    assert acc["phases"]["wrappers started"] is None and acc["cpu"]["per_rank_launch_s"] is None
+    assert acc["phases"]["programs started"] is not None
+    assert timeline.account_line(data) == "" and "toolkit CPU" not in timeline.render_text(data)
+
+
+def test_a_wrapper_figure_that_is_not_a_number_is_refused_on_load(tmp_path):
+    data = recorded_job()
+    data["ranks"][0]["key_taken"] = "soon"
+    path = timeline.write(tmp_path, data)
+    with pytest.raises(SpecError, match="wrapper's figures must be finite numbers"):
+        timeline.load(path)
 
 
 def test_clean_records_rejects_hostile_input():

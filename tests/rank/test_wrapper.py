@@ -94,6 +94,23 @@ def test_start_reported_after_the_program_started(server):
     assert start["pid"] != start["program_pid"]
 
 
+def test_reports_carry_the_launch_account(server):
+    """Issue 41: each wrapper says when its parent (here mpirun) and it started, when it had its key, the CPU it
+    spent before its program started, and, at exit, when its channel connection was greeted and its whole CPU:
+    the launch's account in the timeline (observe/timeline.py).  Each is read from /proc or the wrapper's own
+    clock, so they come in the order they happen."""
+    res = mpirun(server, 2, [PY, "-c", "pass"])
+    assert res.returncode == 0, res.stderr
+    assert server.wait_rank_events(lambda evs: len(evs) == 4, 10)
+    for rank in (0, 1):
+        start, end = (next(e for e in server.rank_events() if e["event"] == k and e["rank"] == rank)
+                      for k in ("start", "exit"))
+        tick = 0.011      # /proc's process start times come in 10 ms ticks
+        assert start["parent_t"] - tick <= start["proc_t"] <= start["key_t"] + tick, start
+        assert start["key_t"] <= start["t"] <= end["hello_t"] <= end["t"], (start, end)
+        assert 0 < start["cpu_s"] <= end["cpu_s"], (start, end)
+
+
 def test_exit_code_passes_through(server):
     res = mpirun(server, 2, [PY, str(BIN / "exit_with.py"), "3", "1"])
     assert res.returncode == 3

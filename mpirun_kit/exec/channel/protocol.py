@@ -57,6 +57,7 @@ def check_rank_report(msg: dict, rank_hosts: Mapping[int, str]) -> tuple[dict | 
         for name in ("pid", "program_pid"):        # the wrapper's and its program's
             if is_int(msg.get(name)):
                 clean[name] = msg[name]
+        _launch_account(msg, clean, START_ACCOUNT)
         return clean, ""
     code, sig = msg.get("exit_code"), msg.get("signal")
     if (code is None) == (sig is None):
@@ -66,7 +67,23 @@ def check_rank_report(msg: dict, rank_hosts: Mapping[int, str]) -> tuple[dict | 
     if sig is not None and sig not in _SIGNAL_NAMES:
         return None, f"signal {str(sig)[:40]!r} is not a signal name"
     clean.update(exit_code=code, signal=sig)
+    _launch_account(msg, clean, EXIT_ACCOUNT)
     return clean, ""
+
+
+#: the launch's account a wrapper adds to its reports (rank/wrapper.py; observe/timeline.py keeps them):
+#: start: when the wrapper and its parent (the MPI daemon) started, when it had its key, its CPU to its program's
+#: start; exit: its whole CPU, when its channel connection was greeted.  Optional; a value that is not a finite
+#: number (a CPU time: not negative) is left out, never refused: they are figures, not facts the job relies on.
+START_ACCOUNT = ("proc_t", "parent_t", "key_t", "cpu_s")
+EXIT_ACCOUNT = ("cpu_s", "hello_t")
+
+
+def _launch_account(msg: dict, clean: dict, names: tuple[str, ...]) -> None:
+    for name in names:
+        v = msg.get(name)
+        if is_time(v) and (name != "cpu_s" or v >= 0):
+            clean[name] = float(v)
 
 
 def valid_from_master(msg: dict) -> bool:

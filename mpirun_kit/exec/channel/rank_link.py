@@ -34,6 +34,8 @@ class RankLink:
         self.addr, self.rank, self.key, self.job, self.timeout = addr, rank, key, job, timeout
         self.retry_s, self.clock = retry_s, clock
         self.sender = wire.rank_sender(rank)
+        #: when the first connection was greeted (wall clock): the launch timeline's "channel hello" of this rank.
+        self.connected_at: float | None = None
         self.sock: socket.socket | None = None
         self.session: wire.Session | None = None
         self._inbuf = b""
@@ -66,6 +68,8 @@ class RankLink:
             sock.close()
             return False
         self.sock, self.session, self._inbuf = sock, wire.Session(self.job, *nonces, master_end=False), rest
+        if self.connected_at is None:
+            self.connected_at = self.clock.time()
         return True
 
     def send(self, msg: dict) -> bool:
