@@ -154,7 +154,8 @@ def _unknown_flags(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     return f"unrecognized {noun}: " + ", ".join(parts)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``only``: with that one command module's commands alone (``main``'s fast path)."""
     parser = Parser(
         prog="mpirun_kit",
         description="MPI cluster orchestration for multi-node GPU training.",
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mpirun_kit {__version__}")
     _output_flags(parser, default_verbose=0, default_quiet=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if only is None else (only,):
         importlib.import_module(f"{__package__}.{name}").register(sub)
     for p in subcommand_parsers(parser):
         # Also after the command (`submit JOB.yaml -q`); SUPPRESS keeps a flag given before it.
@@ -244,8 +245,15 @@ def configure_output(verbose: int, quiet: bool) -> logging.Handler:
     return handler
 
 
+#: commands that run on every host of a job as it starts, on the launch's critical path (issue 41): given first,
+#: only their own parser is built, not every command's, whose modules' imports were a third of a host's start-up CPU.
+FAST_COMMANDS = ("entrypoint",)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    first = (sys.argv[1:] if argv is None else argv)[:1]
+    parser = build_parser(only=first[0] if first and first[0] in FAST_COMMANDS and "_ARGCOMPLETE" not in os.environ
+                          else None)
     if "_ARGCOMPLETE" in os.environ:
         # Shell completion (argcomplete's protocol: the shell sets _ARGCOMPLETE and COMP_LINE); it prints
         # the candidates and exits here.  Imported only then, so a plain command stays fast.

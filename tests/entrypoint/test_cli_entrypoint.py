@@ -141,3 +141,23 @@ def test_flavour_detection_failure_is_named(tmp_path):
     assert res.stderr.endswith("mpirun_kit: error: 'mpirun' not found on PATH; install Open MPI (apt-get install "
                                "openmpi-bin) or put the venv's bin directory on PATH\n")
     assert "Traceback" not in res.stderr
+
+
+def test_entrypoint_builds_only_its_own_parser_with_the_same_help():
+    """Issue 41: `mpirun_kit entrypoint` starts on every host at once; the fast path imports no other command's
+    module (a third of a host's start-up CPU), and its help and flags are those of the whole command line's."""
+    import subprocess
+    import sys
+
+    from mpirun_kit.cli.main import build_parser, subcommand_parsers
+
+    probe = ("import sys; from mpirun_kit.cli import main\n"
+             "try:\n    main.main(['entrypoint', '--help'])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.startswith('mpirun_kit.cli.')), file=sys.stderr)")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    loaded = res.stderr.strip().splitlines()[-1]
+    assert "mpirun_kit.cli.entrypoint" in loaded and "mpirun_kit.cli.submit" not in loaded \
+        and "mpirun_kit.cli.jobs" not in loaded, loaded
+    fast = next(p for p in subcommand_parsers(build_parser(only="entrypoint")) if p.prog.endswith(" entrypoint"))
+    whole = next(p for p in subcommand_parsers(build_parser()) if p.prog.endswith(" entrypoint"))
+    assert fast.format_help() == whole.format_help() and "usage: mpirun_kit entrypoint" in res.stdout
