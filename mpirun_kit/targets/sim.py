@@ -188,7 +188,9 @@ class SimHosts:
         return None
 
     def terminate(self, stop: Stop) -> float | None:
-        _stop(self.procs[self.master], stop.why, self.grace_s, self.progress)
+        # the signal submit got (a closed terminal's SIGHUP too), so the job's result says the same stop (#40)
+        sig = signal.Signals[stop.signal] if stop.signal in ("SIGINT", "SIGTERM", "SIGHUP") else signal.SIGTERM
+        _stop(self.procs[self.master], stop.why, self.grace_s, self.progress, sig)
         return None
 
     def stopping(self) -> float | None:
@@ -226,18 +228,18 @@ class SimHosts:
         self.clock.sleep(seconds)
 
 
-def _stop(master, why: str, grace_s: float, progress: StatusLine) -> None:
+def _stop(master, why: str, grace_s: float, progress: StatusLine, sig: int = signal.SIGTERM) -> None:
     """SIGTERM to the master's entrypoint: it forwards SIGTERM through mpirun to every rank on every host,
     SIGKILLs mpirun after the grace period and tells the workers the result, so they end too.
 
     (Signalling the workers' entrypoints as well would stop their MPI daemons under the ranks, whose
     last output, their handlers' included, would then never reach the master.)
     """
-    progress.done(f"sim: {why}: sending SIGTERM to the master's entrypoint (it stops every rank, SIGKILL "
+    progress.done(f"sim: {why}: sending {signal.Signals(sig).name} to the master's entrypoint (it stops every rank, SIGKILL "
                   f"{grace_s:g}s later; what is left {grace_s + STOP_MARGIN_S:g}s from now goes with the cluster)")
     if master.poll() is None:
         try:
-            master.send_signal(signal.SIGTERM)
+            master.send_signal(sig)
         except (ProcessLookupError, OSError):
             pass  # it ended meanwhile
 

@@ -20,13 +20,16 @@ from jobs_kit import LONG, mrk
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(150)]
 
 
-def test_sighup_to_submit_is_129_and_the_users_everywhere(tmp_path):
+@pytest.mark.parametrize("target", ["local", pytest.param("sim", marks=pytest.mark.sim)])
+def test_sighup_to_submit_is_129_and_the_users_everywhere(tmp_path, target):
     spec = tmp_path / "hup.yaml"
+    hosts = 2 if target == "sim" else 1
     spec.write_text(textwrap.dedent(f"""\
         apiVersion: mpirun_kit/v1
         kind: Job
         name: hup
-        resources: {{processes_per_host: 2}}
+        target: {{type: {target}}}
+        resources: {{hosts: {hosts}, processes_per_host: 2}}
         program: {{command: [{sys.executable}, -c, {json.dumps(LONG)}]}}
         """))
     p = subprocess.Popen([sys.executable, "-m", "mpirun_kit.cli.main", "submit", str(spec), "--json"], cwd=tmp_path,
@@ -41,7 +44,7 @@ def test_sighup_to_submit_is_129_and_the_users_everywhere(tmp_path):
     line = json.loads(out.splitlines()[-1])
     assert (p.returncode, line["exit_code"], line["source"]) == (129, 129, "user"), (out, err)
     assert "job stopped with exit code 129" in err and "exit code 143" not in err, err   # (the ranks got SIGTERM: 143 each)
-    failure = next(tmp_path.glob("runs/hup/*/output/failure")).read_text()
+    failure = open(line["failure_file"]).read()
     head = json.loads(failure.splitlines()[0].split(" ", 2)[2])
     assert (head["exit_code"], head["source"], head["cause"]) == (129, "user", "interrupted"), failure
     record = json.loads(mrk("status", line["job_id"], "--json", cwd=tmp_path).stdout)
