@@ -8,8 +8,8 @@ supervises the job, and ends it with the job's result; ``jobs``, ``status``, ``l
 target.  Standard library only; the store's location is the CLI's to choose (it reads the
 environment), never this package's.
 """
-from .store import (GONE, NOT_SUPERVISOR, OTHER_USER, RUN_FILES, STATE_DIR_VAR, JobRecord, JobState, RecordStore,
-                    default_state_dir, process_start, supervisor_problem)
+from .store import (GONE, NOT_SUPERVISOR, OTHER_USER, RUN_FILES, STATE_DIR_VAR, SUPERVISOR_CMD, JobRecord, JobState,
+                    RecordStore, default_state_dir, process_start, supervisor_problem)
 
 __all__ = ["JobRecord", "JobState", "RecordStore", "RUN_FILES", "STATE_DIR_VAR", "default_state_dir", "process_start",
-           "supervisor_problem", "GONE", "OTHER_USER", "NOT_SUPERVISOR"]
+           "supervisor_problem", "GONE", "OTHER_USER", "NOT_SUPERVISOR", "SUPERVISOR_CMD"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
 import os
 import pwd
@@ -166,12 +167,20 @@ def is_mpirun_kit(argv: list[str]) -> bool:
 
 #: ``supervisor_problem``'s first value: the process is gone, or is another user's, or is no supervisor.
 GONE, OTHER_USER, NOT_SUPERVISOR = "gone", "other-user", "not-supervisor"
+#: the record's ``details`` key for the sha256 of its supervisor's command line, kept when the supervisor records
+#: itself (``RecordStore.update``): a program of the user's that supervises a job through the Python API is one.
+SUPERVISOR_CMD = "supervisor_cmd_sha256"
 
 
-def supervisor_problem(pid: int | None, start: int | None) -> tuple[str, str] | None:
+def command_digest(argv: list[str]) -> str:
+    return hashlib.sha256("\0".join(argv).encode()).hexdigest()
+
+
+def supervisor_problem(pid: int | None, start: int | None, cmd: str | None = None) -> tuple[str, str] | None:
     """None when process ``pid`` is the job's live supervisor: the start time recorded (a reused pid is not
-    it), this user's process, and an mpirun_kit command; else (GONE | OTHER_USER | NOT_SUPERVISOR, why).
-    ``cancel`` signals only a process that passes (a record could name any pid of the host)."""
+    it), this user's process, and the command line it recorded (``cmd``, its SUPERVISOR_CMD), or without one
+    an mpirun_kit command; else (GONE | OTHER_USER | NOT_SUPERVISOR, why).  ``cancel`` signals only a process
+    that passes (a record could name any pid of the host)."""
     if pid is None or start is None or process_start(pid) != start:
         return GONE, f"its supervisor (pid {pid}) is gone"
     uid = process_uid(pid)
@@ -180,7 +189,7 @@ def supervisor_problem(pid: int | None, start: int | None) -> tuple[str, str] | 
     if uid != os.geteuid():
         return OTHER_USER, (f"its supervisor (pid {pid}) runs as {owner(uid)}, not as you ({owner(os.geteuid())}): "
                             f"only that user can cancel it")
-    if not is_mpirun_kit(process_argv(pid)):
+    if not (command_digest(process_argv(pid)) == cmd if cmd else is_mpirun_kit(process_argv(pid))):
         return NOT_SUPERVISOR, (f"the record names pid {pid}, which is not an mpirun_kit process "
                                 f"({' '.join(process_argv(pid))[:80]!r}): its supervisor is gone")
     return None
@@ -266,6 +275,9 @@ class RecordStore:
         bad = set(fields) - set(_COLUMNS) - {"job_id"}
         if bad:
             raise TypeError(f"unknown record fields {sorted(bad)}")
+        if fields.get("supervisor_pid") == os.getpid():   # the supervisor records itself: its command line too
+            details = fields.get("details", self.get(job_id).details)
+            fields["details"] = {**details, SUPERVISOR_CMD: command_digest(process_argv(os.getpid()))}
         if fields:
             with self._connect() as con:
                 con.execute(f"UPDATE jobs SET {', '.join(f'{c} = ?' for c in fields)} WHERE job_id = ?",

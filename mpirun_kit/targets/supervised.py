@@ -25,7 +25,7 @@ from ..core.private import open_private, read_private
 from ..errors import ClusterError, ExitCode, SpecError
 from ..exec.result import JobResult
 from ..exec.supervisor import stop_process
-from ..records import OTHER_USER, JobRecord, JobState, supervisor_problem
+from ..records import OTHER_USER, SUPERVISOR_CMD, JobRecord, JobState, supervisor_problem
 from .outcome import JobStatus
 
 #: seconds past the job's grace period a supervisor may take to stop its job (the launcher's report, a sim
@@ -39,7 +39,8 @@ FOLLOW_POLL_S = 0.2
 def supervisor_alive(record: JobRecord) -> bool:
     """The process recorded as the job's supervisor still runs (same pid, same start time) and proves it is one:
     this user's mpirun_kit process (records.supervisor_problem: a record may name any pid of the host)."""
-    return supervisor_problem(record.supervisor_pid, record.supervisor_start) is None
+    return supervisor_problem(record.supervisor_pid, record.supervisor_start,
+                              record.details.get(SUPERVISOR_CMD)) is None
 
 
 def state_of(exit_code: int, *, cancelled: bool) -> JobState:
@@ -105,7 +106,8 @@ def status_of(record: JobRecord, state: JobState, **result) -> JobStatus:
 def cancel(record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
     """SIGTERM to the job's supervisor, which stops the job on every host; SIGKILL to its process group if it
     is still there ``grace_s + CANCEL_MARGIN_S`` later.  Returns the job's status once the supervisor is gone."""
-    problem = None if record.state.terminal else supervisor_problem(record.supervisor_pid, record.supervisor_start)
+    problem = None if record.state.terminal else supervisor_problem(record.supervisor_pid, record.supervisor_start,
+                                                                    record.details.get(SUPERVISOR_CMD))
     if problem and problem[0] == OTHER_USER:   # another user's job: say so, signal nothing
         raise SpecError(f"job {record.job_id}: {problem[1]}")
     if record.state.terminal or problem:

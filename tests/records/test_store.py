@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from mpirun_kit.errors import SpecError
-from mpirun_kit.records import JobState, RecordStore, default_state_dir, process_start
+from mpirun_kit.records import SUPERVISOR_CMD, JobState, RecordStore, default_state_dir, process_start
+from mpirun_kit.records.store import command_digest, process_argv
 
 
 def _create_many(state: str, runs: str, n: int, q) -> None:
@@ -78,7 +79,8 @@ def test_update_finish_and_list_filters(tmp_path):
     assert [r.job_id for r in store.list(spec="one")] == [a.job_id]
     assert [r.job_id for r in store.list(target="sim")] == [b.job_id]
     got = store.get(a.job_id)
-    assert (got.details, got.supervisor_pid, got.state.terminal) == ({"grace_s": 3}, os.getpid(), False)
+    assert (got.details, got.supervisor_pid, got.state.terminal) == (
+        {"grace_s": 3, SUPERVISOR_CMD: command_digest(process_argv(os.getpid()))}, os.getpid(), False)   # recorded itself
     with pytest.raises(TypeError, match="unknown record fields"):
         store.update(a.job_id, colour="red")
 

@@ -179,3 +179,41 @@ def test_a_result_another_user_wrote_is_not_taken_for_the_jobs(shared, tmp_path)
     assert r.returncode == 64, (r.stdout, r.stderr)
     assert f"{run / 'result.json'}: the job's result is refused: it belongs to uid {nobody_uid()} (nobody)" \
         in r.stderr, r.stderr
+
+
+# A program of the user's that supervises a job through the Python API (a foreground submit): its command line is
+# not mpirun_kit's, and it must still count as the job's supervisor (it recorded its own command line).
+API_SUPERVISOR = r"""
+import sys
+from mpirun_kit import api
+api.submit(sys.argv[1], detach=False)
+"""
+
+
+def test_a_program_supervising_through_the_api_is_still_its_jobs_supervisor(tmp_path):
+    from jobs_kit import LONG, wait_for
+
+    spec = tmp_path / "fg.yaml"
+    spec.write_text(textwrap.dedent(f"""\
+        apiVersion: mpirun_kit/v1
+        kind: Job
+        name: fg
+        resources: {{processes_per_host: 1}}
+        program: {{command: [python3, -c, {LONG!r}]}}
+        """))
+    state = tmp_path / "state"
+    sup = subprocess.Popen([sys.executable, "-c", API_SUPERVISOR, str(spec)], env={**os.environ,
+                           "MPIRUN_KIT_STATE_DIR": str(state)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        rec = wait_for(lambda: next((r for r in RecordStore(state).list() if r.supervisor_pid), None),
+                       "the job's record naming its supervisor", 60)
+        wait_for(lambda: "] tick" in (tmp_path / "runs" / "fg" / rec.job_id / "output.log").read_text(errors="replace")
+                 if (tmp_path / "runs" / "fg" / rec.job_id / "output.log").exists() else False, "the job's output", 60)
+        status = mrk("status", rec.job_id, "--json", "--state-dir", str(state))
+        assert '"state": "running"' in status.stdout, status.stdout + status.stderr
+        c = mrk("cancel", rec.job_id, "--state-dir", str(state))
+        assert c.returncode == 0 and "cancelled" in c.stdout, (c.stdout, c.stderr)
+        assert sup.wait(60) is not None
+    finally:
+        sup.kill()
+        sup.communicate()
