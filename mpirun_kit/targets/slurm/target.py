@@ -22,7 +22,7 @@ from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ...errors import ClusterError, ExitCode, SpecError
 from ...exec.supervisor import Phase, Stop, Supervisor
 from ...records import JobRecord, JobState
-from ..base import DryRun, JobStatus, StatusLine, SubmitOptions, Target
+from ..base import DryRun, JobStatus, Started, StatusLine, SubmitOptions, Target
 from ..outcome import Outcome, outcome_of
 from .accounting import ENDED, SlurmJob, query
 from .discovery import check_request, discover, for_cluster, sbatch_error
@@ -126,9 +126,10 @@ class SlurmChild:
     DETACHED = -2
 
     def __init__(self, runner: Runner, job_id: str, run_dir: str, *, grace_s: float = 10.0,
-                 clock: Clock = SYSTEM_CLOCK, tails=(), detached=lambda: False):
+                 clock: Clock = SYSTEM_CLOCK, tails=(), detached=lambda: False, close_runner: bool = False):
         self.runner, self.job_id, self.run_dir = runner, job_id, run_dir
         self.grace_s, self.clock, self.tails, self.detached = grace_s, clock, list(tails), detached
+        self.close_runner = close_runner       # ours to close once drained (SlurmTarget.start made it)
         self.last: SlurmJob | None = None      # the job as Slurm last reported it
         self._gone: Deadline | None = None
         self._scancelled = False               # the plain scancel was sent: once is enough
@@ -174,6 +175,8 @@ class SlurmChild:
     def drain(self, deadline: Deadline) -> None:
         for t, dst in self.tails:
             t.pump(dst, final=True)
+        if self.close_runner:
+            self.runner.close()     # a later read (the result) reconnects; its owner closes that
 
     def wait(self, seconds: float) -> None:
         self.clock.sleep(seconds)
@@ -185,19 +188,23 @@ def follow(dry: DryRun[SlurmRequest], runner: Runner, job_id: str, *, clock: Clo
     """Follow the job under the supervisor (``SlurmChild``) until Slurm no longer runs it, copying
     slurm.out/slurm.err as they grow (when they are on this machine); its last record.  ``stopped()`` names a
     signal submit received, and the follow deadline may pass: following ends, the job runs on."""
-    req = dry.request
-    out = out or sys.stdout.buffer
-    err = err or sys.stderr.buffer
-    progress = progress or StatusLine(clock=clock, level=level)
-    tails = []
+    child = SlurmChild(runner, job_id, dry.request.run_dir, grace_s=dry.request.grace_s, clock=clock)
+    return follow_child(dry, child, out=out, err=err, progress=progress or StatusLine(clock=clock, level=level),
+                        stopped=stopped)
+
+
+def follow_child(dry: DryRun[SlurmRequest], child: SlurmChild, *, out=None, err=None, progress: StatusLine,
+                 stopped=lambda: None) -> SlurmJob | None:
+    """``follow`` of a started job's child (``SlurmTarget.start``): the supervisor's loop until Slurm no longer runs
+    it, or ``stopped()``/the follow deadline end the following; its last record."""
+    req, clock, job_id = dry.request, child.clock, child.job_id
     if req.where["kind"] in ("local", "sim"):
         from ...exec.output import FileTail
 
-        tails = [(FileTail(Path(req.run_dir) / "slurm.out", ""), out),
-                 (FileTail(Path(req.run_dir) / "slurm.err", ""), err)]
+        child.tails = [(FileTail(Path(req.run_dir) / "slurm.out", ""), out or sys.stdout.buffer),
+                       (FileTail(Path(req.run_dir) / "slurm.err", ""), err or sys.stderr.buffer)]
     deadline = Deadline(clock, req.deadline_s)
-    child = SlurmChild(runner, job_id, req.run_dir, grace_s=req.grace_s, clock=clock, tails=tails,
-                       detached=lambda: bool(stopped()) or deadline.expired())
+    child.detached = lambda: bool(stopped()) or deadline.expired()
 
     def show(phase: Phase) -> None:
         job = child.last
@@ -317,37 +324,49 @@ class SlurmTarget(Target[SlurmRequest]):
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def run(self, dry: DryRun[SlurmRequest], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
-            clock: Clock = SYSTEM_CLOCK, out=None, err=None) -> Outcome:
+    def start(self, dry: DryRun[SlurmRequest], opts: SubmitOptions = SubmitOptions(), *,
+              clock: Clock = SYSTEM_CLOCK) -> Started:
+        """Submit ``dry`` (discovery, the checks, the run directory, sbatch) and return at once: Slurm's job id and
+        the ``SlurmChild`` the one supervisor follows, stops (scancel --batch, then scancel) and drains.  The
+        child's runner (an ssh connection to a login node) is closed by its ``drain``."""
         from ...exec.sshkeys import SECRET_BYTES, format_secret
 
+        runner = runner_for(dry.request.where)
+        try:
+            job_id = submit(dry, runner, format_secret(os.urandom(SECRET_BYTES)))
+            if opts.run_dir:
+                from ...core.files import write_atomic
+
+                write_atomic(Path(opts.run_dir) / "slurm.json", json.dumps({"job_id": job_id, **dry.request.where}))
+        except BaseException:
+            runner.close()
+            raise
+        return Started(job_id, SlurmChild(runner, job_id, dry.request.run_dir, grace_s=dry.request.grace_s,
+                                          clock=clock, close_runner=True))
+
+    def run(self, dry: DryRun[SlurmRequest], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None,
+            clock: Clock = SYSTEM_CLOCK, out=None, err=None) -> Outcome:
+        """``start``, then (``--wait``) the supervisor follows the child, then the job's own result."""
         started = time.time() if started is None else started
-        with runner_for(dry.request.where) as runner:
-            return self._run(dry, opts, runner, format_secret(os.urandom(SECRET_BYTES)), started=started,
-                             clock=clock, out=out, err=err)
+        job = self.start(dry, opts, clock=clock)
+        child: SlurmChild = job.child
+        try:
+            progress = StatusLine(clock=clock, level=opts.verbosity)
+            progress.done(f"slurm: submitted job {job.native} (run directory {dry.request.run_dir})")
+            if not opts.wait:
+                return outcome_of("slurm", dry.job, 0, started=started, ended=time.time())
+            from ...exec.signals import SignalLatch
 
-    def _run(self, dry: DryRun[SlurmRequest], opts: SubmitOptions, runner: Runner, secret: str, *, started: float,
-             clock: Clock, out, err) -> Outcome:
-        job_id = submit(dry, runner, secret)
-        if opts.run_dir:
-            from ...core.files import write_atomic
-
-            write_atomic(Path(opts.run_dir) / "slurm.json", json.dumps({"job_id": job_id, **dry.request.where}))
-        progress = StatusLine(clock=clock, level=opts.verbosity)
-        progress.done(f"slurm: submitted job {job_id} (run directory {dry.request.run_dir})")
-        if not opts.wait:
-            return outcome_of("slurm", dry.job, 0, started=started, ended=time.time())
-        from ...exec.signals import SignalLatch
-
-        with SignalLatch() as latch:
-            job = follow(dry, runner, job_id, clock=clock, out=out, err=err, progress=progress,
-                         stopped=lambda: latch.received)
-        if latch.received:
-            progress.done(f"slurm: stopped following job {job_id} on {latch.received}; it keeps running "
-                          f"(mpirun_kit cancel, or scancel {job_id})")
-            return outcome_of("slurm", dry.job, int(ExitCode.INTERRUPTED), interrupted=latch.received,
-                              started=started, ended=time.time())
-        return outcome_for(dry, runner, job_id, job, started=started)
+            with SignalLatch() as latch:
+                last = follow_child(dry, child, out=out, err=err, progress=progress, stopped=lambda: latch.received)
+            if latch.received:
+                progress.done(f"slurm: stopped following job {job.native} on {latch.received}; it keeps running "
+                              f"(mpirun_kit cancel, or scancel {job.native})")
+                return outcome_of("slurm", dry.job, int(ExitCode.INTERRUPTED), interrupted=latch.received,
+                                  started=started, ended=time.time())
+            return outcome_for(dry, child.runner, job.native, last, started=started)
+        finally:
+            child.runner.close()
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def _runner(self, record: JobRecord) -> Runner:
