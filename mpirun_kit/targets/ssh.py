@@ -61,7 +61,7 @@ from ..cluster import elect_master
 from ..errors import ClusterError, ExitCode, SSHUnreachableError
 from ..spec.compile import CompiledJob
 from ..core import verbosity
-from .base import DryRun, StatusLine, SubmitOptions, Target
+from .base import DryRun, Started, StatusLine, SubmitOptions, Target
 from .outcome import Outcome, outcome_of
 
 #: seconds allowed after the job's own limit for readiness, start-up and shutdown.
@@ -354,19 +354,28 @@ def preflight(clients: dict[str, Any], python: str, timeout: float) -> None:
                            "it there (pip install mpirun_kit) or set target.ssh.python")
 
 
-def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
-        out=None, report: dict | None = None, latch: SignalLatch | None = None, level: int = verbosity.VERBOSE) -> int:
-    """Run on the ssh hosts; return the job's exit code (the master's).  ``out`` takes bytes.
+class StoppedBeforeStart(Exception):
+    """A stop came while connecting or shipping: nothing was started on any host (``stop``: who asked, why)."""
 
-    ``report`` (when given) receives ``hosts`` (each host's code) and, after a failure, ``failure_text`` and
-    ``failure_file``: the master's failure report, read over its session before it is closed; after a stop,
-    ``stop`` (exec/supervisor.Stop: who asked, why).  ``latch``: the signals that stop the job (a SIGINT,
-    SIGTERM or SIGHUP to us: every host's entrypoint is cancelled, exit 128+N).  ``level``: the status
-    line's output level (core/verbosity.py; ``SubmitOptions.verbosity``).
+    def __init__(self, stop: Stop):
+        super().__init__(stop.why)
+        self.stop = stop
+
+
+def start_hosts(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
+                out=None, latch: SignalLatch | None = None, progress: StatusLine | None = None) -> Started:
+    """Connect to every host, check it, ship the files and start every host's entrypoint; return at once with the
+    run's working directory (``SshRequest.workdir``: the target's own id for the job) and the sessions, the child
+    the one supervisor follows.  The connections stay open for the reads after the end: the caller closes them
+    (``SshSessions.close``).  ``out`` takes the ranks' lines (bytes).
+
+    Raises:
+        StoppedBeforeStart: ``latch`` received a signal before anything started.
+        HostKeyError, SSHUnreachableError, ClusterError: connect_all's, preflight's, ship's.
     """
     out = out or sys.stdout.buffer
     req: SshRequest = dry.request
-    progress = StatusLine(clock=clock, level=level)
+    progress = progress or StatusLine(clock=clock)
     clients = connect_all(req, connect=connect, clock=clock, progress=progress)
     try:
         preflight(clients, req.python, preflight_timeout_s(req.connect_timeout_s))
@@ -378,11 +387,7 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
         # The elected master's lines already carry "[rank host]" (mpirun's ranks); others get their host.
         first = elect_master([h["name"] for h in req.hosts])
         if latch is not None and latch.received:   # stopped while connecting or shipping: nothing started yet
-            stop = latch.stop()
-            progress.done(f"ssh: {stop.why} before the job started; nothing to stop")
-            if report is not None:
-                report["stop"] = stop
-            return stop.exit_code
+            raise StoppedBeforeStart(latch.stop())
         for h in req.hosts:
             s = _Session(h["name"], start_session(clients[h["name"]], req.commands[h["name"]]))
             sessions.append(s)
@@ -390,7 +395,33 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
                                                       out, lock), daemon=True)
             th.start()
             threads.append(th)
-        child = SshSessions(sessions, threads, clients, req, connect, clock, progress)
+        return Started(req.workdir, SshSessions(sessions, threads, clients, req, connect, clock, progress))
+    except BaseException:
+        for c in clients.values():
+            c.close()
+        raise
+
+
+def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, clock: Clock = SYSTEM_CLOCK,
+        out=None, report: dict | None = None, latch: SignalLatch | None = None, level: int = verbosity.VERBOSE) -> int:
+    """Run on the ssh hosts (``start_hosts``, then the one supervisor); return the job's exit code (the master's).
+
+    ``report`` (when given) receives ``hosts`` (each host's code) and, after a failure, ``failure_text`` and
+    ``failure_file``: the master's failure report, read over its session before it is closed, and ``result``, its
+    whole result; after a stop, ``stop`` (exec/supervisor.Stop: who asked, why).  ``latch``: the signals that stop
+    the job (a SIGINT, SIGTERM or SIGHUP to us: every host's entrypoint is cancelled, exit 128+N).  ``level``: the
+    status line's output level (core/verbosity.py; ``SubmitOptions.verbosity``).
+    """
+    req: SshRequest = dry.request
+    progress = StatusLine(clock=clock, level=level)
+    try:
+        child = start_hosts(dry, connect=connect, clock=clock, out=out, latch=latch, progress=progress).child
+    except StoppedBeforeStart as stopped:
+        progress.done(f"ssh: {stopped.stop.why} before the job started; nothing to stop")
+        if report is not None:
+            report["stop"] = stopped.stop
+        return stopped.stop.exit_code
+    try:
         ended = Supervisor(child, deadline_s=req.deadline_s, grace_s=child.cancel_bound_s(),
                            requested=latch.stop if latch is not None else None, clock=clock, tick_s=0.2,
                            drain_s=req.grace_s + 10, deadline_what="the ssh job").run()
@@ -398,22 +429,22 @@ def run(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_client, c
             if report is not None:
                 report["stop"] = ended.stop
             return ended.stop.exit_code
-        codes = {s.host: s.code for s in sessions}
+        codes = {s.host: s.code for s in child.sessions}
         master_code = _master_code(codes)
         progress.note("ssh: every host finished (" + ", ".join(f"{h}={c}" for h, c in codes.items()) + ")")
         if report is not None:
             report["hosts"] = {h: c if c is not None and c >= 0 else ExitCode.LAUNCH_FAILED for h, c in codes.items()}
             for host, command in req.fetch_result.items():   # the whole result, not the failure file's head
-                report["result"] = result_from_json(fetch_failure(clients[host], command, req.connect_timeout_s + 20))
+                report["result"] = result_from_json(fetch_failure(child.clients[host], command,
+                                                                  req.connect_timeout_s + 20))
             if master_code != 0:
                 (host, command), = req.fetch_failure.items()
-                text = fetch_failure(clients[host], command, req.connect_timeout_s + 20)
+                text = fetch_failure(child.clients[host], command, req.connect_timeout_s + 20)
                 if text is not None:
                     report["failure_text"], report["failure_file"] = text, f"{host}:{req.failure_file}"
         return master_code
     finally:
-        for c in clients.values():
-            c.close()
+        child.close()
 
 
 class SshSessions:
@@ -458,6 +489,11 @@ class SshSessions:
     def wait(self, seconds: float) -> None:
         self.clock.sleep(seconds)
 
+    def close(self) -> None:
+        """Close every host's connection (after the reads that follow the end)."""
+        for c in self.clients.values():
+            c.close()
+
 
 def _stop(clients: dict[str, Any], req: SshRequest, connect, clock: Clock, progress: StatusLine) -> None:
     failures = cancel(clients, req.workdir, grace_s=req.grace_s, req=req.connection(), commands=req.cancel,
@@ -486,6 +522,10 @@ class SshTarget(Target[SshRequest]):
 
     def dryrun(self, compiled, **choices) -> DryRun[SshRequest]:
         return dryrun(compiled, **choices)
+
+    def start(self, dry: DryRun[SshRequest], opts: SubmitOptions = SubmitOptions()) -> Started:
+        """Every host's entrypoint started for ``dry``, at once: the run's working directory and the sessions."""
+        return start_hosts(dry, progress=StatusLine(level=opts.verbosity))
 
     def run(self, dry: DryRun[SshRequest], opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         started = time.time() if started is None else started

@@ -41,6 +41,42 @@ def spec(tmp_path: Path, hosts: list[str], command: str, extra: str = "") -> Pat
     return p
 
 
+#: run inside algo-1: SshTarget.start returns while every host's entrypoint runs; the one supervisor then stops it
+START = """\
+import json, sys
+from mpirun_kit.exec.supervisor import Supervisor, signal_stop
+from mpirun_kit.service.compile import compile_spec
+from mpirun_kit.targets.base import SubmitOptions
+from mpirun_kit.targets.ssh import SshTarget
+
+compiled, _, _ = compile_spec(sys.argv[1], default_region=lambda: None)
+target = SshTarget()
+dry = target.prepare(compiled, SubmitOptions(job_id="ssh-start-1"))
+started = target.start(dry)
+running = started.child.poll() is None
+child = started.child
+try:
+    ended = Supervisor(child, grace_s=child.cancel_bound_s(), requested=lambda: signal_stop("SIGTERM"),
+                       tick_s=0.2).run()
+finally:
+    child.close()
+print(json.dumps({"running": running, "native": started.native, "workdir": dry.request.workdir,
+                  "code": ended.stop.exit_code, "codes": {s.host: s.code for s in child.sessions}}))
+"""
+
+
+def test_start_returns_while_every_host_runs_and_the_supervisor_stops_it(tmp_path):
+    """Issue 38 item 2: SshTarget.start connects, ships and starts every host's entrypoint and returns at once with
+    the run's working directory; the sessions are the child the one supervisor follows and stops."""
+    with SimCluster(2, tmp_path / "c", "tssh2s") as sim:
+        job = spec(tmp_path, ["algo-1", "algo-2"], "sleep 120")
+        r = sim.run("algo-1", [sys.executable, "-c", START, str(job)], timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["running"] is True and got["native"] == got["workdir"]
+    assert got["code"] == 143, got
+
+
 def test_job_over_ssh_on_three_hosts(tmp_path):
     with SimCluster(3, tmp_path / "c", "tssh3") as sim:
         job = spec(tmp_path, ["algo-1", "algo-2", "algo-3"],
