@@ -64,6 +64,17 @@ def job_records(tmp_path_factory, monkeypatch):
     return state
 
 
+@pytest.fixture(autouse=True)
+def user_config(tmp_path_factory, monkeypatch):
+    """Every test's configuration file of its own (MPIRUN_KIT_CONFIG_DIR), never the user's ~/.config: it holds
+    the stack prefix (stack/prefix.py), here ``mrk``, so ``mrk-vpc`` is the stack ``mrk-vpc`` whoever runs the
+    suite; child processes inherit the variable.  Tests of the prefix itself write their own."""
+    config = tmp_path_factory.mktemp("config")
+    (config / "config").write_text("stack_prefix = mrk\n")
+    monkeypatch.setenv("MPIRUN_KIT_CONFIG_DIR", str(config))
+    return config / "config"
+
+
 @pytest.fixture(scope="session")
 def moto_server():
     """Start ``moto_server`` on 127.0.0.1 for the session; yield its endpoint URL."""

@@ -75,6 +75,7 @@ def service_of(args):
     """The job service (service/runner.py) over ``store_of(args)``, with the CLI's AWS clients (cli/resolve.py
     ``aws_client``: ``AWS_ENDPOINT_URL``) and our notes on stderr (``say``)."""
     from ..service.runner import JobService
-    from .resolve import aws_client
+    from .resolve import aws_client, stack_names
 
-    return JobService(store_of(args), aws=aws_client, report=lambda line: say(args, line))
+    return JobService(store_of(args), aws=aws_client, report=lambda line: say(args, line),
+                      stack_names=lambda: stack_names(lambda line: say(args, line)))

@@ -3,7 +3,8 @@
 Place in the data flow: JOB.yaml -> service/compile.py (``load_spec``, ``compile_spec``: stack outputs,
 region, this host's facts) -> a ``CompiledJob`` that plan/jobplan.py prints and targets/ run.  The CLI's
 plan, submit, validate and doctor commands share it.  Only this part reads the environment
-(``AWS_ENDPOINT_URL``, through the client factory): the resolution itself takes its clients injected.
+(``AWS_ENDPOINT_URL``, through the client factory; where the user's configuration lives, for the stack
+prefix): the resolution itself takes its clients and the user's stack names injected.
 """
 from __future__ import annotations
 
@@ -25,7 +26,29 @@ def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: 
     ``compile_spec`` with ``args``' spec, --target, --region and --stack-output)."""
     return compile_spec(args.spec, target=args.target, region=args.region, stack_outputs=args.stack_output,
                         aws=aws_client, facts=facts, python=python, offline=offline, report=report,
-                        default_region=default_region)
+                        default_region=default_region, stack_names=stack_names(report))
+
+
+def stack_names(report=None):
+    """The user's stack prefix, which ``mrk-`` in stack names stands for (stack/prefix.py): from the configuration
+    file in MPIRUN_KIT_CONFIG_DIR, else $XDG_CONFIG_HOME/mpirun_kit, else ~/.config/mpirun_kit; the first time,
+    ``mrk-<user>`` is written there and ``report`` says so."""
+    import getpass
+
+    from ..stack.prefix import load_stack_names
+
+    names, chosen = load_stack_names(user_config_file(), getpass.getuser())
+    if chosen and report is not None:
+        report(chosen)
+    return names
+
+
+def user_config_file():
+    """The user's configuration file (stack/prefix.py ``config_file``); the tests' is their own (tests/conftest.py)."""
+    from ..stack.prefix import config_file
+
+    return config_file(os.environ.get("MPIRUN_KIT_CONFIG_DIR"), os.environ.get("XDG_CONFIG_HOME"),
+                       os.path.expanduser("~"))
 
 
 def aws_client(service: str, region: str | None):

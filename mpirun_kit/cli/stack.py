@@ -176,6 +176,20 @@ def register(subparsers: Any) -> None:
     sw.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
     sw.set_defaults(func=_sweep_keys)
 
+    pf = add_command(sub, "prefix", help="show or set your stack prefix, which 'mrk-' in stack names stands for",
+                     description="Show your stack prefix, or set it (NEW). Stack names that begin with 'mrk-', in "
+                     "job specs (${stack:mrk-vpc.VpcId}) and on the stack commands (stack deploy mrk-vpc), stand "
+                     "for PREFIX-...: with prefix mrk-alice, mrk-vpc is the stack mrk-alice-vpc, so people sharing "
+                     "an account deploy and read their own stacks from the same specs. The prefix lives in your "
+                     "configuration file (MPIRUN_KIT_CONFIG_DIR/config, else $XDG_CONFIG_HOME/mpirun_kit/config, "
+                     "else ~/.config/mpirun_kit/config); the first command that needs it writes mrk-<user> there. "
+                     "`stack prefix mrk` keeps the names as written (stacks deployed before prefixes).",
+                     examples=["mpirun_kit stack prefix", "mpirun_kit stack prefix mrk-team2",
+                               "mpirun_kit stack prefix mrk"],
+                     codes=_codes(ok="shown or set", bad="a prefix that cannot begin a stack name"))
+    pf.add_argument("new", nargs="?", metavar="NEW", help="the new prefix (a letter, then letters, digits, '-')")
+    pf.set_defaults(func=_prefix)
+
     ls = add_command(sub, "list", help="list stacks (not deleted ones)",
                      description="List the stacks of the account and region that are not deleted: name, status, "
                      "last update.",
@@ -213,6 +227,40 @@ def _client(args: argparse.Namespace, service: str = "cloudformation") -> Any:
     return boto3.client(service, region_name=_region(args), endpoint_url=endpoint)
 
 
+def _names(args: argparse.Namespace) -> Any:
+    """The user's stack names (stack/prefix.py through cli/resolve.py): read once per command."""
+    if getattr(args, "_names", None) is None:
+        from .common_flags import say
+        from .resolve import stack_names
+
+        args._names = stack_names(lambda line: say(args, line))
+    return args._names
+
+
+def _stack(args: argparse.Namespace, written: str) -> str:
+    """The stack ``written`` stands for (``mrk-vpc`` -> ``PREFIX-vpc``), said once when it differs."""
+    from .common_flags import say
+
+    names = _names(args)
+    real = names.of(written)
+    if real != written:
+        say(args, f"stack {written} is {real} (stack prefix {names.prefix}, {names.source})")
+    return real
+
+
+def _prefix(args: argparse.Namespace) -> int:
+    from ..stack.prefix import check_prefix, write_prefix
+    from .resolve import user_config_file
+
+    path = user_config_file()
+    if args.new:
+        write_prefix(path, check_prefix(args.new, "stack prefix NEW"))
+    names = _names(args)
+    print(f"stack prefix {names.prefix} ({names.source}): mrk-vpc is {names.of('mrk-vpc')}, "
+          f"mrk-role is {names.of('mrk-role')}")
+    return 0
+
+
 def _err(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -239,6 +287,7 @@ def _deploy(args: argparse.Namespace) -> int:
 
     template = load_template(args.template)
     params = parse_param_args(args.param)
+    args.name = _stack(args, args.name)
     ids = needs_mapping(params) if any(p.name == "AvailabilityZone1" for p in template.parameters) else []
     if args.dry_run and ids:
         raise SpecError(f"stack deploy --dry-run: {', '.join(ids)}: a zone id maps to this account's zone name "
@@ -341,10 +390,10 @@ def _outputs(args: argparse.Namespace) -> int:
     from ..stack.outputs import render_table
     from ..stack.request import check_stack_name
 
-    outputs = get_outputs(check_stack_name(args.name), _client(args))
+    outputs = get_outputs(_stack(args, check_stack_name(args.name)), _client(args))
     if args.json:
         print(json.dumps(outputs, indent=2, sort_keys=True))
-    elif args.env:
+    elif args.env:  # named as written, so scripts read MRK_MRK_VPC_... whoever's stack it is
         print(render_env(args.name, outputs))
     else:
         print(render_table(outputs))
@@ -356,7 +405,7 @@ def _delete(args: argparse.Namespace) -> int:
     from ..stack import delete
     from ..stack.request import check_stack_name
 
-    check_stack_name(args.name)
+    args.name = _stack(args, check_stack_name(args.name))
     _need_terminal_or_yes(args, "delete")
     if not args.take_over:
         from ..stack.aws import StackNotFoundError
@@ -381,7 +430,7 @@ def _down(args: argparse.Namespace) -> int:
     from ..stack import teardown
     from ..stack.request import check_stack_name
 
-    names = tuple(check_stack_name(n.strip()) for n in args.stacks.split(",") if n.strip())
+    names = tuple(_stack(args, check_stack_name(n.strip())) for n in args.stacks.split(",") if n.strip())
     if not names:
         raise SpecError("stack down --stacks: no stack names; e.g. --stacks mrk-role,mrk-efs,mrk-fsx,mrk-vpc")
     if not args.yes and not sys.stdin.isatty():
@@ -449,7 +498,8 @@ def _role_bucket(args: argparse.Namespace) -> tuple[str, str]:
     from ..stack import get_outputs
     from ..stack.request import check_stack_name
 
-    outputs = get_outputs(check_stack_name(args.role_stack), _client(args))
+    args.role_stack = _stack(args, check_stack_name(args.role_stack))
+    outputs = get_outputs(args.role_stack, _client(args))
     missing = [k for k in ("RoleBucket", "RolePrefix") if k not in outputs]
     if missing:
         raise SpecError(f"stack {args.role_stack} has no output {' or '.join(missing)}: it is not a role stack "

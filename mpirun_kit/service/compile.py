@@ -61,14 +61,15 @@ def load_spec(path, target: str | None = None):
 def compile_spec(spec: str, *, target: str | None = None, region: str | None = None,
                  stack_outputs: Sequence[str] = (), aws: ClientFactory = plain_aws_client,
                  facts: LocalFacts | None = None, python: str | None = None, offline: bool = False,
-                 report: Callable[[str], None] | None = None, default_region=None):
+                 report: Callable[[str], None] | None = None, default_region=None, stack_names=None):
     """Load, validate and compile the job spec file ``spec`` -> (compiled, facts, the ``("STACK.Key", value)``
     pairs it was compiled with).
 
     ``offline`` (plan, ``submit --dry-run``): stacks that cannot be read for want of AWS stay
     unresolved (``${stack:...}`` as written) with a warning naming what resolves each.  ``report``
     receives the region line (``region R (from SOURCE)``); ``default_region`` is a callable giving
-    the AWS configuration's region (stack/resolve.py's ``aws_default_region`` by default).
+    the AWS configuration's region (stack/resolve.py's ``aws_default_region`` by default); ``stack_names``
+    the user's stack prefix (stack/prefix.py; the names as written without it).
 
     Raises:
         SpecError: an empty name, an invalid spec (every problem listed), unknown stacks.
@@ -85,7 +86,8 @@ def compile_spec(spec: str, *, target: str | None = None, region: str | None = N
         python = get_target(job.target.type).python(job)   # the target says which interpreter its hosts run
     return resolve_job(job, facts or local_facts(), region_flag=region,
                        overrides=parse_stack_overrides(stack_outputs), aws=aws, python=python,
-                       offline=offline, report=report, default_region=default_region or aws_default_region)
+                       offline=offline, report=report, default_region=default_region or aws_default_region,
+                       names=stack_names)
 
 
 def quota_preflight(compiled) -> tuple[str | None, str | None]:
@@ -110,7 +112,7 @@ def quota_preflight(compiled) -> tuple[str | None, str | None]:
 
 def compile_for_submit(spec: str, *, target: str | None, region: str | None, stack_outputs: Sequence[str],
                        dry_run: bool, aws: ClientFactory = plain_aws_client,
-                       report: Callable[[str], None] | None = None):
+                       report: Callable[[str], None] | None = None, stack_names=None):
     """The spec compiled for a submission, with the quota preflight (a shortfall refuses a real run and is a
     warning of a dry run's).
 
@@ -119,7 +121,7 @@ def compile_for_submit(spec: str, *, target: str | None, region: str | None, sta
     """
     # A dry run needs no AWS: stacks it cannot read stay ${stack:...}, each with what resolves it.
     compiled, _, _ = compile_spec(spec, target=target, region=region, stack_outputs=stack_outputs, aws=aws,
-                                  offline=dry_run, report=report)
+                                  offline=dry_run, report=report, stack_names=stack_names)
     short, note = quota_preflight(compiled)  # before anything is created
     if short and not dry_run:
         raise ClusterError(short)

@@ -29,11 +29,14 @@ class JobService:
 
     ``store``: the job records (records.RecordStore; the CLI's and the API's are the same by default);
     ``aws``: the boto3 client factory stack outputs are read with; ``report``: our own one-line notes (the
-    region a spec's stacks are read in, a sim cluster swept); ``clock``: every wait's.
+    region a spec's stacks are read in, a sim cluster swept); ``clock``: every wait's; ``stack_names``: the
+    user's stack prefix, which ``${stack:mrk-...}`` stands for (stack/prefix.py; names as written without it), or
+    a callable giving it when a spec is compiled (the CLI's reads the user's configuration only then).
     """
 
     def __init__(self, store: RecordStore, *, aws: ClientFactory = plain_aws_client,
-                 report: Callable[[str], None] = lambda line: None, clock: Clock = SYSTEM_CLOCK):
+                 report: Callable[[str], None] = lambda line: None, clock: Clock = SYSTEM_CLOCK, stack_names=None):
+        self.stack_names = stack_names
         self.store = store
         self.aws = aws
         self.report = report
@@ -49,7 +52,8 @@ class JobService:
                 or the account's quota cannot hold a real run.
         """
         return compile_for_submit(req.spec, target=req.target, region=req.region, stack_outputs=req.stack_outputs,
-                                  dry_run=dry_run, aws=self.aws, report=self.report)
+                                  dry_run=dry_run, aws=self.aws, report=self.report,
+                                  stack_names=self.stack_names() if callable(self.stack_names) else self.stack_names)
 
     def dry_run(self, req: SubmitRequest, compiled=None) -> DryRun:
         """What ``submit`` would run, as a printable value; nothing is recorded or run."""

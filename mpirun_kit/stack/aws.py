@@ -15,10 +15,10 @@ from ..errors import ClusterError, SpecError
 class StackNotFoundError(SpecError):
     """The named stack does not exist in this account and region."""
 
-    def __init__(self, stack_name: str, region: str | None) -> None:
+    def __init__(self, stack_name: str, region: str | None, text: str | None = None) -> None:
         where = f" in region {region}" if region else ""
-        super().__init__(f"stack {stack_name!r} does not exist{where}; check the name with `mpirun_kit stack list` "
-                         f"or create it with `mpirun_kit stack deploy {stack_name} --template cfn/...`")
+        super().__init__(text or f"stack {stack_name!r} does not exist{where}; check the name with `mpirun_kit "
+                         f"stack list` or create it with `mpirun_kit stack deploy {stack_name} --template cfn/...`")
         self.stack_name = stack_name
 
 

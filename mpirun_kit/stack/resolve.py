@@ -96,8 +96,12 @@ def regions_to_probe(region: str | None, default: str | None) -> list[str]:
 
 
 def cloudformation_outputs(region: str | None, other_region: str | None = None, *, aws: ClientFactory,
-                           probe=regions_to_probe):
+                           probe=regions_to_probe, names=None):
     """Stack name -> outputs from CloudFormation (boto3 clients created on first use).
+
+    ``names`` (stack/prefix.py ``StackNames``, the user's stack prefix) maps a name as written to the
+    stack's own: ``mrk-vpc`` is read as ``PREFIX-vpc``; without it names are read as written.  A mapped
+    stack that does not exist is said with the mapping and the way back to the names as written.
 
     A stack missing from ``region`` but present in another region (the AWS default first, then the
     other regions of the partition; with or without a default) is refused with one line naming both:
@@ -110,16 +114,16 @@ def cloudformation_outputs(region: str | None, other_region: str | None = None, 
             clients[name] = aws("cloudformation", name)
         return clients[name]
 
-    def fetch(stack: str) -> Mapping[str, str]:
+    def fetch(written: str) -> Mapping[str, str]:
         from .aws import StackNotFoundError
         from .outputs import get_outputs
+        from .prefix import MARK
 
+        stack = names.of(written) if names is not None else written
         try:
             return get_outputs(stack, client(region))
-        except StackNotFoundError:
-            if not region:
-                raise
-            for other in probe(region, other_region):
+        except StackNotFoundError as exc:
+            for other in probe(region, other_region) if region else ():
                 try:
                     get_outputs(stack, client(other))
                 except Exception:  # noqa: BLE001 - the probe is best effort; the first error is the answer
@@ -128,7 +132,13 @@ def cloudformation_outputs(region: str | None, other_region: str | None = None, 
                     f"stack {stack!r} is in region {other}, not in {region}, where this job resolves its "
                     f"stacks; pass --region {other} (or set target.sagemaker.region: {other}), or "
                     f"deploy the stack in {region}") from None
-            raise
+            if stack == written:
+                raise
+            where = f" in region {region}" if region else ""
+            raise StackNotFoundError(stack, region, text=
+                f"stack {names.says(written)} does not exist{where}; create it with `mpirun_kit stack deploy "
+                f"{written} --template cfn/...` (it deploys {stack}), or, for stacks deployed under the names as "
+                f"written, run `mpirun_kit stack prefix {MARK.rstrip('-')}`") from exc
     return fetch
 
 
@@ -227,13 +237,15 @@ def unresolved_warnings(refs: tuple[tuple[str, str], ...], outputs: Mapping[str,
 
 def resolve_job(job, facts, *, region_flag: str | None, overrides: Mapping[str, Mapping[str, str]],
                 aws: ClientFactory, python: str, offline: bool = False,
-                report: Callable[[str], None] | None = None, default_region: Callable[[], str | None] | None = None):
+                report: Callable[[str], None] | None = None, default_region: Callable[[], str | None] | None = None,
+                names=None):
     """A loaded job resolved and compiled -> (compiled, facts, the ``("STACK.Key", value)`` pairs used).
 
     ``region_flag`` (``--region``) wins over the spec's region and ``default_region()`` (the AWS
     configuration's); ``overrides`` are ``--stack-output`` values; ``offline`` (plan, ``submit
     --dry-run``): stacks that cannot be read for want of AWS stay ``${stack:...}`` with a warning.
-    ``report`` receives the region line.  ``python`` is the ranks' interpreter (the target's: targets/base.py
+    ``report`` receives the region line.  ``names``: the user's stack prefix (stack/prefix.py), which
+    ``${stack:mrk-...}`` names stand for.  ``python`` is the ranks' interpreter (the target's: targets/base.py
     ``Target.python``, which the CLI asks).
 
     Raises:
@@ -253,7 +265,7 @@ def resolve_job(job, facts, *, region_flag: str | None, overrides: Mapping[str, 
         # The job runs where its stacks were read: one region for both.
         job = dataclasses.replace(job, target=dataclasses.replace(
             job.target, sagemaker=dataclasses.replace(job.target.sagemaker, region=region)))
-    fetch = cloudformation_outputs(region, default, aws=aws) if refs else None
+    fetch = cloudformation_outputs(region, default, aws=aws, names=names) if refs else None
     outputs = resolve_stacks(refs, overrides, region, fetch,
                              offline=offline) if refs else {}
     local = job.target.type in ("local", "sim")

@@ -145,3 +145,31 @@ def test_a_stack_elsewhere_is_named_with_its_region_without_a_default_region(mot
         "mpirun_kit: error: stack 'mrk-role' is in region eu-central-1, not in us-west-2, where this job resolves "
         "its stacks; pass --region eu-central-1 (or set target.sagemaker.region: eu-central-1), or deploy the stack "
         "in us-west-2")
+
+
+@pytest.mark.parametrize("command", [("plan", "--json"), ("submit", "--dry-run")])
+def test_plan_and_submit_read_the_stacks_of_the_users_prefix(moto, tmp_path, command):
+    """Issue 37 finding 4: ``${stack:mrk-role.RoleArn}`` is the stack ``<prefix>-role`` of the prefix in the user's
+    configuration (MPIRUN_KIT_CONFIG_DIR here), so two people's plans of one spec read their own role stacks."""
+    import boto3
+
+    cf = boto3.client("cloudformation", region_name="us-west-2", endpoint_url=moto)
+    for who in ("alice", "bob"):
+        template = {"Resources": {"T": {"Type": "AWS::SNS::Topic"}},
+                    "Outputs": {"RoleArn": {"Value": f"arn:aws:iam::123456789012:role/{who}-job"}}}
+        cf.create_stack(StackName=f"mrk-{who}-role", TemplateBody=json.dumps(template))
+    given = ["--stack-output", "mrk-role.SubmitRoleArn=arn:aws:iam::123456789012:role/submit",
+             "--stack-output", "mrk-role.RoleS3Uri=s3://b/mpirun-kit",
+             "--stack-output", "mrk-role.RoleImageRepository=123456789012.dkr.ecr.us-west-2.amazonaws.com/mpirun-kit",
+             "--stack-output", "mrk-fsx.FileSystemId=fs-0123456789abcdef0", "--stack-output", "mrk-fsx.LustreMountName=abcdefgh",
+             "--stack-output", "mrk-vpc.PrivateSubnet1Id=subnet-0123456789abcdef0", "--stack-output", "mrk-vpc.SecurityGroupId=sg-0123456789abcdef0"]
+    for who in ("alice", "bob"):
+        config = tmp_path / who
+        config.mkdir()
+        (config / "config").write_text(f"stack_prefix = mrk-{who}\n")
+        r = run(tmp_path, command[0], "jobs/maskrcnn.yaml", "--region", "us-west-2", command[1], *given,
+                AWS_ENDPOINT_URL=moto, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+                MPIRUN_KIT_CONFIG_DIR=str(config))
+        assert r.returncode == 0, r.stderr
+        assert f"arn:aws:iam::123456789012:role/{who}-job" in r.stdout
+        assert f"arn:aws:iam::123456789012:role/{'bob' if who == 'alice' else 'alice'}-job" not in r.stdout
