@@ -34,16 +34,16 @@ from __future__ import annotations
 import importlib
 import os
 import signal
-import subprocess
 import sys
 import time
+from collections.abc import Callable  # not typing: every rank imports this module at start
 
 # Only the stdlib and stdlib-only modules: every rank imports this at start, on the
-# launch's critical path (the rest of the package is imported lazily where needed).
+# launch's critical path.  What it needs only once its key is taken (the channel link, the
+# process runner, the relay) is imported then, while its host's other ranks take theirs
+# (``load_the_rest``, issue 41).
 from ..core.clock import SYSTEM_CLOCK, Deadline
 from ..exec.channel.keys import KEY_WAIT_S, take_rank_key, wait_siblings
-from ..exec.channel.rank_link import RankLink
-from ..exec.command import spawn
 from ..exec.pdeathsig import set_parent_death_signal
 from ..exec.signals import signal_name
 from ..plan.contract import PINNING_VAR, RESULT_ADDR_VAR, RUN_NONCE_VAR, local_size_text, rank_identity
@@ -152,12 +152,22 @@ def set_not_dumpable() -> bool:
         return False
 
 
-def channel_link(env: dict, rank: int, host: str, wait_s: float = KEY_WAIT_S,
-                 clock=SYSTEM_CLOCK) -> tuple[RankLink | None, str]:
+def load_the_rest() -> None:
+    """Import what the wrapper needs only to start and follow its program: the channel link, the process runner,
+    the relay.  ``channel_link`` runs it once this rank's key is taken, while the host's other ranks take theirs,
+    so it is off the launch's critical path (issue 41); ``main`` runs it (again: then a no-op) in any case."""
+    from ..exec.channel import rank_link  # noqa: F401  (imported for later, here)
+    from ..exec import command  # noqa: F401
+    from ..observe import ptracer, relay  # noqa: F401
+
+
+def channel_link(env: dict, rank: int, host: str, wait_s: float = KEY_WAIT_S, clock=SYSTEM_CLOCK,
+                 meanwhile: Callable[[], object] = load_the_rest) -> tuple[RankLink | None, str]:  # noqa: F821
     """(the rank's link to the result channel, "") or (None, why not: reports are then off).
 
-    Takes this rank's key file (and removes it), then waits until its host's other ranks took theirs, before
-    the program starts (exec/channel/keys.py); both waits end at one deadline of ``wait_s`` (``clock``).
+    Takes this rank's key file (and removes it), runs ``meanwhile``, then waits until its host's other ranks
+    took theirs, before the program starts (exec/channel/keys.py); both waits end at one deadline of ``wait_s``
+    (``clock``).
     """
     addr, value = env.get(RESULT_ADDR_VAR), env.get(RUN_NONCE_VAR, "")
     if not addr:
@@ -175,6 +185,7 @@ def channel_link(env: dict, rank: int, host: str, wait_s: float = KEY_WAIT_S,
         return None, (f"no key file for rank {rank} of run {nonce} on {host} within {wait_s:g} s (a 0700 directory "
                       "of this uid, written by this host's entrypoint): no reports to the master")
     key, job, directory = got
+    meanwhile()
     left = wait_siblings(directory, deadline, clock)
     if left:
         # Never start the program while a sibling's key is on disk: it could read it and report for that rank
@@ -184,6 +195,8 @@ def channel_link(env: dict, rank: int, host: str, wait_s: float = KEY_WAIT_S,
               f"key file within {wait_s:g} s ({', '.join(sorted(left)[:4])}); the program waits until they have "
               "(started now, it could read their keys)", file=sys.stderr, flush=True)
         wait_siblings(directory, Deadline(clock, None), clock)
+    from ..exec.channel.rank_link import RankLink
+
     return RankLink(addr, rank, key, job), ""
 
 
@@ -201,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     set_not_dumpable()      # before the key is read: nothing of this process's memory is readable from then on
     link, why_not = channel_link(env, rank, host)
     key_taken = time.time()
+    load_the_rest()
     if why_not:
         print(f"mpirun_kit.rank: rank {rank} on {host}: {why_not}", file=sys.stderr, flush=True)
 
@@ -220,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     # Handlers go in before the program starts: a SIGTERM that arrives while it is being
     # started is held and delivered to it, instead of killing this wrapper and orphaning it.
     held: list[int] = []
-    child: subprocess.Popen | None = None
+    child = None        # the program's Popen, once started
     signals_seen = [0]      # a signal that reaches this wrapper ends a hold (observe/relay.py)
 
     def forward(signum, frame):
@@ -236,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in FORWARDED:
         signal.signal(s, forward)
     # Progress and stacks (observe/relay.py): the program writes steps to a pipe; this wrapper signs them.
+    from ..exec.command import spawn
     from ..observe import ptracer, relay
 
     env, progress_r, progress_w, stack_file = relay.prepare(env)

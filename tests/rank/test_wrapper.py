@@ -111,6 +111,40 @@ def test_reports_carry_the_launch_account(server):
         assert 0 < start["cpu_s"] <= end["cpu_s"], (start, end)
 
 
+def test_the_rest_of_the_start_up_runs_while_the_siblings_take_their_keys():
+    """Issue 41: a wrapper imports the channel link, the process runner and the relay only once its key is taken,
+    while its host's other ranks take theirs (the wait every program of the host waits on), not before.  Its own
+    key file is gone by then, a sibling's still there; its program still starts only once that one is gone."""
+    from mpirun_kit.exec.channel.keys import take_rank_key
+    from mpirun_kit.core.clock import SYSTEM_CLOCK, Deadline
+    from mpirun_kit.rank.wrapper import channel_link
+
+    server = make_server({0: "hostx", 1: "hostx"})
+    env = rank_env(server)
+    (directory,) = server.test_key_dirs
+    seen = {}
+
+    def meanwhile():
+        seen["files"] = sorted(os.listdir(directory))
+        seen["sibling"] = take_rank_key(server.run_nonce.hex(), "hostx", 1, Deadline(SYSTEM_CLOCK, 5))
+
+    try:
+        link, why = channel_link(env, 0, "hostx", wait_s=5, meanwhile=meanwhile)
+        assert why == "" and link is not None
+        assert seen["files"] == ["rank-1.key"] and seen["sibling"] is not None
+        assert os.listdir(directory) == []
+        link.close()
+    finally:
+        server.close()
+        remove_keys(server)
+    # and what a wrapper imports before it takes its key holds none of them
+    probe = ("import sys, mpirun_kit.rank.wrapper\n"
+             "print(sorted(m for m in ('subprocess', 'mpirun_kit.exec.command', 'mpirun_kit.observe.relay', "
+             "'mpirun_kit.exec.channel.rank_link', 'dataclasses', 'typing') if m in sys.modules))")
+    res = subprocess.run([PY, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
 def test_exit_code_passes_through(server):
     res = mpirun(server, 2, [PY, str(BIN / "exit_with.py"), "3", "1"])
     assert res.returncode == 3

@@ -18,7 +18,6 @@ import errno
 import socket
 import threading
 
-from ...core.backoff import Backoff
 from ...core.clock import SYSTEM_CLOCK, Clock, Deadline
 from . import wire
 
@@ -92,6 +91,8 @@ class RankLink:
                     self.close()
             # Refused unanswered or broken: the master is up but busy (its cap, a flood); retry until retry_s.
             if backoff is None:
+                from ...core.backoff import Backoff    # only on a retry: every rank imports this module at start
+
                 backoff = Backoff(self.clock, Deadline(self.clock, self.retry_s), first_s=0.05)
             if not backoff.wait():
                 return False
