@@ -8,11 +8,14 @@ attacker's directory and database without a word and `cancel` killed the process
 """
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from attack_kit import as_nobody, nobody_uid, shared  # noqa: F401 - shared is a fixture
@@ -217,3 +220,29 @@ def test_a_program_supervising_through_the_api_is_still_its_jobs_supervisor(tmp_
     finally:
         sup.kill()
         sup.communicate()
+
+
+def test_another_user_reads_nothing_of_a_jobs_run_directory(shared):
+    """Issue #39, item 5: output.log, result.json and plan.txt were 0644 in a 0755 directory, so any user of the
+    host read the ranks' output.  The run directory is 0700 and its files 0600 now."""
+    spec = shared / "quiet.yaml"
+    spec.write_text(textwrap.dedent("""\
+        apiVersion: mpirun_kit/v1
+        kind: Job
+        name: quiet
+        resources: {processes_per_host: 1}
+        program: {command: [python3, -c, 'print("the ranks private line")']}
+        """))
+    r = mrk("submit", str(spec), "--json")
+    assert r.returncode == 0, r.stderr
+    run = Path(json.loads(r.stdout.splitlines()[-1])["run_dir"])
+    assert "the ranks private line" in (run / "output.log").read_text()
+    seen = as_nobody("import os, sys\n"
+                     "for name in ('output.log', 'plan.txt', 'outcome.json', 'result.json', 'spec.json'):\n"
+                     "    try:\n"
+                     "        print(name, open(os.path.join(sys.argv[1], name)).read()[:40].replace(chr(10), ' '))\n"
+                     "    except OSError as exc:\n"
+                     "        print(name, type(exc).__name__)\n", run)
+    assert "private line" not in seen and "PermissionError" in seen, seen
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in run.iterdir() if p.is_file()}
+    assert stat.S_IMODE(run.stat().st_mode) == 0o700 and set(modes.values()) == {0o600}, modes
