@@ -197,11 +197,14 @@ def check_owner(stack: dict[str, Any], owner: str | None, action: str) -> None:
     current = owner_of(stack)
     if owner is None or current is None or current == owner:
         return
+    from .prefix import default_prefix
+
     name = stack.get("StackName", "?")
+    mine = default_prefix(owner.rsplit('/', 1)[-1].split('@')[0])
     raise ClusterError(f"stack {name} belongs to {current} (its tag {OWNER_TAG}), not to you ({owner}): "
-                       f"you would {action} their stack, which every job of theirs uses. Choose stack names of "
-                       f"your own (e.g. {owner.rsplit('/', 1)[-1].split('@')[0].lower()}-{name}), or, if it is "
-                       "yours to take over, pass --take-over")
+                       f"you would {action} their stack, which every job of theirs uses. Choose a stack prefix of "
+                       f"your own (`mpirun_kit stack prefix {mine}`: 'mrk-' in stack names stands for it, so "
+                       f"mrk-vpc is then {mine}-vpc), or, if it is yours to take over, pass --take-over")
 
 
 def deploy(request: DeployRequest, client: Any, *, confirm: Callable[[tuple[Change, ...]], bool],

@@ -392,8 +392,9 @@ def test_a_stack_has_an_owner_and_another_person_neither_updates_nor_deletes_it(
     upd = cli("stack", "deploy", "mrk-vpc", *VPC_ARGS, "--param", "CreateNatGateway=false", "--yes", *FAST)
     assert upd.rc == 69
     assert ("stack mrk-vpc belongs to user/moto (its tag mpirun-kit-owner), not to you (user/bob): you would update "
-            "their stack, which every job of theirs uses. Choose stack names of your own (e.g. bob-mrk-vpc), or, if "
-            "it is yours to take over, pass --take-over") in upd.err
+            "their stack, which every job of theirs uses. Choose a stack prefix of your own (`mpirun_kit stack prefix "
+            "mrk-bob`: 'mrk-' in stack names stands for it, so mrk-vpc is then mrk-bob-vpc), or, if it is yours to "
+            "take over, pass --take-over") in upd.err
     down = cli("stack", "down", "--stacks", "mrk-vpc", "--yes", *FAST)
     assert down.rc == 69 and "stack mrk-vpc belongs to user/moto" in down.err and "you would delete" in down.err
     gone = cli("stack", "delete", "mrk-vpc", "--yes", *FAST)
