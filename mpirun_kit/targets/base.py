@@ -269,8 +269,8 @@ class Target(ABC, Generic[R]):
 
     def start(self, dry: DryRun[R], opts: SubmitOptions = SubmitOptions()) -> Started:
         """Start ``dry`` exactly as printed and return at once: the target's id for the job and the child the one
-        supervisor follows (``run`` is start, then the supervisor, then the Outcome).  Done for ``local`` and
-        ``ssh``; the other targets still start and follow inside ``run``.
+        supervisor follows (``run`` is start, then the supervisor, then the Outcome).  Done for ``local``,
+        ``ssh`` and ``sim``; the platform targets still start and follow inside ``run``.
 
         Raises:
             NotImplementedError: this target does not separate starting from following yet.

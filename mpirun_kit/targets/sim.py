@@ -34,7 +34,7 @@ from ..sim.layout import HOST_OPT_ML
 from ..spec.compile import CompiledJob
 from ..errors import ClusterError, ExitCode
 from ..core import verbosity
-from .base import STOPPED, DryRun, StatusLine, SubmitOptions, Target, retrying
+from .base import STOPPED, DryRun, Started, StatusLine, SubmitOptions, Target, retrying
 from .outcome import Outcome, launch_timeline, outcome_of
 
 #: seconds allowed on top of the job's own limit for bring-up, ssh readiness and tear-down.
@@ -126,17 +126,31 @@ def run_once(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLO
         return stop.exit_code, {}, root / f"attempt-{attempt}" / "algo-1" / "opt_ml"
 
 
-def _run_on_cluster(dry: DryRun, attempt: int, root: Path, clock: Clock, out: BinaryIO, err: BinaryIO,
-                    progress: StatusLine, latch: SignalLatch) -> tuple[int, dict[str, int], Path]:
+def start_cluster(dry: DryRun, attempt: int, root: Path, *, clock: Clock = SYSTEM_CLOCK, out: BinaryIO | None = None,
+                  err: BinaryIO | None = None, progress: StatusLine | None = None,
+                  latch: SignalLatch | None = None) -> Started:
+    """Bring up a fresh cluster under ``root/attempt-N`` and start every host's entrypoint; return at once with
+    the cluster's name (the target's own id for the job) and the hosts, the child the one supervisor follows.
+    The cluster stays up until the caller closes it (``SimHosts.close``: after the end, the master's files
+    read); a failure here tears it down first.
+
+    Raises:
+        SimStopped: ``latch`` received a signal during or just after the bring-up (the cluster is down again).
+    """
     from ..exec.sshkeys import SECRET_BYTES, format_secret
     from ..sim import SimCluster
+    from ..sim.cluster import SimStopped
 
+    out = out or sys.stdout.buffer
+    err = err or sys.stderr.buffer
     req = dry.request
+    progress = progress or StatusLine(clock=clock)
+    latch = latch or SignalLatch(signals=())
     # The cluster records us as its owner: should we die by SIGKILL, the next sim, submit or jobs sweeps it.
-    with SimCluster(req.hosts, root / f"attempt-{attempt}", req.name, instance_type=req.instance_type,
-                    clock=clock, owner=os.getpid(), cancelled=lambda: latch.received is not None) as sim:
+    sim = SimCluster(req.hosts, root / f"attempt-{attempt}", req.name, instance_type=req.instance_type,
+                     clock=clock, owner=os.getpid(), cancelled=lambda: latch.received is not None).__enter__()
+    try:
         master = sim.hosts[0].name
-        opt_ml = sim.host(master).opt_ml
         if latch.received:   # stopped just after the bring-up: nothing more is started
             raise SimStopped("stopped after the bring-up")
         sim.write_sagemaker_config(hyperparameters=req.hyperparameters)
@@ -144,10 +158,24 @@ def _run_on_cluster(dry: DryRun, attempt: int, root: Path, clock: Clock, out: Bi
         procs = sim.start_entrypoints(req.entrypoint, split_output=True)
         tails = [(FileTail(sim.host(h).dir / name, "" if h == master else f"[{h} entrypoint] "), dst)
                  for h in procs for name, dst in (("entrypoint.out", out), ("entrypoint.log", err))]
-        hosts = SimHosts(procs, master, tails, req.grace_s, progress, clock)
+        return Started(sim.name, SimHosts(procs, master, tails, req.grace_s, progress, clock, sim=sim))
+    except BaseException:
+        sim.down()
+        raise
+
+
+def _run_on_cluster(dry: DryRun, attempt: int, root: Path, clock: Clock, out: BinaryIO, err: BinaryIO,
+                    progress: StatusLine, latch: SignalLatch) -> tuple[int, dict[str, int], Path]:
+    req = dry.request
+    hosts = start_cluster(dry, attempt, root, clock=clock, out=out, err=err, progress=progress, latch=latch).child
+    master, opt_ml = hosts.master, hosts.sim.host(hosts.master).opt_ml
+    try:
         ended = Supervisor(hosts, deadline_s=req.deadline_s, grace_s=req.grace_s + STOP_MARGIN_S,
                            requested=latch.stop, clock=clock, tick_s=0.2, deadline_what="the sim job").run()
-        codes = {h: exit_code_of(p.returncode) if p.returncode is not None else ExitCode.SIGKILL for h, p in procs.items()}
+        codes = {h: exit_code_of(p.returncode) if p.returncode is not None else ExitCode.SIGKILL
+                 for h, p in hosts.procs.items()}
+    finally:
+        hosts.close()
     stopped = ended.stop.exit_code if ended.stop is not None else None
     code = stopped if stopped is not None else codes[master]
     summary = ", ".join(f"{h}={c}" for h, c in codes.items())
@@ -171,9 +199,10 @@ class SimHosts:
     """
 
     def __init__(self, procs: dict, master: str, tails: list, grace_s: float, progress: StatusLine,
-                 clock: Clock = SYSTEM_CLOCK):
+                 clock: Clock = SYSTEM_CLOCK, sim=None):
         self.procs, self.master, self.tails, self.grace_s, self.progress = procs, master, tails, grace_s, progress
         self.clock = clock
+        self.sim = sim   # the cluster they run on (sim.SimCluster), torn down by ``close``
         self.master_gone: Deadline | None = None
         self.workers_termed = False
 
@@ -226,6 +255,11 @@ class SimHosts:
 
     def wait(self, seconds: float) -> None:
         self.clock.sleep(seconds)
+
+    def close(self) -> None:
+        """Tear the cluster down (its namespaces, sshd and whatever is left); its hosts' files stay under its root."""
+        if self.sim is not None:
+            self.sim.down()
 
 
 def _stop(master, why: str, grace_s: float, progress: StatusLine, sig: int = signal.SIGTERM) -> None:
@@ -308,6 +342,12 @@ class SimTarget(Target[SimRequest]):
 
     def dryrun(self, compiled, **choices) -> DryRun:
         return dryrun(compiled, **choices)
+
+    def start(self, dry: DryRun, opts: SubmitOptions = SubmitOptions()) -> Started:
+        """A fresh cluster up and every host's entrypoint started for ``dry``, at once (the first attempt's; the
+        cluster's root is the request's, else a temporary directory the caller removes)."""
+        root = Path(dry.request.root) if dry.request.root else Path(tempfile.mkdtemp(prefix=TEMP_ROOT_PREFIX))
+        return start_cluster(dry, 0, root, progress=StatusLine(level=opts.verbosity))
 
     def run(self, dry: DryRun, opts: SubmitOptions = SubmitOptions(), *, started: float | None = None) -> Outcome:
         return run_outcome(dry, level=opts.verbosity)

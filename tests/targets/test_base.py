@@ -72,5 +72,5 @@ def test_a_target_that_does_not_separate_start_from_run_says_so():
 
     from mpirun_kit.targets import get_target
 
-    with pytest.raises(NotImplementedError, match="target 'sim' starts its jobs only inside run()"):
-        get_target("sim").start(None)
+    with pytest.raises(NotImplementedError, match="target 'sagemaker' starts its jobs only inside run()"):
+        get_target("sagemaker").start(None)

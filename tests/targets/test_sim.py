@@ -209,3 +209,28 @@ def test_a_program_that_cannot_start_is_refused_before_the_cluster_comes_up(tmp_
     assert "the program cannot start: program.command: python script 'missing.py' does not exist" in err
     assert json.loads(out)["exit_code"] == 127
     assert not (tmp_path / "sim").exists()
+
+
+def test_start_returns_with_the_cluster_up_and_every_entrypoint_running(tmp_path):
+    """Issue 38 item 2: SimTarget.start brings the cluster up, starts every host's entrypoint and returns at once
+    with the cluster's name; the hosts are the child the one supervisor follows and stops, and closing them tears
+    the cluster down."""
+    from mpirun_kit.exec.supervisor import Supervisor, signal_stop
+    from mpirun_kit.service.compile import compile_spec
+    from mpirun_kit.sim import list_clusters
+    from mpirun_kit.targets.base import SubmitOptions
+    from mpirun_kit.targets.sim import SimTarget
+
+    spec = sim_job(tmp_path, 2, 1, "[sleep, '120']")
+    compiled, _, _ = compile_spec(str(spec), default_region=lambda: None)
+    target = SimTarget()
+    dry = target.prepare(compiled, SubmitOptions(job_id="h5-sim-start", run_dir=str(tmp_path / "run")))
+    started = target.start(dry)
+    hosts = started.child
+    try:
+        assert hosts.poll() is None and started.native == dry.request.name in list_clusters()
+        ended = Supervisor(hosts, grace_s=5, requested=lambda: signal_stop("SIGTERM"), tick_s=0.2).run()
+    finally:
+        hosts.close()
+    assert ended.stop.exit_code == 143
+    assert dry.request.name not in list_clusters()
