@@ -155,6 +155,10 @@ class SolverConfig:
     #: parameter per step (84 on R50-FPN, counted by syncs.py on CPU); whether those wait for the
     #: GPU needs a GPU run of benchmarks/bench_maskrcnn_gpu.py --set solver.ddp_static_graph=true
     ddp_static_graph: bool = False
+    #: on a GPU with channels-last: before DDP builds its buckets, lay each parameter out as its
+    #: gradient comes back (two small forward/backward passes at start; dist.match_grad_strides), so
+    #: no gradient is copied into its bucket view each step (issue #36)
+    ddp_match_grad_strides: bool = True
     #: capture the model's forward and backward in CUDA graphs (torch.compile mode="reduce-overhead",
     #: fullgraph: the tests trace it with 0 graph breaks); needs a step without host syncs (checked
     #: at start).  Unverified until a GPU run: one graph per canvas and boxes-per-image shape

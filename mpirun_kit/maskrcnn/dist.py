@@ -7,7 +7,8 @@ torchrun (``RANK``/``WORLD_SIZE``/``LOCAL_RANK``), in that order, and the rendez
 an MPI launch provides no address, ``init_distributed`` has rank 0 pick one and broadcasts it
 over MPI (mpi4py), so a bare ``mpirun -np N python -m mpirun_kit.maskrcnn.train`` works.
 Backends: gloo on CPU, NCCL on GPU, or Horovod when asked for and installed.
-``end_process(main)`` is how a rank's process ends: with main's exit code, without interpreter
+``match_grad_strides`` lays parameters out as their gradients come back, so DDP's bucket views
+take gradients without a copy.  ``end_process(main)`` is how a rank's process ends: with main's exit code, without interpreter
 finalization (its docstring says why).
 """
 from __future__ import annotations
@@ -218,6 +219,41 @@ class Comm:
 
             if dist.is_initialized():
                 dist.destroy_process_group()
+
+
+def match_grad_strides(named_params, loss: Callable[[], object]) -> tuple[list[str], list[str]]:
+    """Give each parameter the strides its gradient comes back in, before DDP builds its buckets.
+
+    DDP lays each bucket view out with its parameter's strides and copies every gradient whose
+    strides differ into it, each step ("Grad strides do not match bucket view strides").  Under
+    channels-last a 1x1 conv weight [O, C, 1, 1] has two valid stride sets, and which one its
+    gradient takes depends on the backend and on the graph: a weight used once gets the
+    convolution's own layout, one used on every FPN level (the RPN head) the layout of the sum
+    autograd forms (issue #36 saw the copy on a GPU for a [12, 256, 1, 1] weight).  So this runs
+    ``loss()`` backward twice on the real model: the first pass restrides every parameter whose
+    gradient differs (same values, new strides), the second checks.  Returns (restrided names,
+    names still differing after the second pass).  Leaves every ``.grad`` None.
+    """
+    import torch
+
+    params = [(n, p) for n, p in named_params if p.requires_grad]
+
+    def differing() -> list[tuple[str, torch.nn.Parameter]]:
+        for _, p in params:
+            p.grad = None
+        loss().backward()
+        out = [(n, p) for n, p in params if p.grad is not None and p.grad.shape == p.shape
+               and p.grad.stride() != p.stride()]
+        return out
+
+    first = differing()
+    with torch.no_grad():
+        for _, p in first:
+            p.data = torch.empty_strided(p.shape, p.grad.stride(), dtype=p.dtype, device=p.device).copy_(p.data)
+    second = differing()
+    for _, p in params:
+        p.grad = None
+    return [n for n, _ in first], [n for n, _ in second]
 
 
 def end_process(main: Callable[[], int | None]) -> NoReturn:

@@ -263,7 +263,7 @@ class Trainer:
         log.info("rank %d/%d (local %d) on %s, %d thread(s), %d loader worker(s) (%s), backend %s, denormals %s",
                  info.rank, info.world_size, info.local_rank, self.device, threads, self.num_workers,
                  f"data.num_workers={cfg.data.num_workers}" if cfg.data.num_workers >= 0 else
-                 f"auto: {cpus} CPUs / {max(info.local_size, 1)} local rank(s) - {threads} thread(s)",
+                 f"auto: {cpus} CPUs / {max(info.local_size, 1)} local ranks - {threads} threads",
                  backend, "flushed" if self.denormals_flushed else "kept")
 
     def _paths(self) -> dict[str, Path]:
@@ -358,6 +358,11 @@ class Trainer:
         else:
             model.to(self.device)
         self.model = model
+        amp = cfg.solver.amp if self.device.type == "cuda" else "none"
+        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+        if (self.device.type == "cuda" and cfg.solver.channels_last and cfg.solver.ddp_match_grad_strides
+                and self.comm.backend in ("gloo", "nccl")):
+            self._match_grad_strides(model)
         global_batch = cfg.solver.ims_per_gpu * self.info.world_size
         self.global_batch = global_batch
         self.schedule = resolve_schedule(cfg, global_batch)
@@ -375,8 +380,6 @@ class Trainer:
         self.optimizer = torch.optim.SGD([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=base,
                                          momentum=cfg.solver.momentum, weight_decay=cfg.solver.weight_decay,
                                          fused=self.device.type == "cuda" or None)
-        amp = cfg.solver.amp if self.device.type == "cuda" else "none"
-        self.amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=(amp == "fp16"))
         self.ddp_model = model
         if self.comm.backend in ("gloo", "nccl"):
@@ -413,6 +416,33 @@ class Trainer:
         solver = self.solver
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_at(solver, s, global_batch) / base)
+
+    def _match_grad_strides(self, model) -> None:
+        """Lay the parameters out as their gradients come back on this GPU (dist.match_grad_strides):
+        two forward/backward passes of a small synthetic batch (2 images of 256x320) under the
+        run's autocast, before DDP builds its buckets.  An optimisation: a failure is logged, not raised."""
+        import torch
+
+        from .cost import synthetic_batch
+        from .data.batch import collate, to_device
+        from .dist import match_grad_strides
+
+        batch = to_device(collate(synthetic_batch(2, 256, 320, 3), self.cfg.input.size_divisibility), self.device)
+
+        def loss():
+            with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+                losses = model(batch)
+            return sum(v.float() for k, v in losses.items() if k.startswith("loss_"))
+
+        try:
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                changed, still = match_grad_strides(model.named_parameters(), loss)
+        except (RuntimeError, ValueError) as exc:
+            log.warning("could not match the parameters' strides to their gradients (%s): DDP may copy some "
+                        "gradients into its buckets each step", exc)
+            return
+        log.info("parameters laid out as their gradients: %d restrided, %d still differ%s", len(changed), len(still),
+                 f" ({', '.join(still[:3])})" if still else "")
 
     def _resume(self) -> None:
         from .checkpoint import find_last, load_checkpoint, restore_rng

@@ -70,3 +70,77 @@ def test_ddp_step_equals_single_process_step(shapes, tmp_path):
     assert single.keys() == ddp.keys() and len(single) > 20
     for name in single:
         torch.testing.assert_close(ddp[name], single[name], rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+
+
+def _strided_ddp_run(match: bool) -> tuple[list[str], list[str], list[str]]:
+    """A 1-rank gloo DDP (gradients as bucket views, as the trainer builds it) over a channels-last
+    model whose 1x1 conv is used twice, as the RPN head is on every FPN level, with that weight
+    given the other valid layout of a [O, C, 1, 1] tensor.  Returns (restrided, still differing,
+    DDP's stride warnings over two steps)."""
+    import os
+    import warnings
+
+    import torch.distributed as dist
+    from torch import nn
+
+    from mpirun_kit.maskrcnn.dist import match_grad_strides
+
+    class Head(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 16, 3, padding=1)
+            self.pred = nn.Conv2d(16, 12, 1)
+
+        def forward(self, xs):
+            return sum(self.pred(self.conv(x)).sum() for x in xs)
+
+    torch.manual_seed(0)
+    m = Head().to(memory_format=torch.channels_last)
+    m.pred.weight.data = m.pred.weight.data.clone(memory_format=torch.contiguous_format)  # (16, 1, 1, 1)
+    xs = [torch.randn(2, 8, s, s).contiguous(memory_format=torch.channels_last) for s in (16, 8, 4)]
+    changed, still = match_grad_strides(m.named_parameters(), lambda: m(xs)) if match else ([], [])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(m, gradient_as_bucket_view=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                ddp.zero_grad()
+                ddp(xs).backward()
+    finally:
+        dist.destroy_process_group()
+    return changed, still, [str(w.message) for w in caught if "Grad strides do not match" in str(w.message)]
+
+
+def test_parameters_laid_out_as_their_gradients_spare_ddp_the_bucket_copy():
+    """dist.match_grad_strides (the trainer runs it on a GPU with channels-last, before DDP): without
+    it DDP warns that a gradient's strides differ from its bucket view's (and copies it every step);
+    with it the weight takes its gradient's strides and DDP takes the gradients as they are."""
+    _, _, warned = _strided_ddp_run(match=False)
+    assert len(warned) == 1
+    changed, still, warned = _strided_ddp_run(match=True)
+    assert changed == ["pred.weight"] and still == [] and warned == []
+
+
+def test_the_trainers_stride_match_runs_the_model_twice_and_logs_what_it_did(shapes, tmp_path, caplog):
+    """Trainer._match_grad_strides (on a GPU with channels-last it runs before DDP is built) drives
+    the real model with its small synthetic batch; on the CPU, without channels-last, every gradient
+    already has its parameter's strides: nothing to restride, and the parameters keep their values."""
+    import logging
+
+    from mpirun_kit.maskrcnn.dist import DistInfo
+    from mpirun_kit.maskrcnn.train import Trainer, build_parser
+
+    args = build_parser().parse_args(["--config", "demo", "--data-dir", str(shapes), "--output-dir", str(tmp_path),
+                                      "--set", "device=cpu"])
+    t = Trainer(args, DistInfo(0, 1, 0, 1))
+    t._setup_runtime()
+    t._build_model()
+    before = {n: p.detach().clone() for n, p in t.model.named_parameters()}
+    with caplog.at_level(logging.INFO, logger="mpirun_kit.maskrcnn.train"):
+        t._match_grad_strides(t.model)
+    assert "parameters laid out as their gradients: 0 restrided, 0 still differ" in caplog.text
+    assert all(torch.equal(p, before[n]) and p.grad is None for n, p in t.model.named_parameters())

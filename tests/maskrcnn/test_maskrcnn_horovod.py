@@ -69,7 +69,8 @@ def test_trainer_trains_evaluates_and_checkpoints_under_horovod(mpirun, shapes, 
                  "--data-dir", str(shapes), "--output-dir", str(out), *TINY, "--set", "backend=horovod",
                  "--set", "solver.max_iter=3", "--set", "log_period=1"])
     log = proc.stdout + proc.stderr
-    assert re.search(r"rank 0/2 \(local 0\) on cpu, \d+ thread\(s\), backend horovod", log), log[-3000:]
+    assert re.search(r"rank 0/2 \(local 0\) on cpu, \d+ thread\(s\), \d+ loader worker\(s\) \([^)]*\), backend horovod",
+                     log), log[-3000:]
     state = _final_state(out)
     assert state["step"] == 3 and len(state["rng"]) == 2 and state["config"]["backend"] == "horovod"
     assert state["optimizer"]["state"], "the Horovod-wrapped optimizer saved no momentum"
