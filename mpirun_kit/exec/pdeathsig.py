@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import sys
 
@@ -55,6 +54,8 @@ def with_parent_death_signal(argv: list[str], signum: int, path: str | None) -> 
     Raises:
         FileNotFoundError: ``argv[0]`` is not found on ``path``.
     """
+    import shutil   # here: the rank wrapper imports this module before it takes its key, for the prctl alone
+
     if shutil.which(argv[0], path=path) is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
     setpriv = shutil.which("setpriv")

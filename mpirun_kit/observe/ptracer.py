@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import sys
 
 #: prctl option (Yama): the calling process may be traced by this pid and its descendants.
@@ -47,6 +46,8 @@ def argv(program: list[str], tracer: int, scope_now: int | None, path: str | Non
     """
     if scope_now != 1:
         return list(program)
+    import shutil   # here, only under scope 1: every rank wrapper imports this module at start
+
     if shutil.which(program[0], path=path) is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program[0])
     return [sys.executable, "-I", "-S", os.path.abspath(__file__), str(int(tracer)), "--", *program]

@@ -128,7 +128,7 @@ import os, shutil, signal, subprocess, sys, time
 from mpirun_kit.exec import pdeathsig
 if sys.argv[1] == "no-setpriv":
     real = shutil.which
-    pdeathsig.shutil.which = lambda n, path=None: None if n == "setpriv" else real(n, path=path)
+    shutil.which = lambda n, path=None: None if n == "setpriv" else real(n, path=path)
 argv = pdeathsig.with_parent_death_signal(["sleep", "60"], signal.SIGTERM, os.environ["PATH"])
 p = subprocess.Popen(argv)
 print(p.pid, os.path.basename(argv[0]), flush=True)

@@ -140,7 +140,7 @@ def test_the_rest_of_the_start_up_runs_while_the_siblings_take_their_keys():
     # and what a wrapper imports before it takes its key holds none of them
     probe = ("import sys, mpirun_kit.rank.wrapper\n"
              "print(sorted(m for m in ('subprocess', 'mpirun_kit.exec.command', 'mpirun_kit.observe.relay', "
-             "'mpirun_kit.exec.channel.rank_link', 'dataclasses', 'typing') if m in sys.modules))")
+             "'mpirun_kit.exec.channel.rank_link', 'dataclasses', 'typing', 'shutil') if m in sys.modules))")
     res = subprocess.run([PY, "-c", probe], capture_output=True, text=True, timeout=60)
     assert res.stdout.strip() == "[]", res.stdout + res.stderr
 
