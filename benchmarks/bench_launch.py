@@ -132,7 +132,10 @@ def figures(data: dict) -> dict:
 #: benchmark's program stamps; the floor has three of them.
 ACCOUNT = ("entrypoints started", "sshd ready", "key hand-off", "mpirun started", "daemons up", "wrappers started",
            "keys taken", "programs started", "channel hello", "first output")
-FLOOR_ACCOUNT = ("daemons up", "programs started", "first output")
+#: the shutdown tail (b) in two: the last rank's exit -> mpirun's exit (mpirun's and its daemons' teardown, and
+#: the wrappers' own exit), then mpirun's exit -> the master's exit (the result out, every worker's ack).
+TAIL = ("tail: to mpirun's exit", "tail: mpirun's exit to the master's")
+FLOOR_ACCOUNT = ("daemons up", "programs started", "first output", "tail: to mpirun's exit")
 
 
 def account(sim, data: dict) -> dict:
@@ -140,17 +143,47 @@ def account(sim, data: dict) -> dict:
     the toolkit's CPU per rank up to the programs' start and in the whole job."""
     from mpirun_kit.observe import timeline
 
-    acc = timeline.launch_account(data)
+    acc = timeline.launch_account(data) if hasattr(timeline, "launch_account") else older_account(data)
     path = timeline.critical_path(data)
     firsts = stamps(sim, "start")
-    phases = {**acc["phases"], "first output": max(firsts) - path[0].t if firsts and path else None}
+    master = timeline.master_of(data)
+    last_exit = max((r["exited"] for r in data["ranks"] if "exited" in r), default=None)
+    mpirun_exit, exited = phase_t(data, master, "mpirun_exited"), phase_t(data, master, "exited")
+    phases = {**acc["phases"], "first output": max(firsts) - path[0].t if firsts and path else None,
+              TAIL[0]: None if last_exit is None or mpirun_exit is None else mpirun_exit - last_exit,
+              TAIL[1]: None if mpirun_exit is None or exited is None else exited - mpirun_exit}
     return {"phases": phases, "cpu_launch": acc["cpu"]["per_rank_launch_s"], "cpu_job": acc["cpu"]["per_rank_job_s"]}
 
 
-def floor_account(sim, t0: float) -> dict:
-    """The floor's phases, from its mpirun's start ``t0``: the last daemon up, program started, first output."""
+def older_account(data: dict) -> dict:
+    """The account of a tree before it had one (this file copied into an older checkout, for docs/benchmarks.md's
+    before and after): what its timeline holds (the entrypoints' phases, each rank's program start; daemons up
+    from its workers' scan, every 0.2 s), the rest None; CPU: the entrypoints' to mpirun's or their daemon's start."""
+    hosts = data["hosts"]
+    master = next(h for h, v in hosts.items() if v["role"] == "master")
+    t0 = min(r["t"] for v in hosts.values() for r in v["phases"] if r["phase"] == "started")
+
+    def last(ts):
+        ts = [t for t in ts if t is not None]
+        return max(ts) - t0 if ts else None
+
+    phases = dict.fromkeys(ACCOUNT[:-1])
+    phases.update({"entrypoints started": last(phase_t(data, h, "started") for h in hosts),
+                   "sshd ready": last([phase_t(data, master, "ready")]),
+                   "mpirun started": last([phase_t(data, master, "mpirun_started")]),
+                   "daemons up": last(phase_t(data, h, "daemon_up") for h in hosts if h != master),
+                   "programs started": last(r.get("started") for r in data["ranks"])})
+    cpu = [next((r["cpu_s"] for r in v["phases"] if r["phase"] in ("mpirun_started", "daemon_up")), 0.0)
+           for v in hosts.values()]
+    return {"phases": phases, "cpu": {"per_rank_launch_s": None, "per_rank_job_s": None,
+                                      "entrypoints_launch_per_rank_s": sum(cpu) / max(1, len(data["ranks"]))}}
+
+
+def floor_account(sim, t0: float, t_end: float) -> dict:
+    """The floor's phases, from its mpirun's start ``t0``: the last daemon up, program started, first output; and
+    its tail, the last program's end -> its mpirun's exit seen here at ``t_end``."""
     return {"daemons up": max(stamps(sim, "parent")) - t0, "programs started": max(stamps(sim, "proc")) - t0,
-            "first output": max(stamps(sim, "start")) - t0}
+            "first output": max(stamps(sim, "start")) - t0, TAIL[0]: t_end - max(stamps(sim, "end"))}
 
 
 def stamps_launch(sim, t0: float) -> float:
@@ -204,7 +237,7 @@ def one_n(n: int, repeats: int, root: Path, launch_only: bool = False, name: str
 
     keys = ("floor", "launch", "to_mpirun", "master_last", "master_cpu", "tail", "floor_abort", "fanout")
     res: dict[str, list[float]] = {k: [] for k in keys}
-    ours: dict[str, list[float]] = {k: [] for k in (*ACCOUNT, "cpu_launch", "cpu_job")}
+    ours: dict[str, list[float]] = {k: [] for k in (*ACCOUNT, *TAIL, "cpu_launch", "cpu_job")}
     floors: dict[str, list[float]] = {k: [] for k in FLOOR_ACCOUNT}
     with SimCluster(n, root / f"n{n}", name=f"{name}{n}") as sim:
         for _ in range(repeats):
@@ -212,10 +245,11 @@ def one_n(n: int, repeats: int, root: Path, launch_only: bool = False, name: str
             clear(sim)
             t0 = time.time()
             r = sim.run("algo-1", floor_argv(-1), timeout=300)
+            t_end = time.time()
             if r.returncode != 0:
                 raise RuntimeError(f"bare mpirun failed: {r.stderr[-800:]}")
             res["floor"].append(stamps_launch(sim, t0))
-            for k, v in floor_account(sim, t0).items():
+            for k, v in floor_account(sim, t0, t_end).items():
                 floors[k].append(v)
             # (a) + (b) + (d)
             _, procs = run_job(sim)
@@ -293,7 +327,7 @@ def account_table(rows: list[dict]) -> str:
 
     lines = ["| phase (s from the first start to the last) | " + " | ".join(f"{r['hosts']} x {PPH}" for r in rows)
              + " |", "|---|" + "---|" * len(rows)]
-    for k in ACCOUNT:
+    for k in (*ACCOUNT, *TAIL):
         cells = []
         for r in rows:
             ours, floor = r["account"]["ours"].get(k), r["account"]["floor"].get(k)
