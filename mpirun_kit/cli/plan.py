@@ -17,23 +17,23 @@ def cost_line(compiled) -> str | None:
     job = compiled.job
     if job.target.type != "sagemaker":
         return None
-    from ..stack.cost import training_estimate
+    from ..stack.cost import price_list_endpoint, training_estimate
 
     region = job.target.sagemaker.region
     pricing = None
-    if region:
+    home, no_api = price_list_endpoint(region)   # the partition's endpoint; GovCloud has none: the table, said
+    if home:
         import boto3
         from botocore.config import Config
 
-        # The Price List API answers in us-east-1 (cn-northwest-1 for China); one quick try, else the table.
-        home = "cn-northwest-1" if region.startswith("cn-") else "us-east-1"
+        # one quick try, else the table
         try:
             pricing = boto3.client("pricing", region_name=home, config=Config(
                 connect_timeout=5, read_timeout=10, retries={"max_attempts": 1}))
         except Exception:  # noqa: BLE001 - no client, no API price: the table's is used
             pricing = None
     return training_estimate(job.resources.instance_type, len(compiled.hosts), job.target.sagemaker.max_run_s,
-                             region, spot=job.spot.enabled, pricing=pricing)
+                             region, spot=job.spot.enabled, pricing=pricing, no_api=no_api)
 
 
 def _plan(args) -> int:

@@ -43,6 +43,38 @@ class Price:
     source: str  # where it came from, with its date, as the estimate prints it
 
 
+#: region name prefixes of the partitions other than ``aws`` (botocore's endpoints data, as of 2024)
+PARTITION_PREFIXES = (("us-gov-", "aws-us-gov"), ("cn-", "aws-cn"), ("us-isob-", "aws-iso-b"),
+                      ("us-iso-", "aws-iso"), ("eu-isoe-", "aws-iso-e"), ("us-isof-", "aws-iso-f"))
+#: where the Price List API answers: partition -> (region name prefix -> endpoint region), the first match wins
+PRICE_LIST_ENDPOINTS = {"aws": (("eu-", "eu-central-1"), ("me-", "eu-central-1"), ("af-", "eu-central-1"),
+                                ("il-", "eu-central-1"), ("ap-", "ap-south-1"), ("", "us-east-1")),
+                        "aws-cn": (("", "cn-northwest-1"),)}
+
+
+def partition_of(region: str) -> str:
+    """The AWS partition of a region name: ``aws-us-gov`` for ``us-gov-west-1``, ``aws`` for the rest."""
+    return next((part for prefix, part in PARTITION_PREFIXES if region.startswith(prefix)), "aws")
+
+
+def price_list_endpoint(region: str | None) -> tuple[str | None, str | None]:
+    """(the region to ask the Price List API in for ``region``'s prices, or None; why not, when None).
+
+    The API answers only in the ``aws`` partition (us-east-1, eu-central-1, ap-south-1: the nearest is
+    taken) and in ``aws-cn`` (cn-northwest-1), each with that partition's credentials; GovCloud and
+    the isolated partitions have no endpoint, so their estimate is the table's, and says so.  Pure.
+    """
+    if not region:
+        return None, None
+    partition = partition_of(region)
+    endpoints = PRICE_LIST_ENDPOINTS.get(partition)
+    if endpoints is None:
+        return None, (f"the Price List API has no endpoint in the {partition} partition (it answers in the "
+                      f"{' and '.join(PRICE_LIST_ENDPOINTS)} partitions, with their credentials), so the price is "
+                      "the table's")
+    return next(where for prefix, where in endpoints if region.startswith(prefix)), None
+
+
 def api_training_price(pricing: Any, instance_type: str, region: str) -> Price | None:
     """The on-demand SageMaker training price of ``instance_type`` in ``region`` (AWS Price List API,
     GetProducts), or None when the API does not answer or lists no such product."""
@@ -67,19 +99,22 @@ def api_training_price(pricing: Any, instance_type: str, region: str) -> Price |
 
 
 def training_estimate(instance_type: str, hosts: int, max_run_s: int, region: str | None, *,
-                      spot: bool = False, pricing: Any = None, expected_s: float | None = None) -> str:
+                      spot: bool = False, pricing: Any = None, expected_s: float | None = None,
+                      no_api: str | None = None) -> str:
     """``cost`` line of a plan: instance-hours at most (max_run), what they cost on demand, and, when the
     workload says how long it expects to run (``expected_s``), what that costs.
 
-    The price is the Price List API's (``pricing``, a boto3 client) when it answers, else the table's."""
+    The price is the Price List API's (``pricing``, a boto3 client) when it answers, else the table's;
+    ``no_api`` says why there is no client (``price_list_endpoint``'s reason: GovCloud), after the table."""
     hours = hosts * max_run_s / 3600.0
     head = f"{hosts} x {instance_type} for up to {max_run_s / 3600.0:g} h = {hours:g} instance-hours"
     found = api_training_price(pricing, instance_type, region) if pricing is not None and region else None
     if found is None:
         table = prices()["sagemaker_training_usd_per_hour"].get(instance_type)
         if table is None:
-            return f"{head}; no price for {instance_type} in the {_where(region)}"
-        found = Price(table, _where(region) + ("; the Price List API did not answer" if pricing is not None else ""))
+            return f"{head}; no price for {instance_type} in the {_where(region)}" + (f"; {no_api}" if no_api else "")
+        why = "; the Price List API did not answer" if pricing is not None else f"; {no_api}" if no_api else ""
+        found = Price(table, _where(region) + why)
     price = found.usd_per_hour
     spot_note = " (managed spot is billed less; this is the on-demand ceiling)" if spot else ""
     expected = ""

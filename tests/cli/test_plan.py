@@ -99,3 +99,16 @@ def test_plan_of_a_slurm_job_shows_the_batch_script_whole(cli, tmp_path):
     assert "with srun --mpi=pmix, not the mpirun argv above" in r.out
     assert r.out.count("--- file /fsx/jobs/j-") == 2                            # batch.sh and launch-spec.json
     assert '"mpi_flavour": "srun"' in r.out
+
+
+def test_a_govcloud_plan_says_why_its_cost_is_the_tables(cli, monkeypatch):
+    """Issue 37 finding 8: a GovCloud job's cost line asked the Price List API in us-east-1, which GovCloud's
+    credentials cannot call, and fell back to the table saying only that the API did not answer.  No client is
+    made now (one made would fail here: no endpoint listens on 127.0.0.1:9)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    r = cli("plan", "jobs/maskrcnn.yaml", "--region", "us-gov-west-1", *STACK_FLAGS)
+    assert r.rc == 0, r.err
+    cost = next(ln for ln in r.out.splitlines() if ln.startswith("  cost "))
+    assert "not us-gov-west-1's; the Price List API has no endpoint in the aws-us-gov partition (it answers in the " \
+           "aws and aws-cn partitions, with their credentials), so the price is the table's)" in cost
+    assert "did not answer" not in cost

@@ -83,3 +83,37 @@ def test_no_region_is_said_as_such():
     line = training_estimate("ml.p5.48xlarge", 2, 3600, None)
     assert "None" not in line
     assert "no region is set; the table holds us-east-1, us-west-2 prices" in line
+
+
+def test_the_price_list_endpoint_follows_the_jobs_partition():
+    """Issue 37 finding 8: the client always went to us-east-1, so GovCloud (whose credentials that endpoint
+    does not take) always fell back to the table without saying why.  Pure: no AWS call."""
+    from mpirun_kit.stack.cost import partition_of, price_list_endpoint
+
+    assert price_list_endpoint("us-west-2") == ("us-east-1", None)
+    assert price_list_endpoint("eu-west-1") == ("eu-central-1", None)
+    assert price_list_endpoint("ap-northeast-1") == ("ap-south-1", None)
+    assert price_list_endpoint("cn-north-1") == ("cn-northwest-1", None)
+    assert [partition_of(r) for r in ("us-gov-west-1", "cn-northwest-1", "us-isob-east-1", "us-east-1")] == [
+        "aws-us-gov", "aws-cn", "aws-iso-b", "aws"]
+    where, why = price_list_endpoint("us-gov-west-1")
+    assert where is None and why == (
+        "the Price List API has no endpoint in the aws-us-gov partition (it answers in the aws and aws-cn "
+        "partitions, with their credentials), so the price is the table's")
+    assert price_list_endpoint("us-iso-east-1")[1].startswith("the Price List API has no endpoint in the aws-iso ")
+    assert price_list_endpoint(None) == (None, None)
+
+
+def test_govcloud_says_the_table_is_used_and_why():
+    line = training_estimate("ml.p5.48xlarge", 4, 172800, "us-gov-west-1",
+                             no_api=price_list_endpoint_reason("us-gov-west-1"))
+    assert line.endswith(f"(price table of {prices()['as_of']} (mpirun_kit/stack/prices.json); the table holds us-east-1, "
+                         "us-west-2 prices, not us-gov-west-1's; the Price List API has no endpoint in the "
+                         "aws-us-gov partition (it answers in the aws and aws-cn partitions, with their "
+                         "credentials), so the price is the table's)")
+
+
+def price_list_endpoint_reason(region):
+    from mpirun_kit.stack.cost import price_list_endpoint
+
+    return price_list_endpoint(region)[1]
