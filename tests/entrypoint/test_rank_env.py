@@ -24,14 +24,18 @@ def _job(tmp_path: Path, program: str, env: str) -> Path:
     return job
 
 
-def test_a_local_rank_does_not_inherit_the_masters_environment(tmp_path, monkeypatch, capfd):
+def test_a_local_rank_inherits_the_shells_environment_but_no_secret(tmp_path, monkeypatch, capfd):
+    """Issue #40: a local rank gets the submitting shell's environment, as torchrun's does (before: the allow-list
+    only, so H3_UNLISTED was None); a secret-looking name still is not, unless the spec names it."""
     program = ("import os\n"
-               "os.write(1, ('seen %s %s\\n' % (os.environ.get('H3_UNLISTED'), os.environ.get('H3_LISTED'))).encode())\n")
+               "os.write(1, ('seen %s %s %s\\n' % (os.environ.get('H3_UNLISTED'), os.environ.get('H3_LISTED'), "
+               "os.environ.get('H3_TOKEN'))).encode())\n")
     job = _job(tmp_path, program, "{H3_LISTED: yes-listed, OMP_NUM_THREADS: 1}")
     monkeypatch.setenv("H3_UNLISTED", "from-the-master")
+    monkeypatch.setenv("H3_TOKEN", "t0ken-value")
     assert main(["submit", str(job)]) == 0
     out = capfd.readouterr().out
-    assert "seen None yes-listed" in out, out
+    assert "seen from-the-master yes-listed None" in out, out
 
 
 def test_the_failure_file_never_shows_a_ranks_secret_value(tmp_path, capfd):

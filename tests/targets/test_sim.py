@@ -135,7 +135,7 @@ def test_ctrl_c_stops_the_ranks_with_sigterm_and_a_grace_period(tmp_path):
             proc.kill()
     text = log.read_text()
     assert "[0 algo-1] rank 0 handler ran" in text and "[1 algo-2] rank 1 handler ran" in text, text
-    assert "sim: interrupted (Ctrl-C): sending SIGTERM to the master's entrypoint (it stops every rank, SIGKILL 5s " \
+    assert "sim: interrupted (Ctrl-C): sending SIGINT to the master's entrypoint (it stops every rank, SIGKILL 5s " \
            "later; what is left 20s from now goes with the cluster)" in text
     result = json.loads(text.splitlines()[-1])
     assert (result["exit_code"], result["source"]) == (130, "user")
