@@ -2,26 +2,28 @@
 # Creates the per-job ssh key material: one fresh job secret from which every host
 # of the job derives the same ssh user key and host key (mpirun_kit keys; threat
 # model in docs/threat-model.md, "Per-job ssh keys and their threat model").
+# A SageMaker job submitted with `mpirun_kit submit` needs none of this: submit makes
+# the secret under keys/<job>/ only where no object is, refuses a job whose secret it
+# did not make, and removes it after the job; this script refuses that prefix.
 #
 #   bash ops/make-job-keys.sh --job NAME --out DIR                 # local / FSx / EFS directory
-#   bash ops/make-job-keys.sh --job NAME --out s3://B/PREFIX/NAME/  # S3, encrypted with SSE-KMS
+#   bash ops/make-job-keys.sh --job NAME --out s3://B/PREFIX/NAME/  # S3 (not keys/), SSE-KMS
 #        [--kms-key-id KEY] [--region R] [--force] [--dry-run]
 #   bash ops/make-job-keys.sh --job NAME --out ... --delete        # after the job: remove its secret
 #
 # The secret is written as DIR/job-secret (mode 600, directory 700) or uploaded as
-# s3://B/PREFIX/NAME/job-secret; pass that prefix to the job as input channel
-# "mpirun-keys" so it appears on every host at /opt/ml/input/data/mpirun-keys/job-secret.
-# An S3 prefix must end in the job name: the role lets each job read only keys/<its
-# name>/ (cfn/sagemaker-role.yaml), so each secret gets a prefix of its own, deleted
-# with --delete once the job has ended.  `mpirun_kit submit` does all this itself.
-# Use a new secret per job; the public fingerprints printed here are what the
-# hosts will present.
+# s3://B/PREFIX/NAME/job-secret, for a job you create yourself; pass that prefix to
+# the job as input channel "mpirun-keys" so it appears on every host at
+# /opt/ml/input/data/mpirun-keys/job-secret.  An S3 prefix must end in the job name,
+# so each secret gets a prefix of its own, deleted with --delete once the job has
+# ended (--delete also removes a leftover under keys/).  Use a new secret per job;
+# the public fingerprints printed here are what the hosts will present.
 #
 # Exit codes: 0 ok; 2 usage; 64 bad input (the CLI's message says which);
 # otherwise the failing command's own code.
 set -euo pipefail
 
-usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
+usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; }
 
 job="" out="" kms="" region="${AWS_REGION:-${AWS_DEFAULT_REGION:-}}" force=0 dry_run=0 delete=0
 while [ "$#" -gt 0 ]; do
@@ -55,6 +57,16 @@ case "$out" in
            "the role lets each job read only the key prefix of its own name, so each secret needs a prefix of its own" >&2
       exit 64
     fi
+    case "/${out#s3://*/}" in
+      */keys/*)
+        if [ "$delete" = 0 ]; then
+          echo "make-job-keys.sh: --out $out: a SageMaker job's key prefix is filled by \`mpirun_kit submit\` itself," \
+               "which makes the secret only where no object is and refuses a job whose secret it did not make;" \
+               "a secret put there first stops the submit. Submit the job without this script (it makes and," \
+               "with --wait, removes the secret), or, for a job you create yourself, upload outside keys/" >&2
+          exit 64
+        fi ;;
+    esac
     ;;
 esac
 

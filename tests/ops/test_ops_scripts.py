@@ -234,3 +234,19 @@ def test_quickstart_setup_stamp_changes_with_the_op_sources(tmp_path):
     kernel = tmp_path / "mpirun_kit" / "maskrcnn" / "csrc" / "ops" / "cpu" / "nms_kernel.cpp"
     kernel.write_text(kernel.read_text() + "\n// changed\n")
     assert stamp() != before
+
+
+def test_make_job_keys_leaves_the_key_prefix_to_submit():
+    """Issue 37: `submit` puts a SageMaker job's secret under keys/NAME/ only where no object is, and refuses one it
+    did not make; the script still told people to pre-stage it there, which now stops their submit.  It refuses
+    that upload (exit 64, before any command) and says what to do; removing a leftover there stays possible."""
+    proc = sh("make-job-keys.sh", "--job", "alice--j", "--out", "s3://bucket/mpirun-kit/keys/alice--j/", "--dry-run")
+    assert (proc.returncode, proc.stdout) == (64, "")
+    assert proc.stderr == (
+        "make-job-keys.sh: --out s3://bucket/mpirun-kit/keys/alice--j/: a SageMaker job's key prefix is filled by "
+        "`mpirun_kit submit` itself, which makes the secret only where no object is and refuses a job whose secret "
+        "it did not make; a secret put there first stops the submit. Submit the job without this script (it makes "
+        "and, with --wait, removes the secret), or, for a job you create yourself, upload outside keys/\n")
+    gone = sh("make-job-keys.sh", "--job", "alice--j", "--out", "s3://bucket/mpirun-kit/keys/alice--j/", "--delete",
+              "--dry-run")
+    assert gone.returncode == 0 and gone.stdout.startswith("+ aws s3 rm s3://bucket/mpirun-kit/keys/alice--j/job-secret")
