@@ -72,6 +72,11 @@ def test_the_model_resizes_flips_and_normalises_on_the_device_as_pil_would():
         assert got.shape[-2:] == batch["canvas"]
         assert (got[:, :size[0], :size[1]] - want).abs().max() < 2.5 / float(model.pixel_std.min())
         assert got[:, size[0]:].abs().sum() == 0 and got[:, :, size[1]:].abs().sum() == 0
+    model.channels_last = True  # the GPU preset: the canvas is made in the backbone's layout, no extra copy
+    got_cl = model.preprocess(batch)
+    assert got_cl.is_contiguous(memory_format=torch.channels_last) and torch.equal(got_cl, model.preprocess(batch))
+    model.channels_last = False
+    assert torch.equal(got_cl.contiguous(), model.preprocess(batch))
 
 
 @pytest.mark.parametrize("multiple,expected", [(32, (832, 1216)), (128, (896, 1280))])

@@ -50,21 +50,28 @@ class MaskRCNN(nn.Module):
         the host-side sizes, so nothing is read from the device.
         """
         sizes = batch["image_sizes"]
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         if "src_sizes" in batch:
+            # per image, on its decoded pixels: normalise (one kernel: x / std - mean / std, which
+            # commutes with the resize, whose weights sum to 1, and with the flip), flip, resize, then
+            # one copy into the canvas, allocated in the backbone's layout; the canvas's zeros are
+            # the mean colour already, so nothing of the canvas is touched twice
             ph, pw = batch["canvas"]
             src = batch["images"]
-            images = src.new_zeros((src.shape[0], 3, ph, pw), dtype=torch.float32)
+            images = torch.empty((src.shape[0], 3, ph, pw), dtype=torch.float32, device=src.device,
+                                 memory_format=fmt).zero_()
+            scale = self.pixel_std.reciprocal()
+            shift = -self.pixel_mean * scale
             for i, ((h, w), (sh, sw), flip) in enumerate(zip(sizes, batch["src_sizes"], batch["flips"])):
-                x = src[i:i + 1, :, :sh, :sw].float()
-                if (sh, sw) != (h, w):
-                    x = F.interpolate(x, size=(h, w), mode="bilinear", align_corners=False, antialias=True)
+                x = torch.addcmul(shift, src[i, :, :sh, :sw], scale)
                 if flip:
                     x = x.flip(-1)
-                images[i, :, :h, :w] = x[0]
-            images.sub_(self.pixel_mean).div_(self.pixel_std)
-        else:
-            # in place on the fresh float copy: no further canvas-sized temporaries
-            images = batch["images"].float().sub_(self.pixel_mean).div_(self.pixel_std)
+                if (sh, sw) != (h, w):
+                    x = F.interpolate(x[None], size=(h, w), mode="bilinear", align_corners=False, antialias=True)[0]
+                images[i, :, :h, :w] = x
+            return images
+        # in place on the fresh float copy: no further canvas-sized temporaries
+        images = batch["images"].float().sub_(self.pixel_mean).div_(self.pixel_std)
         ph, pw = images.shape[-2:]
         for i, (h, w) in enumerate(sizes):
             if h < ph:
@@ -72,7 +79,7 @@ class MaskRCNN(nn.Module):
             if w < pw:
                 images[i, :, :, w:] = 0
         if self.channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
+            images = images.contiguous(memory_format=fmt)
         return images
 
     def forward(self, batch: Mapping[str, Any] | Sequence[Mapping[str, Any]]):
