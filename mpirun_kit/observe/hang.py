@@ -472,7 +472,7 @@ def hang_json(stall: Stall, stacks: Mapping[int, dict], samples: Mapping[int, Ra
     at = places(stacks, samples)
     ranks = []
     # Bounded (the result travels to every worker in one channel line): the suspects, then up to JSON_RANKS others.
-    listed = sorted(why) + sorted(set(stall.ranks) | set(at) - set(why))[:JSON_RANKS]
+    listed = sorted(why) + sorted((set(stall.ranks) | set(at)) - set(why))[:JSON_RANKS]
     for r in sorted(listed):
         frames = _main_frames(stacks.get(r)) or (samples[r].frames if r in samples else [])
         p = at.get(r)
