@@ -3,8 +3,9 @@
 Place in the data flow: CompiledJob + a job name (chosen by the caller, never
 here) -> ``build_request`` (a pure dict, what ``submit --dry-run`` prints) ->
 ``run`` calls ``create_training_job`` and, with ``--wait``, follows the status
-and the CloudWatch logs until the job ends, returning an exit code that matches
-the job's.  Clients and the clock are injected (moto/Stubber in tests).
+and the CloudWatch logs until the job ends (``SageMakerChild`` under the one
+supervisor, exec/supervisor.py, which can also stop it: StopTrainingJob),
+returning an exit code that matches the job's.  Clients and the clock are injected (moto/Stubber in tests).
 
 On every host SageMaker starts the training image, whose entrypoint is
 ``mpirun_kit entrypoint``: it reads the LaunchSpec from the hyperparameter
@@ -248,46 +249,128 @@ class LogFollower:
         return printed
 
 
+#: SageMaker's own stop: SIGTERM to every host's container, SIGKILL 120 s later; then the job ends Stopped.
+STOP_GRACE_S = 120.0
+#: beyond SageMaker's grace: its status reaches Stopped after the hosts are gone and the output uploaded.
+STOP_MARGIN_S = 300.0
+
+
+class SageMakerChild:
+    """A SageMaker training job as the one supervisor's ``Child`` (exec/supervisor.py): the supervisor's loop
+    follows it, stops it and drains it, as it does a local process, the ssh sessions and a Slurm job.
+
+    ``poll``: DescribeTrainingJob (and every host's new CloudWatch lines); the job's exit code once it is
+    Completed, Failed or Stopped (``exit_code_for``), ``DETACHED`` once ``detached()`` says following ends with
+    the job left running (the follow deadline).  ``terminate``: StopTrainingJob (SageMaker sends SIGTERM to
+    every host, SIGKILL after STOP_GRACE_S, and ends the job as Stopped); its kill deadline is that grace and
+    STOP_MARGIN_S.  ``kill``: nothing stronger exists on SageMaker: the stop already asked is repeated.
+    ``drain``: the last log lines, the failure reason, the final description into ``final``.
+    """
+
+    #: ``poll``'s answer when following ended with the job left running (``detached``).
+    DETACHED = -2
+
+    def __init__(self, client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLOCK, out=None,
+                 progress: StatusLine | None = None, final: dict | None = None, detached=lambda: False):
+        self.client, self.job_name, self.clock = client, job_name, clock
+        self.out = out or sys.stdout
+        self.progress = progress or StatusLine(clock=clock)
+        self.final, self.detached = final, detached
+        self.follower = LogFollower(logs_client, job_name, self.out) if logs_client is not None else None
+        self.last: dict | None = None          # the job as SageMaker last described it
+        self._shown = None
+        self.stops = 0                         # StopTrainingJob requests sent
+
+    def poll(self) -> int | None:
+        desc = describe(self.client, self.job_name)
+        self.last = desc
+        state = (desc.get("TrainingJobStatus"), desc.get("SecondaryStatus"))
+        if self.follower is not None:
+            _poll(self.follower, self.job_name)
+        if state != self._shown:
+            self.progress.done(f"sagemaker {self.job_name}: {state[0]} / {state[1]}")
+            self._shown = state
+        if state[0] in TERMINAL:
+            return exit_code_for(desc)
+        return self.DETACHED if self.detached() else None
+
+    def _stop(self) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.stop_training_job(TrainingJobName=self.job_name)
+        except ClientError as exc:
+            # A job that ended meanwhile cannot be stopped; the next poll reads its end.
+            if exc.response.get("Error", {}).get("Code") != "ValidationException":
+                raise ClusterError(f"could not stop training job {self.job_name!r}: "
+                                   f"{exc.response.get('Error', {}).get('Message', exc)}") from exc
+        self.stops += 1
+
+    def terminate(self, stop) -> float | None:
+        self._stop()
+        self.progress.done(f"sagemaker {self.job_name}: stopping ({stop.why}): StopTrainingJob sent")
+        return STOP_GRACE_S + STOP_MARGIN_S
+
+    def stopping(self) -> float | None:
+        return None
+
+    def kill(self) -> None:
+        self._stop()
+
+    def drain(self, deadline: Deadline) -> None:
+        if self.follower is not None:
+            _poll(self.follower, self.job_name)
+        desc = self.last or {}
+        if desc.get("TrainingJobStatus") in TERMINAL:
+            if desc.get("FailureReason"):
+                self.progress.done(f"failure reason: {desc['FailureReason']}")
+            if self.final is not None:
+                self.final.update(desc)
+
+    def wait(self, seconds: float) -> None:
+        self.clock.sleep(seconds)
+
+
 def follow(client, job_name: str, *, logs_client=None, clock: Clock = SYSTEM_CLOCK, out=None,
            poll_s: float = 5.0, timeout_s: float | None = None, progress: StatusLine | None = None,
-           final: dict | None = None, level: int = verbosity.VERBOSE) -> int:
-    """Follow a training job to its end; return its exit code (see ``exit_code_for``).
+           final: dict | None = None, level: int = verbosity.VERBOSE,
+           requested: Callable[[], Any] | None = None) -> int:
+    """Follow a training job to its end under the one supervisor (``SageMakerChild``); return its exit code
+    (see ``exit_code_for``).
 
     Args:
         client: boto3 SageMaker client.
         logs_client: boto3 CloudWatch Logs client; None follows status only.
         timeout_s: give up following after this long (the job keeps running).
         final: if given, filled with the job's last description (its FailureReason is our failure report).
+        requested: asked each tick: a ``Stop`` (exec/supervisor.py) stops the job (StopTrainingJob) and
+            follows it to its end; None (``submit --wait``): Ctrl-C stops following, never the job.
 
     Raises:
         ClusterError: the job is unknown, or following timed out.
     """
-    out = out or sys.stdout
+    from ..exec.supervisor import Phase, Supervisor
+
     progress = progress or StatusLine(clock=clock, level=level)
     deadline = Deadline(clock, timeout_s)
-    follower = LogFollower(logs_client, job_name, out) if logs_client is not None else None
-    last = None
-    while True:
-        desc = describe(client, job_name)
-        state = (desc.get("TrainingJobStatus"), desc.get("SecondaryStatus"))
-        if follower is not None:
-            _poll(follower, job_name)
-        if state != last:
-            progress.done(f"sagemaker {job_name}: {state[0]} / {state[1]}")
-            last = state
-        if state[0] in TERMINAL:
-            if follower is not None:
-                _poll(follower, job_name)
-            if desc.get("FailureReason"):
-                progress.done(f"failure reason: {desc['FailureReason']}")
-            if final is not None:
-                final.update(desc)
-            return exit_code_for(desc)
-        if deadline.expired():
-            raise ClusterError(f"training job {job_name} still {state[0]} after {timeout_s:g}s of following; it keeps "
-                               f"running: `mpirun_kit status {job_name}`, `mpirun_kit stop {job_name}`")
-        progress.update(f"sagemaker {job_name}: {state[0]} / {state[1]} (Ctrl-C stops following, not the job)")
-        clock.sleep(min(poll_s, deadline.remaining()))
+    child = SageMakerChild(client, job_name, logs_client=logs_client, clock=clock, out=out, progress=progress,
+                           final=final, detached=deadline.expired)
+
+    def show(phase: Phase) -> None:
+        state = (child.last or {}).get("TrainingJobStatus"), (child.last or {}).get("SecondaryStatus")
+        if phase is Phase.RUNNING and state[0] not in TERMINAL:
+            progress.update(f"sagemaker {job_name}: {state[0]} / {state[1]} (Ctrl-C stops following, not the job)")
+
+    ended = Supervisor(child, clock=clock, tick_s=poll_s, on_tick=show, requested=requested,
+                       grace_s=STOP_GRACE_S + STOP_MARGIN_S, deadline_what="following the job").run()
+    if ended.returncode == SageMakerChild.DETACHED:
+        raise ClusterError(f"training job {job_name} still {(child.last or {}).get('TrainingJobStatus')} after "
+                           f"{timeout_s:g}s of following; it keeps running: `mpirun_kit status {job_name}`, "
+                           f"`mpirun_kit stop {job_name}`")
+    if ended.returncode is None:   # stopped, and SageMaker never reported its end within the grace
+        raise ClusterError(f"training job {job_name}: StopTrainingJob was sent but the job did not end within "
+                           f"{STOP_GRACE_S + STOP_MARGIN_S:g}s; `mpirun_kit status {job_name}` shows it")
+    return ended.returncode
 
 
 def _poll(follower: LogFollower, job_name: str) -> None:
