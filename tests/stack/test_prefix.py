@@ -123,6 +123,9 @@ def test_stack_commands_use_the_same_names(cli, cf, on_moto, monkeypatch, tmp_pa
     assert "stack mrk-role is mrk-team2-role (stack prefix mrk-team2" in r.err
     r = cli("stack", "delete", "mrk-role", "--yes", "--take-over", "--poll", "0.1", "--timeout", "60")
     assert r.rc == 0 and r.out.strip() == "stack mrk-team2-role: DELETE_COMPLETE", r.err
+    cf.create_stack(StackName="mrk-team2-role", TemplateBody=json.dumps(ROLE))
+    r = cli("stack", "down", "--stacks", "mrk-role", "--yes", "--poll", "0.1", "--timeout", "60")
+    assert r.rc == 0 and r.out.startswith("deleted: mrk-team2-role"), r.err
     r = cli("stack", "prefix", "9")
     assert r.rc == 64 and "stack prefix NEW: stack prefix '9' cannot begin" in r.err
 
