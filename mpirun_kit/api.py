@@ -35,7 +35,8 @@ __all__ = ["JobService", "SubmitRequest", "JobHandle", "JobStatus", "JobState", 
 
 def service(state_dir: str | os.PathLike | None = None, *, environ: Mapping[str, str] | None = None) -> JobService:
     """The job service over the record store in ``state_dir`` (None: the CLI's default, from ``environ``, this
-    process's environment unless given), reading stack outputs at ``AWS_ENDPOINT_URL`` when that is set."""
+    process's environment unless given), reading stack outputs at ``AWS_ENDPOINT_URL`` when that is set, and
+    ``mrk-`` stack names as the user's stack prefix (stack/prefix.py; the configuration file the CLI reads)."""
     env = os.environ if environ is None else environ
     endpoint = env.get("AWS_ENDPOINT_URL") or None
 
@@ -44,7 +45,15 @@ def service(state_dir: str | os.PathLike | None = None, *, environ: Mapping[str,
 
         return boto3.client(name, region_name=region, endpoint_url=endpoint)
 
-    return JobService(RecordStore(state_dir or default_state_dir(env)), aws=aws)
+    def stack_names():
+        import getpass
+
+        from .stack.prefix import config_file, load_stack_names
+
+        path = config_file(env.get("MPIRUN_KIT_CONFIG_DIR"), env.get("XDG_CONFIG_HOME"), os.path.expanduser("~"))
+        return load_stack_names(path, getpass.getuser())[0]
+
+    return JobService(RecordStore(state_dir or default_state_dir(env)), aws=aws, stack_names=stack_names)
 
 
 def submit(spec: str | os.PathLike, *, target: str | None = None, detach: bool = True,

@@ -34,3 +34,13 @@ def test_submit_detached_then_logs_jobs_and_cancel(tmp_path):
     assert api.cancel(job.job_id) == end          # an ended job is left as it is
     with pytest.raises(SpecError, match="no job 'nope' in the job records"):
         api.status("nope")
+
+
+def test_the_api_reads_the_users_stack_prefix_as_the_cli_does(tmp_path):
+    """Issue 37 finding 4: ``${stack:mrk-role...}`` means the user's own stacks through the API too."""
+    from mpirun_kit import api
+
+    (tmp_path / "config").write_text("stack_prefix = mrk-erin\n")
+    svc = api.service(tmp_path / "state", environ={"MPIRUN_KIT_CONFIG_DIR": str(tmp_path)})
+    names = svc.stack_names() if callable(svc.stack_names) else svc.stack_names
+    assert names.of("mrk-role") == "mrk-erin-role"
