@@ -26,7 +26,8 @@ def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: 
     ``compile_spec`` with ``args``' spec, --target, --region and --stack-output)."""
     return compile_spec(args.spec, target=args.target, region=args.region, stack_outputs=args.stack_output,
                         aws=aws_client, facts=facts, python=python, offline=offline, report=report,
-                        default_region=default_region, stack_names=stack_names(report))
+                        default_region=default_region,
+                        stack_names=lambda: stack_names(report))
 
 
 def stack_names(report=None):

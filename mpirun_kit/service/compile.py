@@ -69,7 +69,8 @@ def compile_spec(spec: str, *, target: str | None = None, region: str | None = N
     unresolved (``${stack:...}`` as written) with a warning naming what resolves each.  ``report``
     receives the region line (``region R (from SOURCE)``); ``default_region`` is a callable giving
     the AWS configuration's region (stack/resolve.py's ``aws_default_region`` by default); ``stack_names``
-    the user's stack prefix (stack/prefix.py; the names as written without it).
+    the user's stack prefix (stack/prefix.py; the names as written without it), or a callable giving it, called
+    only for a spec that names a stack.
 
     Raises:
         SpecError: an empty name, an invalid spec (every problem listed), unknown stacks.

@@ -31,7 +31,8 @@ class JobService:
     ``aws``: the boto3 client factory stack outputs are read with; ``report``: our own one-line notes (the
     region a spec's stacks are read in, a sim cluster swept); ``clock``: every wait's; ``stack_names``: the
     user's stack prefix, which ``${stack:mrk-...}`` stands for (stack/prefix.py; names as written without it), or
-    a callable giving it when a spec is compiled (the CLI's reads the user's configuration only then).
+    a callable giving it, called only for a spec that names a stack (the CLI's reads the user's configuration
+    only then).
     """
 
     def __init__(self, store: RecordStore, *, aws: ClientFactory = plain_aws_client,
@@ -53,7 +54,7 @@ class JobService:
         """
         return compile_for_submit(req.spec, target=req.target, region=req.region, stack_outputs=req.stack_outputs,
                                   dry_run=dry_run, aws=self.aws, report=self.report,
-                                  stack_names=self.stack_names() if callable(self.stack_names) else self.stack_names)
+                                  stack_names=self.stack_names)
 
     def dry_run(self, req: SubmitRequest, compiled=None) -> DryRun:
         """What ``submit`` would run, as a printable value; nothing is recorded or run."""

@@ -245,7 +245,8 @@ def resolve_job(job, facts, *, region_flag: str | None, overrides: Mapping[str, 
     configuration's); ``overrides`` are ``--stack-output`` values; ``offline`` (plan, ``submit
     --dry-run``): stacks that cannot be read for want of AWS stay ``${stack:...}`` with a warning.
     ``report`` receives the region line.  ``names``: the user's stack prefix (stack/prefix.py), which
-    ``${stack:mrk-...}`` names stand for.  ``python`` is the ranks' interpreter (the target's: targets/base.py
+    ``${stack:mrk-...}`` names stand for, or a callable giving it, called only when the spec names a stack
+    (the CLI's reads, and the first time writes, the user's configuration file).  ``python`` is the ranks' interpreter (the target's: targets/base.py
     ``Target.python``, which the CLI asks).
 
     Raises:
@@ -265,6 +266,8 @@ def resolve_job(job, facts, *, region_flag: str | None, overrides: Mapping[str, 
         # The job runs where its stacks were read: one region for both.
         job = dataclasses.replace(job, target=dataclasses.replace(
             job.target, sagemaker=dataclasses.replace(job.target.sagemaker, region=region)))
+    if callable(names):
+        names = names() if refs else None
     fetch = cloudformation_outputs(region, default, aws=aws, names=names) if refs else None
     outputs = resolve_stacks(refs, overrides, region, fetch,
                              offline=offline) if refs else {}

@@ -173,3 +173,17 @@ def test_plan_and_submit_read_the_stacks_of_the_users_prefix(moto, tmp_path, com
         assert r.returncode == 0, r.stderr
         assert f"arn:aws:iam::123456789012:role/{who}-job" in r.stdout
         assert f"arn:aws:iam::123456789012:role/{'bob' if who == 'alice' else 'alice'}-job" not in r.stdout
+
+
+def test_a_spec_that_names_no_stack_leaves_the_configuration_alone(tmp_path):
+    """The stack prefix is read (and the first time written) only for a spec that names a stack: a Slurm or local
+    job never writes the user's configuration file."""
+    fresh = tmp_path / "fresh"
+    r = run(tmp_path, "plan", "jobs/allreduce-bench.yaml", MPIRUN_KIT_CONFIG_DIR=str(fresh))
+    assert r.returncode == 0, r.stderr
+    assert not fresh.exists() and "stack prefix" not in r.stderr
+    r = run(tmp_path, "plan", "jobs/maskrcnn.yaml", MPIRUN_KIT_CONFIG_DIR=str(fresh), LOGNAME="fay", USER="fay")
+    assert r.returncode == 0, r.stderr
+    assert "mpirun_kit: stack prefix 'mrk-fay' (your stacks are mrk-fay-vpc" in r.stderr
+    assert (fresh / "config").read_text().endswith("stack_prefix = mrk-fay\n")
+    assert "${stack:mrk-role.RoleArn}" in r.stdout   # unresolved without AWS, shown as written
