@@ -87,3 +87,11 @@ def test_cost_reports_a_bad_override(capsys):
     assert bench.main(["--cost", "--size", "64", "--cost-baseline", "mask_rois_per_image"]) == 70
     assert ("--set/--cost-baseline 'mask_rois_per_image': expected KEY=VALUE, e.g. "
             "model.roi_heads.mask_rois_per_image=0") in capsys.readouterr().err
+
+
+def test_the_coco_like_set_is_issue_36s_and_the_default_stays_the_noise_set(tmp_path):
+    assert bench.parse_args([]).data == "noise" and bench.parse_args(["--data", "coco-like"]).data == "coco-like"
+    ann = bench.write_coco_like(tmp_path, 2, 80, 133, data="coco-like")
+    ds = CocoDataset(ann, tmp_path / "train", train=True, min_sizes=(800,), max_size=1333, num_classes=80)
+    s = ds[(0, 0)]
+    assert tuple(s["image"].shape) == (3, 480, 640) and s["size"] == (800, 1067) and s["boxes"].shape[0] == 7
