@@ -23,6 +23,12 @@ pytestmark = pytest.mark.sim
 EXE = str(Path(sys.executable).with_name("mpirun_kit"))
 
 
+def STATE(tmp_path: Path) -> list[str]:
+    """A submit inside a simulated host gets the host's environment, not the test's MPIRUN_KIT_STATE_DIR: its
+    records go to the test's own store, never the user's (issue #40: 8 ssh-test jobs were found there)."""
+    return ["--state-dir", str(tmp_path / "state")]
+
+
 def spec(tmp_path: Path, hosts: list[str], command: str, extra: str = "") -> Path:
     p = tmp_path / "job.yaml"
     p.write_text(textwrap.dedent(f"""\
@@ -81,12 +87,12 @@ def test_job_over_ssh_on_three_hosts(tmp_path):
     with SimCluster(3, tmp_path / "c", "tssh3") as sim:
         job = spec(tmp_path, ["algo-1", "algo-2", "algo-3"],
                    'echo "rank $OMPI_COMM_WORLD_RANK on $(hostname)"; [ "$OMPI_COMM_WORLD_RANK" != 2 ] || exit 4')
-        r = sim.run("algo-1", [EXE, "submit", "-v", str(job)], timeout=180)
+        r = sim.run("algo-1", [EXE, "submit", "-v", str(job), *STATE(tmp_path)], timeout=180)
         # 70 is also the launcher-failure code: --json tells them apart by the master's failure report,
         # read back over ssh, not by the code.  Without -v: no progress lines of the tool's own.
         job70 = spec(tmp_path, ["algo-1", "algo-2"],
                      'echo "rank $OMPI_COMM_WORLD_RANK"; [ "$OMPI_COMM_WORLD_RANK" != 1 ] || exit 70')
-        q = sim.run("algo-1", [EXE, "submit", "--json", str(job70)], timeout=180)
+        q = sim.run("algo-1", [EXE, "submit", "--json", str(job70), *STATE(tmp_path)], timeout=180)
     assert r.returncode == 4, r.stdout + r.stderr
     assert "[0 algo-1] rank 0 on algo-1" in r.stdout
     assert "[1 algo-2] rank 1 on algo-2" in r.stdout
@@ -112,7 +118,7 @@ def test_job_over_ssh_on_three_hosts(tmp_path):
 def test_host_without_sshd_is_named(tmp_path):
     with SimCluster(2, tmp_path / "c", "tsshno", start_sshd=["algo-1"]) as sim:
         job = spec(tmp_path, ["algo-1", "algo-2"], "true")
-        r = sim.run("algo-1", [EXE, "submit", str(job)], timeout=120)
+        r = sim.run("algo-1", [EXE, "submit", str(job), *STATE(tmp_path)], timeout=120)
     assert r.returncode == 69, r.stdout + r.stderr
     assert "1 of 2 host(s) never accepted an ssh session within 9s (algo-2:" in r.stderr
     assert "check that sshd runs there" in r.stderr
@@ -127,7 +133,7 @@ def test_unknown_host_key_is_rejected(tmp_path):
         job.write_text(text)
         # Only our file: hide the host's own known_hosts from paramiko's system lookup.
         r = sim.run("algo-1", ["sh", "-c", f"mount --bind {empty} /root/.ssh/known_hosts && "
-                               f"{EXE} submit {job}"], timeout=120)
+                               f"{EXE} submit {job} {' '.join(STATE(tmp_path))}"], timeout=120)
     assert r.returncode == 69, r.stdout + r.stderr
     assert "host key check failed for algo-2" in r.stderr
     assert f"add it to {empty}" in r.stderr
@@ -193,7 +199,7 @@ def test_ctrl_c_stops_every_host(tmp_path, sig):
                    extra="timeouts: {ssh_ready_s: 8, ssh_ready_per_host_s: 0.5, grace_s: 2}")
         job.write_text(job.read_text().replace("timeouts: {ssh_ready_s: 8, ssh_ready_per_host_s: 0.5}\n", ""))
         log = tmp_path / "submit.log"
-        proc = sim.popen("algo-1", [EXE, "submit", str(job)], log_path=log)
+        proc = sim.popen("algo-1", [EXE, "submit", str(job), *STATE(tmp_path)], log_path=log)
         end = Deadline(SYSTEM_CLOCK, 90)
         while not ("[0 algo-1] started 0" in log.read_text() and "[1 algo-2] started 1" in log.read_text()):
             assert proc.poll() is None and not end.expired(), log.read_text()
@@ -211,7 +217,7 @@ def test_preflight_names_hosts_without_mpirun_kit(tmp_path):
     with SimCluster(1, tmp_path / "c", "tsshpy") as sim:
         job = spec(tmp_path, ["algo-1"], "true")
         job.write_text(job.read_text().replace(f"python: {sys.executable}", "python: /nonexistent/python"))
-        r = sim.run("algo-1", [EXE, "submit", str(job)], timeout=120)
+        r = sim.run("algo-1", [EXE, "submit", str(job), *STATE(tmp_path)], timeout=120)
     assert r.returncode == 69, r.stdout + r.stderr
     assert "mpirun_kit is not importable with '/nonexistent/python' on 1 host(s) (algo-1: exit 127:" in r.stderr
     assert "or set target.ssh.python" in r.stderr
@@ -226,7 +232,8 @@ def test_rank_output_is_byte_for_byte_over_ssh(tmp_path):
     (tmp_path / "exact.py").write_text(exact_output.PROGRAM)
     with SimCluster(2, tmp_path / "c", "h5sshx") as sim:
         job = spec(tmp_path, ["algo-1", "algo-2"], f"exec python3 {tmp_path / 'exact.py'}")
-        p = sim.popen("algo-1", [EXE, "submit", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = sim.popen("algo-1", [EXE, "submit", str(job), *STATE(tmp_path)], stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE)
         out, err = p.popen.communicate(timeout=120)
     assert p.returncode == 0, (out + err).decode(errors="replace")
     # The channel carries stdout and stderr together.
