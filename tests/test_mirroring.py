@@ -8,8 +8,9 @@ exists or a covering test file that does not, and when a listed module has since
 (the row is then stale: remove it).
 
 Mirrored names: ``mpirun_kit/A/B/mod.py`` -> ``tests/A/B/test_mod.py`` (a leading ``_`` of a private
-module dropped: ``ops/_autocast.py`` -> ``ops/test_autocast.py``); the trainer's top-level tests keep
-their program's prefix, ``tests/maskrcnn/test_maskrcnn_mod.py``.  ``__init__.py`` and ``__main__.py``
+module dropped: ``ops/_autocast.py`` -> ``ops/test_autocast.py``), or with the folder's name first,
+``tests/A/B/test_B_mod.py``, as the doctor's and the trainer's tests have it (``tests/maskrcnn/test_maskrcnn_train.py``:
+folders without ``__init__.py`` keep their test files' names apart that way).  ``__init__.py`` and ``__main__.py``
 are their folder's front door, tested through the folder's modules, and are not counted.
 """
 from __future__ import annotations
@@ -37,8 +38,8 @@ def mirrored_names(module: str) -> list[str]:
     stem = name[:-3].lstrip("_")
     base = f"tests/{folder}/" if folder else "tests/"
     names = [f"{base}test_{stem}.py"]
-    if folder == "maskrcnn":   # the trainer's own tests keep its prefix (tests/maskrcnn/test_maskrcnn_*.py)
-        names.append(f"{base}test_maskrcnn_{stem}.py")
+    if folder:   # or with its folder's name first, as tests/doctor/test_doctor_checks.py and the trainer's have it
+        names.append(f"{base}test_{folder.rsplit('/', 1)[-1]}_{stem}.py")
     return names
 
 
@@ -103,10 +104,11 @@ def test_a_module_without_a_test_or_row_is_named_with_the_remedy(tmp_path):
         "naming the tests that cover it and why"]
 
 
-def test_mirrored_names_drop_a_private_underscore_and_keep_the_trainers_prefix(tmp_path):
+def test_mirrored_names_drop_a_private_underscore_and_may_start_with_the_folders_name(tmp_path):
     root = _tree(tmp_path, ["mpirun_kit/maskrcnn/ops/_autocast.py", "tests/maskrcnn/ops/test_autocast.py",
                             "mpirun_kit/maskrcnn/train.py", "tests/maskrcnn/test_maskrcnn_train.py",
-                            "mpirun_kit/progress.py", "tests/test_progress.py"])
+                            "mpirun_kit/progress.py", "tests/test_progress.py",
+                            "mpirun_kit/doctor/checks.py", "tests/doctor/test_doctor_checks.py"])
     assert problems(root, {}) == []
 
 
