@@ -573,3 +573,33 @@ def test_a_login_side_python_without_mpirun_kit_is_named_with_the_remedy(tmp_pat
                             "Python target.slurm.python names there (pip install mpirun_kit)")
     with pytest.raises(ClusterError, match=r"install mpirun_kit for the Python target.slurm.python names there"):
         runner.read_many([str(tmp_path / "run" / "exit_code")])
+
+
+# -- issue 40 item 5: Slurm's loose ends ---------------------------------------------------------------------------
+@pytest.mark.parametrize("options, index, named", [
+    (("--constraint=p5", "--array=0-3"), 1, "--array=0-3"),
+    (("-a", "0-3"), 0, "-a"),
+    (("-a0-3",), 0, "-a0-3"),
+    (("--arr=1,2",), 0, "--arr=1,2"),
+    (("--dependency=afterok:41",), 0, "--dependency=afterok:41"),
+    (("--dep", "afterany:41"), 0, "--dep"),
+    (("-d afterok:41",), 0, "-d afterok:41"),
+])
+def test_array_and_dependency_in_sbatch_options_are_refused_by_field_with_the_remedy(options, index, named):
+    """An array starts many jobs under one record, a dependency leaves it pending on another job: neither fits
+    one record per Slurm job, so both are refused before anything reaches sbatch, by field and with the remedy."""
+    with pytest.raises(SpecError) as exc:
+        SS.sbatch_options(_with_slurm(sbatch_options=options), "/fsx/jobs/train-1", "train-1")
+    text = str(exc.value)
+    assert text.startswith(f"target.slurm.sbatch_options[{index}]: {named!r} ")
+    if "-a" in named[:3] or "--ar" in named:
+        assert "one Slurm job per mpirun_kit job" in text and "submit the spec once per task" in text
+    else:
+        assert "mpirun_kit submit --wait" in text and "then submit this one" in text
+
+
+@pytest.mark.parametrize("options", [("--account=research",), ("-A", "research"), ("-D", "/fsx"),
+                                     ("--deadline=now+1hour",), ("--acctg-freq=30",)])
+def test_options_that_only_look_like_array_or_dependency_pass(options):
+    assert SS.sbatch_options(_with_slurm(sbatch_options=options), "/fsx/jobs/train-1", "train-1")[-len(options):] \
+        == list(options)

@@ -163,6 +163,32 @@ def gpu_option(count: int, version: str | None = None) -> str:
     return f"--gpus-per-node={count}"
 
 
+#: sbatch options that break the job's model (one record, one Slurm job, started now), with why and the remedy.
+#: Each long name is refused from the shortest prefix sbatch (getopt_long) takes for it alone.
+_NOT_ONE_JOB = {
+    "--array": ("--ar", "-a", "starts one Slurm job per array task, and mpirun_kit follows one Slurm job per mpirun_kit "
+                "job (its record, result and cancel would see only the first); remove it and submit the spec once per "
+                "task (a loop over mpirun_kit submit, each with its own name or env)"),
+    "--dependency": ("--dep", "-d", "leaves the job pending until another one ends, while its record, its secret and "
+                     "--wait's deadline count from now; remove it, wait for the other job (mpirun_kit submit --wait, "
+                     "or mpirun_kit status until it ends), then submit this one"),
+}
+
+
+def refuse_other_job_models(options) -> None:
+    """Refuse ``--array`` and ``--dependency`` (and their short forms and prefixes) in target.slurm.sbatch_options.
+
+    Raises:
+        SpecError: naming the item (``target.slurm.sbatch_options[i]``), why it breaks the job and the remedy.
+    """
+    for i, o in enumerate(options):
+        name = o.split("=", 1)[0].split(" ", 1)[0]
+        for full, (shortest, short, why) in _NOT_ONE_JOB.items():
+            if (name.startswith("--") and name.startswith(shortest) and full.startswith(name)) or (
+                    not name.startswith("--") and name.startswith(short)):
+                raise SpecError(f"target.slurm.sbatch_options[{i}]: {o!r} is not supported: {full} {why}")
+
+
 def sbatch_options(compiled: CompiledJob, run_dir: str, run_id: str) -> list[str]:
     """The ``#SBATCH`` lines of the job, from the spec (argv items, quoted once in the script)."""
     s = compiled.job.target.slurm
@@ -176,6 +202,7 @@ def sbatch_options(compiled: CompiledJob, run_dir: str, run_id: str) -> list[str
             one_line(f"target.slurm.{field}", getattr(s, field))
     for i, o in enumerate(s.sbatch_options):
         one_line(f"target.slurm.sbatch_options[{i}]", o)
+    refuse_other_job_models(s.sbatch_options)
     opts = [f"--job-name={compiled.job.name}", f"--nodes={nodes}", f"--ntasks-per-node={ppn}",
             f"--output={run_dir}/slurm.out", f"--error={run_dir}/slurm.err", "--open-mode=append",
             f"--comment=mpirun_kit:{run_id}"]
