@@ -14,6 +14,7 @@ import io
 import json
 import os
 import shlex
+import socket
 import subprocess
 from pathlib import Path
 
@@ -337,7 +338,11 @@ def test_query_asks_squeue_then_sacct_then_sacct_text():
     unreadable = {"squeue --json -j 1": (0, "squeue: error: unrecognized option '--json'", ""),
                   "sacct --json -j 1": (0, sample("sacct-22.05"), "")}
     assert SA.query(_Recorded(unreadable), "1").state == "FAILED"
-    assert SA.query(_Recorded({}), "1") is None
+    forgotten = {"squeue --json -j 1": (1, "", "slurm_load_jobs error: Invalid job id specified"),
+                 "sacct --json -j 1": (0, '{"jobs": []}', "")}
+    assert SA.query(_Recorded(forgotten), "1") is None
+    with pytest.raises(ClusterError, match="^could not ask Slurm about job 1 from this host: squeue: not recorded"):
+        SA.query(_Recorded({}), "1")     # nothing answered: never taken for a job Slurm forgot (issue 40 item 5)
 
 
 def test_the_run_directory_is_refused_where_another_user_could_swap_its_files(tmp_path):
@@ -390,7 +395,7 @@ def test_the_typed_request_round_trips_through_the_run_directory_as_submit_detac
     details = dict(rec.details)
     assert len(details.pop("request_sha256")) == 64   # run-detached runs only the request submit wrote (issue #39)
     assert details == {"where": {"kind": "local"}, "run_dir": dry.request.run_dir, "grace_s": dry.request.grace_s,
-                       "nodes": len(compiled.hosts), "user": submitter()}
+                       "nodes": len(compiled.hosts), "user": submitter(), "submitted_from": socket.gethostname()}
     target_back, dry_back, opts_back = load_request(rec)
     assert (target_back, dry_back, opts_back) == (target, dry, opts)
     assert dry_back.render() == dry.render() and dry_back.to_json() == dry.to_json()
@@ -603,3 +608,87 @@ def test_array_and_dependency_in_sbatch_options_are_refused_by_field_with_the_re
 def test_options_that_only_look_like_array_or_dependency_pass(options):
     assert SS.sbatch_options(_with_slurm(sbatch_options=options), "/fsx/jobs/train-1", "train-1")[-len(options):] \
         == list(options)
+
+
+class _Unreachable(SR.Runner):
+    """A host whose Slurm clients cannot reach slurmctld or slurmdbd (recorded 22.05 answers of a host without the
+    cluster's slurm.conf), but which sees the run directory: ``files`` are its contents."""
+
+    def __init__(self, files=None):
+        self.files = files or {}
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        if argv[0] == "squeue":
+            return 1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
+        if argv[0] == "sacct":
+            return 1, "", "sacct: error: Problem talking to the database: Connection refused\n"
+        raise AssertionError(argv)
+
+    def read_many(self, paths, limit=1 << 20):
+        return [self.files.get(p) for p in paths]
+
+
+class _Forgotten(_Unreachable):
+    """Slurm reached, and it no longer knows job 7 (squeue's and sacct's answers for a job past MinJobAge with no
+    accounting)."""
+
+    def run(self, argv, *, input=None, timeout=60.0):
+        if argv[0] == "squeue":
+            return 1, "", "slurm_load_jobs error: Invalid job id specified\n"
+        return 1, "", "sacct: error: Slurm accounting storage is disabled\n"
+
+
+def _slurm_record(**kw):
+    from mpirun_kit.records import JobRecord
+
+    return JobRecord(job_id="ab12", name="train", target="slurm", native="7", state=JobState.RUNNING,
+                     details={"where": {"kind": "local"}, "run_dir": "/fsx/jobs/train-ab12",
+                              "submitted_from": "login-1"}, **kw)
+
+
+def test_a_host_whose_slurm_clients_cannot_reach_the_cluster_is_an_error_never_a_lost_job():
+    """status from a host that sees the records but not Slurm: said with the host to run it on, the job not
+    marked lost (and not "Slurm: gone" for one that ended)."""
+    with pytest.raises(ClusterError) as e:
+        SA.query(_Unreachable(), "7")
+    assert str(e.value).startswith("could not ask Slurm about job 7 from this host: squeue: slurm_load_jobs error: "
+                                   "Unable to contact slurm controller (connect failure); sacct: ")
+    with pytest.raises(ClusterError) as e:
+        ST.TARGET._describe(_slurm_record(), _Unreachable())
+    assert "could not ask Slurm about job 7 from this host" in str(e.value)
+    assert "run it on a host whose Slurm clients reach the cluster (the job was submitted from login-1)" in str(e.value)
+    ended = _Unreachable({"/fsx/jobs/train-ab12/attempt": "0\n", "/fsx/jobs/train-ab12/attempt-0/exit_code": "0\n"})
+    with pytest.raises(ClusterError):
+        ST.TARGET._describe(_slurm_record(), ended)
+
+
+def test_jobs_lists_a_slurm_job_it_cannot_ask_about_with_its_recorded_state(monkeypatch):
+    monkeypatch.setattr(ST, "runner_for", lambda where: _Unreachable())
+    (status,) = ST.TARGET.list([_slurm_record()])
+    assert status.state == JobState.RUNNING
+    assert status.detail.startswith("Slurm not reachable from this host: could not ask Slurm about job 7")
+
+
+def test_a_job_slurm_forgot_with_no_result_is_lost_and_one_with_a_result_says_so():
+    assert SA.query(_Forgotten(), "7") is None
+    run = "/fsx/jobs/train-ab12"
+    status = ST.TARGET._describe(_slurm_record(), _Forgotten({f"{run}/batch.sh": "#!/bin/bash\n"}))
+    assert status.state == JobState.LOST
+    status = ST.TARGET._describe(_slurm_record(), _Forgotten({f"{run}/batch.sh": "#!/bin/bash\n",
+                                                               f"{run}/attempt": "0\n",
+                                                               f"{run}/attempt-0/exit_code": "0\n"}))
+    assert (status.state, status.detail) == (JobState.SUCCEEDED, "Slurm: no longer lists it")
+
+
+def test_a_run_directory_this_host_does_not_see_is_named_for_status_and_logs(monkeypatch):
+    """A job Slurm no longer lists, whose run directory (target.slurm.workdir) is not mounted here: the host to
+    run status on is named, the job not marked lost; logs says the same instead of printing nothing."""
+    with pytest.raises(ClusterError) as e:
+        ST.TARGET._describe(_slurm_record(), _Forgotten())
+    assert str(e.value) == ("job ab12's run directory /fsx/jobs/train-ab12 is not on this host (its batch.sh is "
+                            "missing here); run status on a host that mounts target.slurm.workdir (the job was "
+                            "submitted from login-1)")
+    monkeypatch.setattr(ST, "runner_for", lambda where: _Forgotten())
+    with pytest.raises(ClusterError, match=r"^job ab12's run directory /fsx/jobs/train-ab12 is not on this host .*"
+                                           r"run logs on a host"):
+        list(ST.TARGET.logs(_slurm_record()))

@@ -209,20 +209,41 @@ def parse_sinfo_text(text: str) -> list[Partition]:
 
 
 
+#: what squeue and sacct print for a job id they do not know: Slurm was reached, and the job is not there.
+_NOT_KNOWN = ("invalid job id", "accounting storage is disabled")
+
+
 def query(runner: Runner, job_id: str) -> SlurmJob | None:
-    """The job as Slurm has it now: squeue --json, then sacct --json, then sacct's text; None when none knows it."""
+    """The job as Slurm has it now: squeue --json, then sacct --json, then sacct's text; None when Slurm answered and
+    none knows it.
+
+    Raises:
+        ClusterError: none of them reached Slurm (this host's clients have no way to the cluster): a job must never
+            look gone because it was asked from the wrong host.
+    """
+    failed: dict[str, str] = {}
+    answered = False
     for tool in ("squeue", "sacct"):  # squeue while the job is known there, sacct after it ended
-        code, out, _ = runner.run([tool, "--json", "-j", job_id])
+        code, out, err = runner.run([tool, "--json", "-j", job_id])
         if code == 0:
+            answered = True
             try:
                 found = [j for j in parse_jobs_json(out) if j.job_id == job_id]
                 if found:
                     return found[0]
             except ClusterError:
                 pass  # a shape we cannot read: the next source may answer
-    code, out, _ = runner.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,JobName,State,ExitCode,NodeList"])
+        elif any(w in err.lower() for w in _NOT_KNOWN):
+            answered = True
+        else:
+            failed.setdefault(tool, " ".join(err.split())[-200:] or f"exit {code}")
+    code, out, err = runner.run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,JobName,State,ExitCode,NodeList"])
     if code == 0:
         found = [j for j in parse_sacct_text(out) if j.job_id == job_id]
         if found:
             return found[0]
+        answered = True
+    if not answered and failed:
+        raise ClusterError(f"could not ask Slurm about job {job_id} from this host: "
+                           + "; ".join(f"{t}: {e}" for t, e in failed.items()))
     return None

@@ -137,7 +137,12 @@ class SlurmChild:
     def poll(self) -> int | None:
         for t, dst in self.tails:
             t.pump(dst)
-        job = query(self.runner, self.job_id)
+        try:
+            job = query(self.runner, self.job_id)
+        except ClusterError:
+            # Slurm did not answer this time (slurmctld restarting): asked again next tick, the follow deadline
+            # bounds it; never taken for a job that ended.
+            return self.DETACHED if self.detached() else None
         if job is not None:
             self.last = job
         if job is not None and job.job_state not in ENDED:
@@ -313,8 +318,12 @@ class SlurmTarget(Target[SlurmRequest]):
         return dryrun(compiled, **choices)
 
     def handle(self, dry: DryRun[SlurmRequest]) -> tuple[str | None, dict]:
+        import socket
+
         req = dry.request
-        return None, {"where": req.where, "run_dir": req.run_dir, "grace_s": req.grace_s}
+        # submitted_from: the host status and logs name when this one cannot reach Slurm or the run directory
+        return None, {"where": req.where, "run_dir": req.run_dir, "grace_s": req.grace_s,
+                      "submitted_from": socket.gethostname()}
 
     def submitted_as(self, opts: SubmitOptions) -> str | None:
         # Slurm names the job only when sbatch accepts it: run() wrote its id in the record's run directory.
@@ -379,10 +388,46 @@ class SlurmTarget(Target[SlurmRequest]):
         with self._runner(record) as runner:
             return self._describe(record, runner)
 
+    def list(self, records, *, clock: Clock = SYSTEM_CLOCK) -> list[JobStatus]:
+        """``describe`` of each record; one this host cannot ask Slurm about keeps its recorded state, said why."""
+        out = []
+        for r in records:
+            if r.target != self.name:
+                continue
+            try:
+                out.append(self.describe(r, clock=clock))
+            except (ClusterError, SpecError) as exc:
+                out.append(JobStatus(job_id=r.job_id, name=r.name, target=self.name, state=r.state, native=r.native,
+                                     run_dir=r.run_dir, spec=r.spec, created_at=r.created_at,
+                                     started_at=r.started_at, detail=f"Slurm not reachable from this host: {exc}"))
+        return out
+
+    @staticmethod
+    def _submitted_from(record: JobRecord) -> str:
+        host = (record.details or {}).get("submitted_from")
+        return f" (the job was submitted from {host})" if host else ""
+
+    def _query(self, record: JobRecord, runner: Runner, job_id: str) -> SlurmJob | None:
+        """``query``, its error naming where to run the command instead."""
+        try:
+            return query(runner, job_id)
+        except ClusterError as exc:
+            raise ClusterError(f"{exc}; run it on a host whose Slurm clients reach the cluster"
+                               f"{self._submitted_from(record)}, or set target.slurm.login (sbatch, squeue and sacct "
+                               "over ssh)") from None
+
+    def _no_run_dir(self, record: JobRecord, runner: Runner, run_dir: str, command: str) -> None:
+        """Raise when ``run_dir`` is not on this host (its batch.sh is missing): a job's files are never taken for
+        a job that left none."""
+        if runner.read(f"{run_dir}/batch.sh", limit=16) is None:
+            raise ClusterError(f"job {record.job_id}'s run directory {run_dir} is not on this host (its batch.sh is "
+                               f"missing here); run {command} on a host that mounts target.slurm.workdir"
+                               f"{self._submitted_from(record)}")
+
     def _describe(self, record: JobRecord, runner: Runner) -> JobStatus:
         job_id = job_id_of(record)
         run_dir = (record.details or {}).get("run_dir", "")
-        job = query(runner, job_id)
+        job = self._query(record, runner, job_id)
         res = read_result(runner, run_dir) if run_dir else None
         base = dict(job_id=record.job_id, name=record.name, target=self.name, native=job_id, run_dir=record.run_dir,
                     spec=record.spec, created_at=record.created_at, started_at=record.started_at)
@@ -399,9 +444,11 @@ class SlurmTarget(Target[SlurmRequest]):
                 record.cancel_requested and res.exit_code == ExitCode.SIGTERM)
             state = JobState.SUCCEEDED if res.exit_code == 0 else JobState.CANCELLED if cancelled else JobState.FAILED
             return JobStatus(state=state, exit_code=o.exit_code, source=o.source, reason=o.reason,
-                             root_cause=o.root_cause, detail=f"Slurm: {job.state if job else 'gone'}"
+                             root_cause=o.root_cause, detail=f"Slurm: {job.state if job else 'no longer lists it'}"
                              + (f" {job.exit_code}:{job.signal or 0}" if job and job.exit_code is not None else ""),
                              **base)
+        if run_dir:
+            self._no_run_dir(record, runner, run_dir, "status")
         if job is None:
             return JobStatus(state=JobState.LOST, detail="Slurm no longer knows the job and it left no result", **base)
         return JobStatus(state=job.job_state, detail=f"Slurm: {job.state} (the batch step left no result)", **base)
@@ -419,7 +466,10 @@ class SlurmTarget(Target[SlurmRequest]):
         prefix = f"[{rank} " if rank is not None else ""
         with self._runner(record) as runner:
             while True:
-                text = runner.read(f"{run_dir}/slurm.out") or ""
+                text = runner.read(f"{run_dir}/slurm.out")
+                if text is None:
+                    self._no_run_dir(record, runner, run_dir, "logs")
+                text = text or ""
                 lines = text.splitlines()
                 for line in lines[seen:]:
                     if not prefix or line.startswith(prefix):
@@ -427,7 +477,7 @@ class SlurmTarget(Target[SlurmRequest]):
                 seen = len(lines)
                 if not follow:
                     return
-                job = query(runner, job_id_of(record))
+                job = self._query(record, runner, job_id_of(record))
                 if job is None or job.job_state in ENDED:
                     follow = False
                     continue
