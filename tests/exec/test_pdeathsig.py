@@ -43,6 +43,19 @@ def _gone(pid: int, within_s: float = 20.0) -> bool:
     return False
 
 
+def _becomes(pid: int, comm: str, within_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == comm:
+                    return True
+        except FileNotFoundError:
+            return False
+        time.sleep(0.01)
+    return False
+
+
 @pytest.mark.parametrize("form", ["argv", "script"])
 def test_the_child_ends_when_its_parent_is_killed(form):
     if form == "argv" and shutil.which("setpriv") is None:
@@ -50,6 +63,9 @@ def test_the_child_ends_when_its_parent_is_killed(form):
     parent = subprocess.Popen([sys.executable, "-c", PARENT, form], stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
     try:
+        # Once the child is `sleep`, the helper set the signal before its exec.  (A parent dying before that is
+        # the script's case alone: it checks its parent after prctl; setpriv does not.)
+        assert _becomes(child, "sleep"), f"child {child} never exec'd sleep"
         parent.kill()
         parent.wait()
         assert _gone(child), f"child {child} outlived its parent"
