@@ -692,3 +692,26 @@ def test_a_run_directory_this_host_does_not_see_is_named_for_status_and_logs(mon
     with pytest.raises(ClusterError, match=r"^job ab12's run directory /fsx/jobs/train-ab12 is not on this host .*"
                                            r"run logs on a host"):
         list(ST.TARGET.logs(_slurm_record()))
+
+
+class _JobWithFiles(_Job):
+    """``_Job`` whose run-directory writes are kept in order with its commands."""
+
+    def write(self, path, text, mode=0o644):
+        self.commands.append(["write", path])
+
+
+def test_cancel_marks_the_run_directory_before_the_batch_shells_term_so_the_job_ends_cancelled():
+    """The batch shell ends a job mpirun_kit cancelled as Slurm's own cancel does (its scancel once the master
+    reported), so sacct says CANCELLED rather than FAILED; the marker tells it from the time limit's TERM."""
+    runner = _JobWithFiles(["RUNNING"], after_term=["RUNNING", "CANCELLED"])
+    ST.cancel_job(runner, "7", run_dir="/fsx/jobs/train-1", grace_s=10.0, clock=FakeClock())
+    marker, term = ["write", "/fsx/jobs/train-1/cancel-requested"], ["scancel", "--batch", "--signal=TERM", "7"]
+    assert runner.commands.index(marker) < runner.commands.index(term)
+    assert runner.scancels() == [term]
+    script = dict(dry_of().files)["/fsx/jobs/train-1/batch.sh"]
+    line = next(x for x in script.splitlines() if "cancel-requested" in x and not x.startswith("#"))
+    assert line == 'if [ "$caught" = TERM ] && [ -e "$run/cancel-requested" ]; then scancel "$SLURM_JOB_ID"; fi'
+    # ... after the master's result is written and the secret removed, just before the script's end
+    assert script.index(line) > script.index('rm -f "$run/job-secret"')
+    assert script.rstrip().endswith(line + '\nexit "$rc"')

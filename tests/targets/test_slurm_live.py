@@ -198,6 +198,9 @@ def test_target_cancel_ends_the_job_and_status_says_cancelled(cluster, tmp_path)
     # A cancel is a stop, not a rank's failure: SIGTERM to the batch shell, the master stops every rank.
     assert (status.state, status.exit_code, status.root_cause) == (JobState.CANCELLED, 143, None), status
     assert "stopped by SIGTERM" in status.reason
+    # Slurm's own accounting says what a plain scancel gives: CANCELLED, not FAILED (issue 40 item 5).
+    job = sacct(cluster, slurm_id)[slurm_id]
+    assert job[0].startswith("CANCELLED"), job
 
 
 def test_status_of_a_finished_job_holds_the_ranks_code_not_slurms(cluster, tmp_path):

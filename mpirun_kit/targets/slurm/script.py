@@ -33,6 +33,8 @@ KEEP_VARS = (*ALLOCATION_VARS, "SLURMD_NODENAME", "SLURM_RESTART_COUNT", "SLURM_
              "SLURM_CPUS_ON_NODE", "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_GTIDS", "SLURM_TASK_PID",
              "SLURM_PRIO_PROCESS", "SLURM_TOPOLOGY_ADDR", "SLURM_TOPOLOGY_ADDR_PATTERN", "SLURM_WORKING_CLUSTER",
              "SLURM_NODE_ALIASES")
+#: the run directory's file ``mpirun_kit cancel`` writes before its TERM to the batch shell (target.py cancel_job).
+CANCEL_MARKER = "cancel-requested"
 #: codes a requeue cannot change (bad input, usage, Ctrl-C, a cancel's SIGTERM).
 NOT_REQUEUED = (0, 2, 64, 130, 143)
 # --- the request: a value ------------------------------------------------------------------------------
@@ -142,6 +144,9 @@ case "$(echo "$now" | sed -n 's/^JobState=//p')" in PENDING|REQUEUED|REQUEUE_HOL
 [ "${{restarts:-0}}" -gt "$attempt" ] 2>/dev/null && exit "$rc"
 # Not requeued: the job is over, and its secret with it.
 rm -f "$run/job-secret"
+# mpirun_kit cancel asked for this stop (its marker, written before the TERM; the time limit's TERM has none):
+# the master has reported, and the job now ends as Slurm's own cancel ends one (sacct: CANCELLED, not FAILED).
+if [ "$caught" = TERM ] && [ -e "$run/{CANCEL_MARKER}" ]; then scancel "$SLURM_JOB_ID"; fi
 exit "$rc"
 """
 

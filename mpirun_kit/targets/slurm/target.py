@@ -27,7 +27,7 @@ from ..outcome import Outcome, outcome_of
 from .accounting import ENDED, SlurmJob, query
 from .discovery import check_request, discover, for_cluster, sbatch_error
 from .runner import Runner, runner_for
-from .script import SlurmRequest, dryrun
+from .script import CANCEL_MARKER, SlurmRequest, dryrun
 
 #: how often ``--wait`` asks Slurm: a real cluster's slurmctld serves every user, so once a second at most.
 POLL_S = 1.0
@@ -263,15 +263,17 @@ def job_id_of(record: JobRecord) -> str:
 
 
 
-def cancel_job(runner: Runner, job_id: str, *, grace_s: float = 10.0, clock: Clock = SYSTEM_CLOCK,
-               timeout: float = 60.0) -> SlurmJob | None:
+def cancel_job(runner: Runner, job_id: str, *, run_dir: str | None = None, grace_s: float = 10.0,
+               clock: Clock = SYSTEM_CLOCK, timeout: float = 60.0) -> SlurmJob | None:
     """Stop the job under the supervisor (``SlurmChild``) and wait until Slurm no longer runs any of it.
 
     First SIGTERM to the batch shell only (``scancel --batch``): its trap stops the master, which asks every
     rank to stop (SIGTERM to each program, ``grace_s`` for its handler) and writes the result, so the job ends
     as any stopped job does, its checkpoint written.  A job still there ``grace_s`` + CANCEL_MARGIN_S later
     (or pending: no batch shell yet) gets a plain ``scancel``: Slurm's SIGTERM to every step, SIGKILL after
-    KillWait.
+    KillWait.  ``run_dir``: the job's, where the marker (script.CANCEL_MARKER) goes first: the batch shell then
+    ends the job with its own ``scancel`` once the master reported, so Slurm records it CANCELLED (a TERM alone
+    would leave FAILED 15:0).
 
     Raises:
         ClusterError: scancel failed, or the job still runs ``timeout`` s after the plain scancel.
@@ -279,8 +281,13 @@ def cancel_job(runner: Runner, job_id: str, *, grace_s: float = 10.0, clock: Clo
     job = query(runner, job_id)
     if job is None or job.job_state in ENDED:
         return job
-    # The run directory plays no part here: the job is over once Slurm no longer runs it (its result is read after).
-    child = _Cancelled(runner, job_id, "", grace_s=grace_s, clock=clock)
+    if run_dir and job.job_state == JobState.RUNNING:
+        try:
+            runner.write(f"{run_dir}/{CANCEL_MARKER}", "mpirun_kit cancel\n")
+        except ClusterError:
+            pass   # the run directory is not reachable from here: the stop goes on, the job then ends FAILED 15:0
+    # The job is over once Slurm no longer runs it (its result is read after).
+    child = _Cancelled(runner, job_id, run_dir or "", grace_s=grace_s, clock=clock)
     child.last = job
     sup = Supervisor(child, clock=clock, tick_s=0.2, kill_wait_s=timeout, grace_s=grace_s + CANCEL_MARGIN_S)
     sup.request_stop(Stop("user", f"mpirun_kit cancel of Slurm job {job_id}", int(ExitCode.SIGTERM), "SIGTERM"))
@@ -456,7 +463,8 @@ class SlurmTarget(Target[SlurmRequest]):
     def cancel(self, record: JobRecord, *, clock: Clock = SYSTEM_CLOCK) -> JobStatus:
         grace = float((record.details or {}).get("grace_s") or 10.0)
         with self._runner(record) as runner:
-            cancel_job(runner, job_id_of(record), grace_s=grace, clock=clock)
+            cancel_job(runner, job_id_of(record), run_dir=(record.details or {}).get("run_dir"), grace_s=grace,
+                       clock=clock)
             return self._describe(dataclasses.replace(record, cancel_requested=True), runner)
 
     def logs(self, record: JobRecord, *, rank: int | None = None, follow: bool = False,
