@@ -53,7 +53,9 @@ def service(state_dir: str | os.PathLike | None = None, *, environ: Mapping[str,
         path = config_file(env.get("MPIRUN_KIT_CONFIG_DIR"), env.get("XDG_CONFIG_HOME"), os.path.expanduser("~"))
         return load_stack_names(path, getpass.getuser())[0]
 
-    return JobService(RecordStore(state_dir or default_state_dir(env)), aws=aws, stack_names=stack_names)
+    # the caller's environment: a multi-host job takes its allow-listed variables (WANDB_, CUDA_ ...) with it
+    return JobService(RecordStore(state_dir or default_state_dir(env)), aws=aws, stack_names=stack_names,
+                      environ=dict(env))
 
 
 def submit(spec: str | os.PathLike, *, target: str | None = None, detach: bool = True,

@@ -78,4 +78,4 @@ def service_of(args):
     from .resolve import aws_client, stack_names
 
     return JobService(store_of(args), aws=aws_client, report=lambda line: say(args, line),
-                      stack_names=lambda: stack_names(lambda line: say(args, line)))
+                      stack_names=lambda: stack_names(lambda line: say(args, line)), environ=dict(os.environ))

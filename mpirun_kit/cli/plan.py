@@ -41,7 +41,9 @@ def _plan(args) -> int:
     from .resolve import compile_with_stack_values
 
     # A plan runs nothing: stacks it cannot read without AWS stay ${stack:...}, each with what resolves it.
-    compiled, facts, stack_values = compile_with_stack_values(args, offline=True, report=lambda line: say(args, line))
+    # A multi-host job takes this shell's allow-listed variables with it; plan names each one left behind (#40).
+    compiled, facts, stack_values = compile_with_stack_values(args, offline=True, report=lambda line: say(args, line),
+                                                              environ=dict(os.environ))
     short, note = quota_preflight(compiled)
     if short:
         import dataclasses

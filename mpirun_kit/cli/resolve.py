@@ -21,12 +21,13 @@ def compile_from_args(args, facts: LocalFacts | None = None, *, python: str | No
 
 
 def compile_with_stack_values(args, facts: LocalFacts | None = None, *, python: str | None = None,
-                              offline: bool = False, report=None, default_region=None):
+                              offline: bool = False, report=None, default_region=None, environ=None):
     """compile_from_args, plus the ``("STACK.Key", value)`` pairs the spec was compiled with (service/compile.py
-    ``compile_spec`` with ``args``' spec, --target, --region and --stack-output)."""
+    ``compile_spec`` with ``args``' spec, --target, --region and --stack-output; ``environ``: the shell's, which a
+    multi-host job takes its allow-listed variables from)."""
     return compile_spec(args.spec, target=args.target, region=args.region, stack_outputs=args.stack_output,
                         aws=aws_client, facts=facts, python=python, offline=offline, report=report,
-                        default_region=default_region,
+                        default_region=default_region, environ=environ,
                         stack_names=lambda: stack_names(report))
 
 

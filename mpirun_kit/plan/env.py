@@ -126,3 +126,34 @@ def left_behind(environ: Mapping[str, str], env: Iterable[tuple[str, str]],
     sent = {n for n, _ in env} | {n for n, _ in dropped}
     return tuple(n for n in sorted(environ) if n not in sent and n not in SHELL_NAMES and n not in LAUNCHER_NAMES
                  and n not in PER_HOST_NAMES and not n.startswith(LAUNCHER_PREFIXES) and _env_name(n))
+
+
+#: the launching host's own, never carried from the submitting shell to other hosts: its paths (a remote host has
+#: its own PATH and interpreter), the region its platform runs in, and the variables SageMaker and this tool set
+#: on every host themselves.  ``env_forward`` still sends one that is named.
+HOST_OWN_NAMES: frozenset[str] = frozenset({"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV", "AWS_REGION",
+                                            "AWS_DEFAULT_REGION"})
+HOST_OWN_PREFIXES: tuple[str, ...] = ("SM_", "MPIRUN_KIT_")
+
+
+def submit_env(environ: Mapping[str, str], forward: Iterable[str] = ()
+               ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """What a multi-host job (sim, ssh, Slurm, SageMaker) takes from the submitting shell: its remote master builds
+    the plan from its own environment, so the shell's allow-listed variables travel in the LaunchSpec's env
+    (service/compile.py ``with_submit_env``), as srun passes them.
+
+    Args:
+        environ: the submitting shell's environment (an argument: only the CLI and the API read os.environ).
+        forward: the LaunchSpec's ``env_forward`` names, sent whatever they are (AWS credentials excepted).
+
+    Returns:
+        (env, dropped, left): the ``(name, value)`` pairs that go with the job (the allow-list less
+        ``HOST_OWN_NAMES``/``HOST_OWN_PREFIXES``, plus ``forward``); ``(name, why and how to send it)`` for the
+        ones held back on purpose (secret-looking names, AWS credentials); and every other variable's name, left
+        behind (``FORWARD_HOW`` sends one).
+    """
+    forward = tuple(forward)
+    env, dropped = resolve_env(environ, forward)
+    kept = tuple((n, v) for n, v in env
+                 if n in forward or (n not in HOST_OWN_NAMES and not n.startswith(HOST_OWN_PREFIXES)))
+    return kept, dropped, left_behind(environ, kept, dropped)

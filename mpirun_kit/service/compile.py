@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..cluster.local import LocalFacts, Machine, read_local_facts
 from ..errors import ClusterError, SpecError
+from ..redact import is_secret
 
 #: makes a boto3 client: (service, region) -> client.
 ClientFactory = Callable[[str, "str | None"], object]
@@ -61,7 +62,8 @@ def load_spec(path, target: str | None = None):
 def compile_spec(spec: str, *, target: str | None = None, region: str | None = None,
                  stack_outputs: Sequence[str] = (), aws: ClientFactory = plain_aws_client,
                  facts: LocalFacts | None = None, python: str | None = None, offline: bool = False,
-                 report: Callable[[str], None] | None = None, default_region=None, stack_names=None):
+                 report: Callable[[str], None] | None = None, default_region=None, stack_names=None,
+                 environ: Mapping[str, str] | None = None):
     """Load, validate and compile the job spec file ``spec`` -> (compiled, facts, the ``("STACK.Key", value)``
     pairs it was compiled with).
 
@@ -70,7 +72,8 @@ def compile_spec(spec: str, *, target: str | None = None, region: str | None = N
     receives the region line (``region R (from SOURCE)``); ``default_region`` is a callable giving
     the AWS configuration's region (stack/resolve.py's ``aws_default_region`` by default); ``stack_names``
     the user's stack prefix (stack/prefix.py; the names as written without it), or a callable giving it, called
-    only for a spec that names a stack.
+    only for a spec that names a stack.  ``environ``: the submitting shell's environment (the CLI's or the API's
+    caller's), whose allow-listed variables a multi-host job takes with it (``with_submit_env``); None: none.
 
     Raises:
         SpecError: an empty name, an invalid spec (every problem listed), unknown stacks.
@@ -85,10 +88,39 @@ def compile_spec(spec: str, *, target: str | None = None, region: str | None = N
         from ..targets import get_target
 
         python = get_target(job.target.type).python(job)   # the target says which interpreter its hosts run
-    return resolve_job(job, facts or local_facts(), region_flag=region,
-                       overrides=parse_stack_overrides(stack_outputs), aws=aws, python=python,
-                       offline=offline, report=report, default_region=default_region or aws_default_region,
-                       names=stack_names)
+    compiled, facts, values = resolve_job(job, facts or local_facts(), region_flag=region,
+                                          overrides=parse_stack_overrides(stack_outputs), aws=aws, python=python,
+                                          offline=offline, report=report,
+                                          default_region=default_region or aws_default_region, names=stack_names)
+    return (with_submit_env(compiled, environ) if environ is not None else compiled), facts, values
+
+
+def with_submit_env(compiled, environ: Mapping[str, str]):
+    """The job with what it takes from the submitting shell ``environ`` (plan/env.py ``submit_env``), for a target
+    whose master is another host (sim, ssh, Slurm, SageMaker): the allow-listed variables (``WANDB_``, ``CUDA_``,
+    ``MLFLOW_`` ...) and the ``env_forward`` names go into the LaunchSpec's env, under the spec's own env and the
+    tuning preset (which win), so every rank gets them as srun's do.  Each variable held back (a secret-looking
+    name, an AWS credential) and every other one left behind is named in a warning with how to send it, which
+    ``plan`` and ``submit`` print.  Target local is returned as it is: its ranks inherit the shell
+    (LaunchSpec.env_inherit) and its plan names what they do not get."""
+    from ..plan.env import FORWARD_HOW, submit_env
+
+    job = compiled.job
+    if job.target.type == "local" or compiled.launch.env_inherit:
+        return compiled
+    env, dropped, left = submit_env(environ, compiled.launch.env_forward)
+    ours = dict(compiled.launch.env)
+    env = tuple((n, v) for n, v in env if n not in ours)
+    warnings = [f"env: {name} not forwarded to the ranks: {why}" for name, why in dropped]
+    if job.target.type == "sagemaker":
+        warnings += [f"env {n}: SageMaker shows the job's launch spec (a hyperparameter) in its console and API; "
+                     "fetch secrets at run time (Secrets Manager via the instance role) instead"
+                     for n, _ in env if is_secret(n)]
+    if left:
+        warnings.append(f"env: not forwarded from this shell ({len(left)}): {' '.join(left)}; "
+                        f"{FORWARD_HOW} to send one")
+    launch = dataclasses.replace(compiled.launch, env=tuple(sorted({**dict(env), **ours}.items())))
+    return dataclasses.replace(compiled, launch=launch, warnings=compiled.warnings + tuple(warnings))
 
 
 def quota_preflight(compiled) -> tuple[str | None, str | None]:
@@ -113,16 +145,17 @@ def quota_preflight(compiled) -> tuple[str | None, str | None]:
 
 def compile_for_submit(spec: str, *, target: str | None, region: str | None, stack_outputs: Sequence[str],
                        dry_run: bool, aws: ClientFactory = plain_aws_client,
-                       report: Callable[[str], None] | None = None, stack_names=None):
+                       report: Callable[[str], None] | None = None, stack_names=None,
+                       environ: Mapping[str, str] | None = None):
     """The spec compiled for a submission, with the quota preflight (a shortfall refuses a real run and is a
-    warning of a dry run's).
+    warning of a dry run's); ``environ``: the submitting shell's (``compile_spec``).
 
     Raises:
         ClusterError: a real run the account's quota cannot hold (the shortfall line).
     """
     # A dry run needs no AWS: stacks it cannot read stay ${stack:...}, each with what resolves it.
     compiled, _, _ = compile_spec(spec, target=target, region=region, stack_outputs=stack_outputs, aws=aws,
-                                  offline=dry_run, report=report, stack_names=stack_names)
+                                  offline=dry_run, report=report, stack_names=stack_names, environ=environ)
     short, note = quota_preflight(compiled)  # before anything is created
     if short and not dry_run:
         raise ClusterError(short)

@@ -8,7 +8,7 @@ CLI can print between them (warnings, the job id) without doing any of the work.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from ..core.clock import SYSTEM_CLOCK, Clock, Deadline
 from ..records import JobRecord, JobState, RecordStore
@@ -32,12 +32,15 @@ class JobService:
     region a spec's stacks are read in, a sim cluster swept); ``clock``: every wait's; ``stack_names``: the
     user's stack prefix, which ``${stack:mrk-...}`` stands for (stack/prefix.py; names as written without it), or
     a callable giving it, called only for a spec that names a stack (the CLI's reads the user's configuration
-    only then).
+    only then); ``environ``: the submitting shell's environment, whose allow-listed variables a multi-host job
+    takes with it (service/compile.py ``with_submit_env``; None: none), read by the CLI or the API, never here.
     """
 
     def __init__(self, store: RecordStore, *, aws: ClientFactory = plain_aws_client,
-                 report: Callable[[str], None] = lambda line: None, clock: Clock = SYSTEM_CLOCK, stack_names=None):
+                 report: Callable[[str], None] = lambda line: None, clock: Clock = SYSTEM_CLOCK, stack_names=None,
+                 environ: Mapping[str, str] | None = None):
         self.stack_names = stack_names
+        self.environ = environ
         self.store = store
         self.aws = aws
         self.report = report
@@ -54,7 +57,7 @@ class JobService:
         """
         return compile_for_submit(req.spec, target=req.target, region=req.region, stack_outputs=req.stack_outputs,
                                   dry_run=dry_run, aws=self.aws, report=self.report,
-                                  stack_names=self.stack_names)
+                                  stack_names=self.stack_names, environ=self.environ)
 
     def dry_run(self, req: SubmitRequest, compiled=None) -> DryRun:
         """What ``submit`` would run, as a printable value; nothing is recorded or run."""

@@ -112,3 +112,43 @@ def test_a_govcloud_plan_says_why_its_cost_is_the_tables(cli, monkeypatch):
     assert "not us-gov-west-1's; the Price List API has no endpoint in the aws-us-gov partition (it answers in the " \
            "aws and aws-cn partitions, with their credentials), so the price is the table's)" in cost
     assert "did not answer" not in cost
+
+
+SSH_SPEC = """\
+apiVersion: mpirun_kit/v1
+kind: Job
+name: j
+program: {command: [python3, train.py]}
+resources: {processes_per_host: 2}
+target: {type: ssh, ssh: {hosts: [node1, node2]}}
+env_forward: [MYVAR2]
+"""
+
+
+def test_every_multi_host_target_takes_the_users_variables_and_names_the_rest(cli, tmp_path, monkeypatch):
+    """Issue #40 item 4: on ssh, Slurm and SageMaker the submitting shell's WANDB_/MLFLOW_/CUDA_ variables went
+    nowhere (plan was given no environment) and nothing said so.  Now they travel in the launch spec's env (the
+    spec's own env and the preset win), and plan and submit --dry-run name each variable held back or left behind,
+    with how to send it."""
+    for name, value in {"WANDB_PROJECT": "wp", "MLFLOW_TRACKING_URI": "http://mlflow:5000", "CUDA_HOME": "/cuda",
+                        "MYVAR": "m", "MYVAR2": "m2", "HF_TOKEN": "hf_secret", "NCCL_DEBUG": "TRACE"}.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "ssh.yaml").write_text(SSH_SPEC)
+    (tmp_path / "slurm.yaml").write_text(SLURM_SPEC)
+    runs = {"ssh": cli("plan", str(tmp_path / "ssh.yaml")), "slurm": cli("plan", str(tmp_path / "slurm.yaml")),
+            "sagemaker": cli("plan", "jobs/maskrcnn.yaml", *STACK_FLAGS),
+            "ssh --dry-run": cli("submit", "--dry-run", str(tmp_path / "ssh.yaml"))}
+    for what, r in runs.items():
+        assert r.rc == 0, (what, r.err)
+        shown = r.out + r.err
+        for pair in ("WANDB_PROJECT=wp", "MLFLOW_TRACKING_URI=http://mlflow:5000", "CUDA_HOME=/cuda"):
+            name, value = pair.split("=", 1)
+            assert pair in shown or f'["{name}", "{value}"]' in shown, (what, pair, shown)   # plan, launch-spec.json
+        assert "hf_secret" not in shown, what
+        assert "HF_TOKEN not forwarded to the ranks: secret-looking name" in shown, (what, shown)
+        left = next(ln for ln in shown.splitlines() if "not forwarded from this shell" in ln)
+        assert " MYVAR " in left + " " and "name it in env_forward (or set it in env) to send one" in left, left
+    assert "MYVAR2=m2" in runs["ssh"].out and "MYVAR2" not in runs["ssh"].out.split("forwarded from this shell")[1]
+    # the preset's NCCL_DEBUG (SageMaker's p4d preset sets WARN) wins over the shell's, as the spec's env does
+    assert "NCCL_DEBUG=WARN" in runs["sagemaker"].out and "NCCL_DEBUG=TRACE" not in runs["sagemaker"].out
+    assert '["WANDB_PROJECT", "wp"]' in runs["slurm"].out    # in the launch spec the batch script's run reads

@@ -51,3 +51,20 @@ def test_explicit_names_and_values_win():
                    ("SM_HOSTS", '["algo-1"]'))
     assert dropped == (("AWS_ACCESS_KEY_ID", "AWS credential: never forwarded; ranks use the instance role"),
                        ("AWS_SECRET_ACCESS_KEY", "AWS credential: never forwarded; ranks use the instance role"))
+
+
+def test_a_multi_host_job_takes_the_allow_list_less_this_hosts_own():
+    """Issue #40 item 4: what a job whose master is another host takes from the submitting shell.  This host's
+    paths, region and the platform's own variables stay (each host has its own) unless named in env_forward."""
+    from mpirun_kit.plan.env import submit_env
+
+    environ = {**ENVIRON, "WANDB_PROJECT": "w", "CUDA_HOME": "/c", "MPIRUN_KIT_STATE_DIR": "/s", "PYTHONPATH": "/p",
+               "LANG": "C.UTF-8"}
+    env, dropped, left = submit_env(environ)
+    assert dict(env) == {"NCCL_DEBUG": "INFO", "WANDB_PROJECT": "w", "CUDA_HOME": "/c", "LANG": "C.UTF-8"}
+    assert dropped == (("HF_TOKEN", SECRET_WHY),)
+    assert left == ("AWS_ACCESS_KEY_ID", "AWS_REGION", "AWS_SECRET_ACCESS_KEY", "DB_PASSWORD", "MPIRUN_KIT_STATE_DIR",
+                    "MY_VAR", "PATH", "PYTHONPATH", "SM_HOSTS")
+    env, _, left = submit_env(environ, forward=("PATH", "MY_VAR", "AWS_SECRET_ACCESS_KEY"))
+    assert dict(env)["PATH"] == "/bin" and dict(env)["MY_VAR"] == "m" and "AWS_SECRET_ACCESS_KEY" not in dict(env)
+    assert "PATH" not in left and "MY_VAR" not in left

@@ -62,3 +62,29 @@ def test_a_doubled_dollar_is_a_literal_dollar_brace():
                         "program: {command: [sh, -c, 'echo $${HOME} ${output}']}\n", "x.yaml")
     argv = compile_job(job).launch.program
     assert argv[-1] == "echo ${HOME} ./runs/x", argv      # the escape kept, the reference resolved
+
+
+@pytest.mark.mpi
+@pytest.mark.sim
+@pytest.mark.timeout(180)
+def test_a_sim_rank_on_another_host_gets_the_allow_list_and_the_rest_is_named(tmp_path):
+    """Multi-host (issue #40 item 4): the simulated hosts start from a minimal environment, as a remote host's
+    login does, and the submitting shell's WANDB_PROJECT and CUDA_HOME never reached a rank on algo-2.  Now the
+    allow-listed variables travel in the launch spec; MYVAR (not on the list) and WANDB_API_KEY (secret-looking)
+    stay behind, each named with how to send it."""
+    p = tmp_path / "envsim.yaml"
+    p.write_text(textwrap.dedent("""\
+        apiVersion: mpirun_kit/v1
+        kind: Job
+        name: envsim
+        target: {type: sim}
+        resources: {hosts: 2, processes_per_host: 1}
+        program: {command: [sh, -c, 'echo "on $(hostname) WANDB_PROJECT=$WANDB_PROJECT CUDA_HOME=$CUDA_HOME MYVAR=$${MYVAR:-unset} key=$${WANDB_API_KEY:-unset}"']}
+        """))
+    r = mrk("submit", str(p), cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "on algo-2 WANDB_PROJECT=proj CUDA_HOME=/opt/cuda MYVAR=unset key=unset" in r.stdout, r.stdout
+    assert "s3cret" not in r.stdout + r.stderr
+    assert "WANDB_API_KEY not forwarded to the ranks: secret-looking name" in r.stderr, r.stderr
+    left = next(ln for ln in r.stderr.splitlines() if "not forwarded from this shell" in ln)
+    assert " MYVAR " in left and left.endswith("name it in env_forward (or set it in env) to send one"), left
