@@ -150,10 +150,13 @@ def submit_env(environ: Mapping[str, str], forward: Iterable[str] = ()
         (env, dropped, left): the ``(name, value)`` pairs that go with the job (the allow-list less
         ``HOST_OWN_NAMES``/``HOST_OWN_PREFIXES``, plus ``forward``); ``(name, why and how to send it)`` for the
         ones held back on purpose (secret-looking names, AWS credentials); and every other variable's name, left
-        behind (``FORWARD_HOW`` sends one).
+        behind (``FORWARD_HOW`` sends one), less this host's own (``HOST_OWN_NAMES``: each host has its own, as
+        the docs say; listing PATH on every submit would bury the names that matter).
     """
     forward = tuple(forward)
     env, dropped = resolve_env(environ, forward)
     kept = tuple((n, v) for n, v in env
                  if n in forward or (n not in HOST_OWN_NAMES and not n.startswith(HOST_OWN_PREFIXES)))
-    return kept, dropped, left_behind(environ, kept, dropped)
+    left = tuple(n for n in left_behind(environ, kept, dropped)
+                 if n not in HOST_OWN_NAMES and not n.startswith(HOST_OWN_PREFIXES))   # documented as this host's
+    return kept, dropped, left
