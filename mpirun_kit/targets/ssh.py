@@ -8,8 +8,9 @@ Place in the data flow: CompiledJob + a run id (chosen by the caller) ->
      known_hosts (``RejectPolicy``: an unknown or changed key fails, never
      prompts), key or agent auth, each attempt bounded, retried with jittered
      backoff until a deadline that scales with the host count;
-  2. ships the LaunchSpec and a hostfile to ``workdir/<run id>`` (SFTP, written
-     atomically);
+  2. ships the LaunchSpec, a hostfile and a job secret made for this run (0600: it keys the workers on the
+     result channel, and the result port is derived from it, so two runs of one spec on the same hosts each
+     get their own) to ``workdir/<run id>`` (written atomically);
   3. starts ``mpirun_kit entrypoint --no-sshd --hostfile ...`` on every host at
      once; the elected master runs mpirun over ssh to the others (so the hosts
      must reach each other with keys, as for any mpirun), the others follow;
@@ -106,6 +107,9 @@ class SshRequest:
     #: the master's whole result (exec/result.py, its result.json), read back over its session once the job ended
     #: (empty: a request saved before it was read)
     fetch_result: dict[str, list[str]] = field(default_factory=dict)
+    #: where each host's entrypoint reads the job secret ``run`` makes for the run and ships (never in the dry run;
+    #: empty: a request saved before runs had one)
+    secret_file: str = ""
 
     def connection(self) -> dict:
         """How a host is reached, as exec/remote.paramiko_client takes it (``connect(settings, host)``)."""
@@ -128,10 +132,12 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
     workdir = f"{s.workdir.rstrip('/')}/{run_id}"
     hostfile = "".join(f"{h.name} slots={h.slots}\n" for h in compiled.hosts)
     commands = {}
+    secret_file = f"{workdir}/{SECRET_NAME}"
     for h in compiled.hosts:
         argv = [*cli_argv(s.python), "entrypoint", "--no-sshd", "--hostfile",
                 f"{workdir}/hostfile", "--current-host", h.name, "--spec", f"{workdir}/launch-spec.json",
-                "--opt-ml", f"{workdir}/{h.name}", *verbosity.entrypoint_flags(verbose, quiet)]
+                "--secret-file", secret_file, "--opt-ml", f"{workdir}/{h.name}",
+                *verbosity.entrypoint_flags(verbose, quiet)]
         # remote_host start records the entrypoint's pid (it execs it) so a cancel signals exactly that process,
         # never one matched by name.  Per-host names: the workdir may be on a file system the hosts share.
         # It stops the entrypoint as a cancel would should its session end (a submit killed by SIGKILL).
@@ -155,12 +161,33 @@ def dryrun(compiled: CompiledJob, *, run_id: str, verbose: bool = True, quiet: b
         workdir=workdir, commands=commands,
         preflight=preflight_command(s.python, preflight_timeout_s(s.connect_timeout_s)),
         # --private: the run directory is made 0700 and refused where another user could swap it (under /tmp).
-        ship={h.name: {name: write_argv(s.python, name, workdir) for name, _ in files} for h in compiled.hosts},
+        # The job secret is written 0600; its text is made by ``run`` for each run, never part of this value.
+        ship={h.name: {**{name: write_argv(s.python, name, workdir) for name, _ in files},
+                       secret_file: [*write_argv(s.python, secret_file, workdir), "--mode", "600"]}
+              for h in compiled.hosts},
         cancel={h.name: cancel_argv(s.python, f"{workdir}/{h.name}.pid", t.grace_s, PID_WAIT_S)
                 for h in compiled.hosts},
         failure_file=failure_file, fetch_failure={master: fetch_argv(s.python, failure_file)},
-        fetch_result={master: fetch_argv(s.python, f"{workdir}/{master}/output/{RESULT_FILE}")})
+        fetch_result={master: fetch_argv(s.python, f"{workdir}/{master}/output/{RESULT_FILE}")},
+        secret_file=secret_file)
     return DryRun("ssh", job.name, request, files=files)
+
+
+#: the job secret's name in the run directory (as the Slurm target's).
+SECRET_NAME = "job-secret"
+
+
+def run_files(dry: DryRun) -> tuple[tuple[str, str], ...]:
+    """What ``start_hosts`` ships: the dry run's files and, when the request has a place for it, a job secret made
+    now (exec/sshkeys.py), new for every run as on sim and Slurm: the workers' channel key comes from it, and so
+    does the multi-host result port (entrypoint/common.py ``job_result_port``), so two runs of one spec on the
+    same hosts never derive the same port (issue #40)."""
+    from ..exec.sshkeys import SECRET_BYTES, format_secret
+
+    req: SshRequest = dry.request
+    if not req.secret_file:
+        return tuple(dry.files)
+    return (*dry.files, (req.secret_file, format_secret(os.urandom(SECRET_BYTES))))
 
 
 #: the most of a failure report read back (the launcher writes a few KiB; a hostile host could send more).
@@ -380,7 +407,7 @@ def start_hosts(dry: DryRun, *, connect: Callable[[dict, str], Any] = paramiko_c
     try:
         preflight(clients, req.python, preflight_timeout_s(req.connect_timeout_s))
         progress.note(f"ssh: all {len(clients)} host(s) ready; shipping the launch spec to {req.workdir}")
-        ship(clients, dry.files, preflight_timeout_s(req.connect_timeout_s), req.ship)
+        ship(clients, run_files(dry), preflight_timeout_s(req.connect_timeout_s), req.ship)
         lock = threading.Lock()
         sessions: list[_Session] = []
         threads = []

@@ -161,7 +161,7 @@ def test_dry_run_value(tmp_path):
         py, "-m", "mpirun_kit.exec.remote_host", "start", "--pid-file", f"{wd}/b.pid", "--dir", f"{wd}/b",
         "--private", wd, "--grace", f"{c.launch.timeouts.grace_s + 5:g}", "--",
         py, "-m", "mpirun_kit.cli.main", "entrypoint", "--no-sshd", "--hostfile", f"{wd}/hostfile", "--current-host",
-        "b", "--spec", f"{wd}/launch-spec.json", "--opt-ml", f"{wd}/b"]
+        "b", "--spec", f"{wd}/launch-spec.json", "--secret-file", f"{wd}/job-secret", "--opt-ml", f"{wd}/b"]
     assert d.request.ready_timeout_s == 9.0
     # Everything sent is in the value: preflight, ship (per host, per file), cancel, the failure report's read.
     # The preflight ends itself on the host 5 s after we stop waiting for it (the connect timeout + 20 s).
@@ -170,7 +170,8 @@ def test_dry_run_value(tmp_path):
     # --private: the run directory is made 0700 and refused where another user could swap it (the default is in /tmp).
     assert d.request.ship["b"][f"{wd}/hostfile"] == [py, "-m", "mpirun_kit.exec.remote_host", "write",
                                                          f"{wd}/hostfile", "--private", wd]
-    assert sorted(d.request.ship["a"]) == [f"{wd}/hostfile", f"{wd}/launch-spec.json"]
+    assert sorted(d.request.ship["a"]) == [f"{wd}/hostfile", f"{wd}/job-secret", f"{wd}/launch-spec.json"]
+    assert d.request.ship["a"][f"{wd}/job-secret"][-2:] == ["--mode", "600"]   # made per run: never in the value
     grace = c.launch.timeouts.grace_s
     assert d.request.cancel["a"] == [py, "-m", "mpirun_kit.exec.remote_host", "cancel", "--pid-file",
                                         f"{wd}/a.pid", "--grace", f"{grace + T.ENTRYPOINT_STOP_S:g}", "--wait",
@@ -184,6 +185,36 @@ def test_dry_run_value(tmp_path):
     text = d.render()
     for argv in (d.request.preflight, d.request.cancel["b"], d.request.commands["a"]):
         assert all(word.replace('"', '\\"') in text for word in argv)
+
+
+def test_each_run_ships_a_secret_of_its_own(tmp_path):
+    """Issue #40 item 1: an ssh job had no job secret, so two runs of one spec on the same hosts derived the same
+    result port from the hosts and the job's name, and the second failed on a port in use.  Each run now ships a
+    secret made for it (never in the dry run); the workers' key, and with it the result port, comes from it."""
+    from mpirun_kit.exec.channel.keys import worker_key_from_secret
+    from mpirun_kit.exec.sshkeys import parse_secret
+
+    c = compile_job(load_job_text(spec(tmp_path, ["a", "b"], "true").read_text(), "job.yaml"))
+    d = T.dryrun(c, run_id="r1")
+    first, second = (dict(T.run_files(d)) for _ in range(2))
+    path = d.request.secret_file
+    assert path == f"{tmp_path / 'remote'}/r1/job-secret" and path not in dict(d.files)
+    assert first[path] != second[path] and first[path] not in d.render()
+    keys = {worker_key_from_secret(parse_secret(files[path]), "") for files in (first, second)}
+    assert len(keys) == 2
+
+
+def test_two_runs_of_one_spec_on_the_same_hosts_at_once(tmp_path):
+    """Issue #40 item 1, for real: two submits of one spec at once on algo-1 and algo-2 both end 0.  Before, both
+    masters derived one port and the second ended in seconds with 'cannot open the result channel'."""
+    with SimCluster(2, tmp_path / "c", "tssh2j") as sim:
+        job = spec(tmp_path, ["algo-1", "algo-2"], 'sleep 4; echo "done $OMPI_COMM_WORLD_RANK"')
+        procs = [sim.popen("algo-1", [EXE, "submit", str(job), *STATE(tmp_path)], log_path=tmp_path / f"s{i}.log")
+                 for i in range(2)]
+        codes = [p.wait(timeout=120) for p in procs]
+    logs = [(tmp_path / f"s{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0], logs
+    assert all("[1 algo-2] done 1" in log for log in logs), logs
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
