@@ -76,3 +76,21 @@ def test_account_has_every_phase_in_order_beside_the_floor(tmp_path):
     table = bench_launch.account_table([row])
     assert all(f"| {k} |" in table for k in (*bench_launch.ACCOUNT, *bench_launch.TAIL))
     assert "toolkit CPU per rank" in table
+
+
+def test_an_older_trees_timeline_gives_what_it_holds():
+    """The account of a tree before issue 41 (the benchmark copied into an older checkout): its entrypoints'
+    phases and each rank's program start; the wrappers' phases and the CPU per rank unknown ("-")."""
+    def rec(phase, t):
+        return {"phase": phase, "t": t, "mono": t, "cpu_s": 0.05}
+
+    data = {"version": 1, "hosts": {
+        "algo-1": {"role": "master", "phases": [rec("started", 10.0), rec("ready", 10.3), rec("mpirun_started", 10.3)]},
+        "algo-2": {"role": "worker", "phases": [rec("started", 10.1), rec("ready", 10.2), rec("daemon_up", 11.0)]}},
+        "ranks": [{"rank": 0, "host": "algo-1", "started": 11.5}, {"rank": 1, "host": "algo-2", "started": 11.6}]}
+    acc = bench_launch.older_account(data)
+    got = {k: None if v is None else round(v, 3) for k, v in acc["phases"].items()}
+    assert got == {"entrypoints started": 0.1, "sshd ready": 0.3, "key hand-off": None, "mpirun started": 0.3,
+                   "daemons up": 1.0, "wrappers started": None, "keys taken": None, "programs started": 1.6,
+                   "channel hello": None}
+    assert acc["cpu"]["per_rank_launch_s"] is None
