@@ -132,8 +132,10 @@ def _watch(pid: int, grace_s: float, clock: Clock) -> int:
             return os.waitpid(pid, 0)[1]
 
 
-def cancel(pid_file: str, grace_s: float, wait_s: float, clock: Clock = SYSTEM_CLOCK) -> int:
-    """Stop the process named by ``pid_file`` (``stop_process``: SIGTERM, ``grace_s``, SIGKILL); exit code."""
+def cancel(pid_file: str, grace_s: float, wait_s: float, clock: Clock = SYSTEM_CLOCK,
+           first: int = signal.SIGTERM) -> int:
+    """Stop the process named by ``pid_file`` (``stop_process``: ``first``, SIGTERM unless a stop by another signal
+    goes on as it came, ``grace_s``, SIGKILL); exit code."""
     from .supervisor import stop_process
 
     path = Path(pid_file)
@@ -145,7 +147,7 @@ def cancel(pid_file: str, grace_s: float, wait_s: float, clock: Clock = SYSTEM_C
     if pid is None:
         print("no-pid-file", flush=True)
         return NO_PID_FILE
-    res = stop_process(pid, grace_s, clock=clock)
+    res = stop_process(pid, grace_s, clock=clock, first=first)
     print("gone" if res.gone else "still-running", flush=True)
     return 0 if res.gone else 1
 
@@ -226,6 +228,8 @@ def main(args: list[str] | None = None) -> int:
     c.add_argument("--pid-file", required=True)
     c.add_argument("--grace", type=float, required=True)
     c.add_argument("--wait", type=float, required=True)
+    # a stop by SIGINT or SIGHUP goes on as it came, so the entrypoint's result says the same stop (issue #40)
+    c.add_argument("--signal", choices=("SIGTERM", "SIGINT", "SIGHUP"), default="SIGTERM")
     w = sub.add_parser("write")
     w.add_argument("path")
     w.add_argument("--private", metavar="RUN_DIR")
@@ -245,7 +249,7 @@ def main(args: list[str] | None = None) -> int:
             p.error("start: no command given after --")
         return start(a.pid_file, a.dir, command, a.private, a.grace)
     if a.verb == "cancel":
-        return cancel(a.pid_file, a.grace, a.wait)
+        return cancel(a.pid_file, a.grace, a.wait, first=signal.Signals[a.signal])
     if a.verb == "write":
         return write(a.path, a.private, a.mode)
     if a.verb == "read-many":

@@ -15,9 +15,9 @@ Place in the data flow: CompiledJob + a run id (chosen by the caller) ->
      once; the elected master runs mpirun over ssh to the others (so the hosts
      must reach each other with keys, as for any mpirun), the others follow;
   4. streams every host's output (worker lines prefixed with the host);
-  5. on Ctrl-C or SIGTERM sends SIGTERM to each remote entrypoint by its pid
-     (recorded in a pid file), which stops mpirun and the ranks with a grace
-     period; the exit code is the master's.  Should ``submit`` die without a
+  5. on Ctrl-C, SIGTERM or SIGHUP sends that signal (a deadline: SIGTERM) to each remote entrypoint by its
+     pid (recorded in a pid file), which stops mpirun and the ranks with a grace period, so the job's result
+     says the stop submit got (a SIGHUP is 129, source user, everywhere); the exit code is the master's.  Should ``submit`` die without a
      cancel (SIGKILL), each host's ``remote_host start`` sees its session's
      channel close and stops its entrypoint the same way.
 
@@ -496,9 +496,11 @@ class SshSessions:
         return _master_code({s.host: s.code for s in self.sessions})
 
     def terminate(self, stop: Stop) -> float | None:
-        self.progress.done(f"ssh: {stop.why}; sending SIGTERM to every host's entrypoint")
+        # the signal submit got (a closed terminal's SIGHUP too), so the job's result says the same stop (#40)
+        sig = stop.signal if stop.signal in STOP_SIGNALS else "SIGTERM"
+        self.progress.done(f"ssh: {stop.why}; sending {sig} to every host's entrypoint")
         self.canceller = threading.Thread(target=_stop, args=(self.clients, self.req, self.connect, self.clock,
-                                                              self.progress), name="ssh-cancel", daemon=True)
+                                                              self.progress, sig), name="ssh-cancel", daemon=True)
         self.canceller.start()
         return None
 
@@ -522,8 +524,15 @@ class SshSessions:
             c.close()
 
 
-def _stop(clients: dict[str, Any], req: SshRequest, connect, clock: Clock, progress: StatusLine) -> None:
-    failures = cancel(clients, req.workdir, grace_s=req.grace_s, req=req.connection(), commands=req.cancel,
+#: the stops that go on to every host's entrypoint as they came (others, a deadline's, are sent as SIGTERM).
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def _stop(clients: dict[str, Any], req: SshRequest, connect, clock: Clock, progress: StatusLine,
+          sig: str = "SIGTERM") -> None:
+    # The dry run's cancel sends SIGTERM; a stop by another signal adds it (remote_host cancel --signal).
+    commands = {h: [*argv, "--signal", sig] if sig != "SIGTERM" else argv for h, argv in req.cancel.items()}
+    failures = cancel(clients, req.workdir, grace_s=req.grace_s, req=req.connection(), commands=commands,
                       connect=connect, clock=clock)
     for host, why in sorted(failures.items()):
         progress.done(f"ssh: could not confirm that {host}'s entrypoint stopped ({why}); check that host")

@@ -238,7 +238,14 @@ def test_ctrl_c_stops_every_host(tmp_path, sig):
         proc.send_signal(signal.Signals[sig])
         assert proc.wait(timeout=60) == 128 + signal.Signals[sig], log.read_text()
         why = {"SIGINT": "interrupted (Ctrl-C)", "SIGHUP": "the terminal closed (SIGHUP)"}[sig]
-        assert f"ssh: {why}; sending SIGTERM to every host's entrypoint" in log.read_text()
+        assert f"ssh: {why}; sending {sig} to every host's entrypoint" in log.read_text()
+        # one code and one source everywhere (issue #40 item 6): the master's failure file says the stop submit got,
+        # not the SIGTERM it was sent on as (143, source launcher)
+        failure, = (tmp_path / "remote").glob("*/algo-1/output/failure")
+        head = json.loads(failure.read_text().splitlines()[0].split(" ", 2)[2])
+        code = 128 + signal.Signals[sig]
+        assert (head["exit_code"], head["source"], head["cause"]) == (code, "user", "interrupted"), failure.read_text()
+        assert f"exit code {code}" in log.read_text() and "exit code 143" not in log.read_text(), log.read_text()
         for host in ("algo-1", "algo-2"):
             left = sim.run(host, ["ps", "-e", "-o", "comm="]).stdout.split()
             assert "sleep" not in left and "orted" not in left, (host, left)
