@@ -80,7 +80,11 @@ class JobService:
 
     def detach(self, sub: Submission, *, level: int | None = None) -> JobRecord:
         """Start the recorded job under a supervisor of its own; its record once it runs."""
-        return start_detached(self.store, sub.record, level=level, clock=self.clock)
+        target, opts = sub.target, sub.opts
+        # a platform's job is started once the platform named it (Slurm's id: only sbatch's answer gives it)
+        named = (lambda rec: rec.native is not None or target.submitted_as(opts) is not None) \
+            if target.platform else None
+        return start_detached(self.store, sub.record, level=level, clock=self.clock, named=named)
 
     def submit(self, req: SubmitRequest) -> JobHandle:
         """Compile, record and start the job: detached (``req.detach``), returning once it runs, else here, to

@@ -67,11 +67,13 @@ def _stdout_fd() -> int:
 
 
 def start_detached(store: RecordStore, rec: JobRecord, *, level: int | None = None,
-                   clock: Clock = SYSTEM_CLOCK) -> JobRecord:
+                   clock: Clock = SYSTEM_CLOCK, named=None) -> JobRecord:
     """Start ``mpirun_kit run-detached ID`` in a session of its own (no terminal, stdin from /dev/null, stdout to
     the run directory's output.log, stderr to submit.log) and return the record once it runs the job.
     ``level``: the output level (core/verbosity.py) it prints at; None: VERBOSE, the library's.  The status
-    line's level travels in the saved request's SubmitOptions.verbosity too.
+    line's level travels in the saved request's SubmitOptions.verbosity too.  ``named(record)``: whether the
+    platform has named the job yet (Slurm's id once sbatch answered); given, the return waits for it too, so
+    ``status`` right after finds the job (issue 40 item 5).
 
     Raises:
         LaunchError: it ended, or did not start the job within DETACH_START_S (its last lines quoted).
@@ -93,7 +95,8 @@ def start_detached(store: RecordStore, rec: JobRecord, *, level: int | None = No
     deadline = Deadline(clock, DETACH_START_S)
     while True:
         now = store.get(rec.job_id)
-        if now.state != JobState.PENDING or proc.poll() is not None or deadline.expired():
+        started = now.state != JobState.PENDING and (named is None or now.state.terminal or named(now))
+        if started or proc.poll() is not None or deadline.expired():
             break
         clock.sleep(0.05)
     if now.state == JobState.PENDING:

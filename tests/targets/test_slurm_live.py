@@ -518,3 +518,34 @@ def test_a_login_runner_keeps_one_ssh_connection_and_closes_it(cluster, tmp_path
         SYSTEM_CLOCK.sleep(0.1)
         left = sim.run("algo-1", ["pgrep", "-af", "^sshd: root@notty"])
     assert left.stdout.strip() == "", left.stdout
+
+
+def test_submit_names_its_job_and_detach_returns_with_slurms_id_for_status_at_once(cluster, tmp_path, capsys):
+    """Issue 40 item 5: a plain submit says the mpirun_kit job id (not only Slurm's); ``submit --detach`` returns
+    only once the record has Slurm's id, so ``status`` right after it answers; a host whose Slurm clients cannot
+    reach the cluster (this machine's own, without the sim's slurm.conf) says so instead of "gone" or lost."""
+    import shutil
+
+    from mpirun_kit.cli.main import main
+    from mpirun_kit.records import RecordStore
+    from mpirun_kit.service.requests import SubmitRequest
+    from mpirun_kit.service.runner import JobService
+    from mpirun_kit.errors import ClusterError
+
+    job = tmp_path / "ids.yaml"
+    job.write_text(spec(cluster, "ids", program(tmp_path, SLEEPER), hosts=1, ppn=1))
+    svc = JobService(RecordStore(Path(os.environ["MPIRUN_KIT_STATE_DIR"])))
+    assert main(["submit", str(job)]) == 0
+    (plain,) = svc.list()
+    assert f"as mpirun_kit job {plain.job_id}" in capsys.readouterr().err
+    svc.cancel(plain.job_id)
+    handle = svc.submit(SubmitRequest(spec=str(job), detach=True))
+    rec = svc.get(handle)
+    slurm_id = ST.job_id_of(rec)        # at once: the detached submit returned with it
+    assert svc.describe(handle).state in (JobState.PENDING, JobState.RUNNING)
+    if shutil.which("squeue"):
+        outside = dataclasses.replace(rec, details={**rec.details, "where": {"kind": "local"}})
+        with pytest.raises(ClusterError, match=f"could not ask Slurm about job {slurm_id} from this host"):
+            ST.TARGET.describe(outside)
+    status, _ = svc.cancel(handle)
+    assert status.state == JobState.CANCELLED, status

@@ -368,7 +368,9 @@ class SlurmTarget(Target[SlurmRequest]):
         child: SlurmChild = job.child
         try:
             progress = StatusLine(clock=clock, level=opts.verbosity)
-            progress.done(f"slurm: submitted job {job.native} (run directory {dry.request.run_dir})")
+            # Both ids, whatever the output goes to: status, logs and cancel take the mpirun_kit one (issue 40)
+            ours = f" as mpirun_kit job {opts.job_id}" if opts.job_id else ""
+            progress.done(f"slurm: submitted job {job.native} (run directory {dry.request.run_dir}){ours}")
             if not opts.wait:
                 return outcome_of("slurm", dry.job, 0, started=started, ended=time.time())
             from ...exec.signals import SignalLatch
