@@ -715,3 +715,18 @@ def test_cancel_marks_the_run_directory_before_the_batch_shells_term_so_the_job_
     # ... after the master's result is written and the secret removed, just before the script's end
     assert script.index(line) > script.index('rm -f "$run/job-secret"')
     assert script.rstrip().endswith(line + '\nexit "$rc"')
+
+
+def test_a_job_whose_sbatch_has_not_answered_yet_is_submitting_not_an_error():
+    """Seen from another shell while submit waits for sbatch: pending, said so; a record that ended without an id
+    (sbatch refused it) is shown as recorded, never submitted."""
+    record = dataclasses.replace(_slurm_record(), native=None, run_dir=None)
+    status = ST.TARGET._describe(record, _Unreachable())
+    assert (status.state, status.detail) == (JobState.PENDING, "Slurm: submitting (sbatch has not answered yet)")
+    (listed,) = ST.TARGET.list([record])
+    assert listed.detail == "Slurm: submitting (sbatch has not answered yet)"
+    refused = dataclasses.replace(record, state=JobState.FAILED, exit_code=65, source="launcher",
+                                  reason="target.slurm.account: Slurm refused account 'x'")
+    status = ST.TARGET._describe(refused, _Unreachable())
+    assert (status.state, status.exit_code, status.reason, status.detail) == (
+        JobState.FAILED, 65, "target.slurm.account: Slurm refused account 'x'", "Slurm: never submitted")

@@ -3,8 +3,10 @@
 Place in the data flow: a ``DryRun[SlurmRequest]`` (script.py) -> ``submit`` (discovery.py's checks, the run
 directory written through the runner, ``sbatch --parsable``) -> with ``--wait``, ``follow`` (squeue/sacct through
 accounting.py, slurm.out/slurm.err copied as they grow) -> ``outcome_for`` (the master's code and report, Slurm's
-state only when the batch step left none).  ``cancel_job``: ``scancel --batch`` (the batch shell's trap stops the
-master, which stops every rank), then ``scancel``.
+state only when the batch step left none).  ``cancel_job``: the run directory's cancel marker, ``scancel --batch``
+(the batch shell's trap stops the master, which stops every rank, then the shell scancels its own job: CANCELLED
+in sacct), then ``scancel``.  ``describe`` and ``logs`` from a host that cannot reach Slurm or the run directory
+raise, naming the host the job was submitted from: a job is never taken for lost for being asked from the wrong host.
 """
 from __future__ import annotations
 
@@ -405,7 +407,7 @@ class SlurmTarget(Target[SlurmRequest]):
                 continue
             try:
                 out.append(self.describe(r, clock=clock))
-            except (ClusterError, SpecError) as exc:
+            except ClusterError as exc:
                 out.append(JobStatus(job_id=r.job_id, name=r.name, target=self.name, state=r.state, native=r.native,
                                      run_dir=r.run_dir, spec=r.spec, created_at=r.created_at,
                                      started_at=r.started_at, detail=f"Slurm not reachable from this host: {exc}"))
@@ -434,7 +436,18 @@ class SlurmTarget(Target[SlurmRequest]):
                                f"{self._submitted_from(record)}")
 
     def _describe(self, record: JobRecord, runner: Runner) -> JobStatus:
-        job_id = job_id_of(record)
+        try:
+            job_id = job_id_of(record)
+        except SpecError:
+            # No Slurm id yet: sbatch has not answered (a submit in another shell), or it never ran (its record
+            # ended with why).  Either way Slurm has nothing to ask about.
+            return JobStatus(job_id=record.job_id, name=record.name, target=self.name,
+                             state=record.state if record.state.terminal else JobState.PENDING,
+                             exit_code=record.exit_code, source=record.source, reason=record.reason,
+                             root_cause=record.root_cause, run_dir=record.run_dir, spec=record.spec,
+                             created_at=record.created_at, started_at=record.started_at, ended_at=record.ended_at,
+                             detail="Slurm: never submitted" if record.state.terminal
+                             else "Slurm: submitting (sbatch has not answered yet)")
         run_dir = (record.details or {}).get("run_dir", "")
         job = self._query(record, runner, job_id)
         res = read_result(runner, run_dir) if run_dir else None
