@@ -45,9 +45,11 @@ def _plan(args) -> int:
     compiled, facts, stack_values = compile_with_stack_values(args, offline=True, report=lambda line: say(args, line),
                                                               environ=dict(os.environ))
     short, note = quota_preflight(compiled)
-    if short:
-        import dataclasses
+    import dataclasses
 
+    # what the job leaves of this shell's environment, each with how to send it: always in a plan
+    compiled = dataclasses.replace(compiled, warnings=compiled.warnings + compiled.env_notes)
+    if short:
         compiled = dataclasses.replace(compiled, warnings=compiled.warnings + (short,))
     if note:
         say(args, f"note: {note}")

@@ -15,6 +15,7 @@ import json
 import sys
 import time
 
+from ..core import verbosity
 from ..errors import ExitCode
 from .common_flags import SPEC_CODE_NOTES, add_spec_args, add_state_dir_arg, output_level, service_of
 
@@ -47,6 +48,8 @@ def _submit(args) -> int:
     try:
         compiled = svc.compile(req, dry_run=args.dry_run)
         _warn(compiled.warnings)
+        if req.verbosity > verbosity.QUIET:   # the shell's variables left behind (-q: errors and the result only)
+            _warn(compiled.env_notes)
         target = get_target(compiled.job.target.type)
         if args.dry_run:
             dry = svc.dry_run(req, compiled)

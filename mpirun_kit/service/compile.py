@@ -100,8 +100,8 @@ def with_submit_env(compiled, environ: Mapping[str, str]):
     whose master is another host (sim, ssh, Slurm, SageMaker): the allow-listed variables (``WANDB_``, ``CUDA_``,
     ``MLFLOW_`` ...) and the ``env_forward`` names go into the LaunchSpec's env, under the spec's own env and the
     tuning preset (which win), so every rank gets them as srun's do.  Each variable held back (a secret-looking
-    name, an AWS credential) and every other one left behind is named in a warning with how to send it, which
-    ``plan`` and ``submit`` print.  Target local is returned as it is: its ranks inherit the shell
+    name, an AWS credential) and every other one left behind is named with how to send it in ``env_notes``,
+    which ``plan`` prints with its warnings and ``submit`` as warnings unless -q.  Target local is returned as it is: its ranks inherit the shell
     (LaunchSpec.env_inherit) and its plan names what they do not get."""
     from ..plan.env import FORWARD_HOW, submit_env
 
@@ -111,16 +111,18 @@ def with_submit_env(compiled, environ: Mapping[str, str]):
     env, dropped, left = submit_env(environ, compiled.launch.env_forward)
     ours = dict(compiled.launch.env)
     env = tuple((n, v) for n, v in env if n not in ours)
-    warnings = [f"env: {name} not forwarded to the ranks: {why}" for name, why in dropped]
+    notes = [f"env: {name} not forwarded to the ranks: {why}" for name, why in dropped]
+    warnings = []
     if job.target.type == "sagemaker":
         warnings += [f"env {n}: SageMaker shows the job's launch spec (a hyperparameter) in its console and API; "
                      "fetch secrets at run time (Secrets Manager via the instance role) instead"
                      for n, _ in env if is_secret(n)]
     if left:
-        warnings.append(f"env: not forwarded from this shell ({len(left)}): {' '.join(left)}; "
+        notes.append(f"env: not forwarded from this shell ({len(left)}): {' '.join(left)}; "
                         f"{FORWARD_HOW} to send one")
     launch = dataclasses.replace(compiled.launch, env=tuple(sorted({**dict(env), **ours}.items())))
-    return dataclasses.replace(compiled, launch=launch, warnings=compiled.warnings + tuple(warnings))
+    return dataclasses.replace(compiled, launch=launch, warnings=compiled.warnings + tuple(warnings),
+                               env_notes=tuple(notes))
 
 
 def quota_preflight(compiled) -> tuple[str | None, str | None]:

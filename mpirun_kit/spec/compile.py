@@ -58,6 +58,10 @@ class CompiledJob:
     #: channel name -> path the ranks read it at.
     channels: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...] = ()
+    #: what the job leaves of the submitting shell's environment, each variable named with how to send it
+    #: (service/compile.py ``with_submit_env``): warnings that ``plan`` always shows and ``submit`` says unless -q
+    #: (as the local target's master says its own)
+    env_notes: tuple[str, ...] = ()
 
 
 def resolve_stack_refs(job: S.JobSpec, resolver: StackResolver | None) -> S.JobSpec:
