@@ -9,7 +9,8 @@ hierarchy (errors.MpirunKitError: ``SpecError`` for a bad spec or an unknown job
 an unreachable host or platform...).  The job records are the CLI's (the same store: ``state_dir``,
 else ``$MPIRUN_KIT_STATE_DIR``, ``$XDG_STATE_HOME/mpirun_kit``, ``~/.local/state/mpirun_kit``), so a
 job submitted here is seen by `mpirun_kit jobs` and the other way round.  Like the CLI, this module is
-a front door: it reads the environment (the state directory, ``AWS_ENDPOINT_URL``) and passes it down.
+a front door: it reads the environment (the state directory, ``AWS_ENDPOINT_URL``, the allow-listed variables
+a multi-host job takes with it) and passes it down.
 
     from mpirun_kit import api
 
