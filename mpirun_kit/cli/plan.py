@@ -47,8 +47,6 @@ def _plan(args) -> int:
     short, note = quota_preflight(compiled)
     import dataclasses
 
-    # what the job leaves of this shell's environment, each with how to send it: always in a plan
-    compiled = dataclasses.replace(compiled, warnings=compiled.warnings + compiled.env_notes)
     if short:
         compiled = dataclasses.replace(compiled, warnings=compiled.warnings + (short,))
     if note:

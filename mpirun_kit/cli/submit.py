@@ -17,7 +17,7 @@ import time
 
 from ..core import verbosity
 from ..errors import ExitCode
-from .common_flags import SPEC_CODE_NOTES, add_spec_args, add_state_dir_arg, output_level, service_of
+from .common_flags import SPEC_CODE_NOTES, add_spec_args, add_state_dir_arg, output_level, say, service_of
 
 
 def request_of(args):
@@ -48,8 +48,8 @@ def _submit(args) -> int:
     try:
         compiled = svc.compile(req, dry_run=args.dry_run)
         _warn(compiled.warnings)
-        if req.verbosity > verbosity.QUIET:   # the shell's variables left behind (-q: errors and the result only)
-            _warn(compiled.env_notes)
+        for n in compiled.env_notes:   # the shell's variables left behind: a note, not a warning (-q: none)
+            say(args, f"note: {n}")
         target = get_target(compiled.job.target.type)
         if args.dry_run:
             dry = svc.dry_run(req, compiled)

@@ -54,6 +54,9 @@ class JobPlan:
     warnings: tuple[str, ...]
     #: ("STACK.OutputKey", value) for every ${stack:...} the spec uses, as resolved.
     stack_values: tuple[tuple[str, str], ...] = ()
+    #: what the ranks do not get of the submitting shell, each with how to send it (CompiledJob.env_notes): facts
+    #: about the shell, not problems of the job, so they are a section of their own, not warnings.
+    env_notes: tuple[str, ...] = ()
 
 
 def planned_cluster(compiled: CompiledJob) -> Cluster:
@@ -115,7 +118,7 @@ def make_job_plan(compiled: CompiledJob, environ: Mapping[str, str], *, topology
         rows.append(EnvRow(name, value, origin))
     warnings = compiled.warnings + tuple(f"mpi: {c}" for c in launch.conflicts)
     return JobPlan(compiled, launch, rank_map(launch, topology, job.pinning), tuple(rows), warnings,
-                   tuple(stack_values))
+                   tuple(stack_values), compiled.env_notes)
 
 
 def _span(values: list[int]) -> str:
@@ -187,6 +190,9 @@ def render(plan: JobPlan) -> str:
             rest.append(line)
     lines.append("  env (set for every rank)")
     lines += [f"    {e.name}={e.value}    [{e.origin}]" for e in plan.env] + extra_env + rest
+    if plan.env_notes:
+        lines.append("  env of this shell the ranks do not get")
+        lines += [f"    - {n}" for n in plan.env_notes]
     if plan.warnings:
         lines.append("  warnings")
         lines += [f"    ! {w}" for w in plan.warnings]
@@ -207,6 +213,7 @@ def to_json(plan: JobPlan) -> str:
         "channels": dict(c.channels),
         "stack_outputs": dict(redact_pairs(plan.stack_values)),
         "warnings": list(plan.warnings),
+        "env_notes": list(plan.env_notes),
         "launch_spec": redact_value(json.loads(c.launch.to_json())),  # env values and program flags
         "launch_plan": to_dict(plan.launch),
     }

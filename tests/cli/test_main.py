@@ -137,7 +137,7 @@ def test_submit_without_credentials_blames_credentials_not_the_role(bare_env, cl
             *[a for o in outs for a in ("--stack-output", o)])
     # the first call is the submit role's AssumeRole (issue 26), then the keys, then CreateTrainingJob; the test
     # shell's variables the job leaves behind are named first (issue #40), tests/cli/test_plan.py checks that line
-    err = "".join(ln for ln in r.err.splitlines(True) if not ln.startswith("mpirun_kit: warning: env: "))
+    err = "".join(ln for ln in r.err.splitlines(True) if not ln.startswith("mpirun_kit: note: env: "))
     assert (r.rc, err) == (69, "mpirun_kit: region us-west-2 (from the AWS configuration)\n"
                                  "mpirun_kit: error: AssumeRole arn:aws:iam::123456789012:role/mrk-submit for job "
                                  "alice--mrk-1: no AWS credentials found; set "

@@ -148,6 +148,12 @@ def test_every_multi_host_target_takes_the_users_variables_and_names_the_rest(cl
         assert "HF_TOKEN not forwarded to the ranks: secret-looking name" in shown, (what, shown)
         left = next(ln for ln in shown.splitlines() if "not forwarded from this shell" in ln)
         assert " MYVAR " in left + " " and "name it in env_forward (or set it in env) to send one" in left, left
+        # the shell's variables are facts about the shell, not problems of the job: never a warning (a plan of a
+        # clean spec stays free of warnings, as the AWS walk-through asserts, whatever the shell holds)
+        assert "warning" not in left.lower(), (what, left)
+        if what != "ssh --dry-run":
+            assert "\n  env of this shell the ranks do not get\n    - env: " in r.out, (what, r.out)
+            assert left.startswith("    - env: not forwarded from this shell"), (what, left)
     assert "MYVAR2=m2" in runs["ssh"].out and "MYVAR2" not in runs["ssh"].out.split("forwarded from this shell")[1]
     # the preset's NCCL_DEBUG (SageMaker's p4d preset sets WARN) wins over the shell's, as the spec's env does
     assert "NCCL_DEBUG=WARN" in runs["sagemaker"].out and "NCCL_DEBUG=TRACE" not in runs["sagemaker"].out
