@@ -105,12 +105,17 @@ def _strided_ddp_run(match: bool) -> tuple[list[str], list[str], list[str]]:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         ddp = torch.nn.parallel.DistributedDataParallel(m, gradient_as_bucket_view=True)
+        # DDP's warning is TORCH_WARN_ONCE: once per process, so any earlier DDP test of the same pytest process
+        # would have used it up; warn_always makes it say so on every step, whatever ran before.
+        always = torch.is_warn_always_enabled()
+        torch.set_warn_always(True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for _ in range(2):
                 ddp.zero_grad()
                 ddp(xs).backward()
     finally:
+        torch.set_warn_always(always)
         dist.destroy_process_group()
     return changed, still, [str(w.message) for w in caught if "Grad strides do not match" in str(w.message)]
 
@@ -120,7 +125,7 @@ def test_parameters_laid_out_as_their_gradients_spare_ddp_the_bucket_copy():
     it DDP warns that a gradient's strides differ from its bucket view's (and copies it every step);
     with it the weight takes its gradient's strides and DDP takes the gradients as they are."""
     _, _, warned = _strided_ddp_run(match=False)
-    assert len(warned) == 1
+    assert len(warned) >= 1
     changed, still, warned = _strided_ddp_run(match=True)
     assert changed == ["pred.weight"] and still == [] and warned == []
 
