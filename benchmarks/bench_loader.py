@@ -142,21 +142,25 @@ def per_core(args: argparse.Namespace, ds) -> dict:
 
     from mpirun_kit.maskrcnn.data.batch import Collate
 
-    torch.set_num_threads(1)
-    collate = Collate(32)
-    n, b = len(ds), args.ims_per_batch
-    rates, cpu_rates, decode_ms = [], [], []
-    for rep in range(args.repeats):
-        t0, c0 = time.perf_counter(), time.process_time()
-        for k in range(args.batches):
-            collate([ds[((k * b + j) % n, rep * 100003 + k * b + j)] for j in range(b)])
-        # CPU time of this one-thread process: the per-core figure, whatever else the machine runs
-        cpu_rates.append(args.batches * b / (time.process_time() - c0))
-        rates.append(args.batches * b / (time.perf_counter() - t0))
-        c0 = time.process_time()
-        for j in range(min(n, 16)):
-            ds._read(j)
-        decode_ms.append((time.process_time() - c0) * 1000 / min(n, 16))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # restored below: a caller in the same process (a test) keeps its own setting
+    try:
+        collate = Collate(32)
+        n, b = len(ds), args.ims_per_batch
+        rates, cpu_rates, decode_ms = [], [], []
+        for rep in range(args.repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            for k in range(args.batches):
+                collate([ds[((k * b + j) % n, rep * 100003 + k * b + j)] for j in range(b)])
+            # CPU time of this one-thread process: the per-core figure, whatever else the machine runs
+            cpu_rates.append(args.batches * b / (time.process_time() - c0))
+            rates.append(args.batches * b / (time.perf_counter() - t0))
+            c0 = time.process_time()
+            for j in range(min(n, 16)):
+                ds._read(j)
+            decode_ms.append((time.process_time() - c0) * 1000 / min(n, 16))
+    finally:
+        torch.set_num_threads(threads)
     return {"images_per_cpu_s": round(statistics.median(cpu_rates), 1),
             "images_per_s": round(statistics.median(rates), 1), "runs_images_per_cpu_s": [round(r, 1) for r in cpu_rates],
             "decode_ms_per_image": round(statistics.median(decode_ms), 2)}

@@ -36,6 +36,9 @@ def test_defaults_are_the_coco_like_set_at_the_presets_size():
 
 
 def test_smoke_run_reports_per_core_and_per_worker_figures(tmp_path, capsys):
+    import torch
+
+    threads = torch.get_num_threads()
     out = tmp_path / "loader.json"
     rc = bench_loader.main(["--images", "4", "--size", "64x48", "--min-size", "80", "--max-size", "120",
                             "--batches", "2", "--repeats", "1", "--workers", "1", "--workdir", str(tmp_path / "set"),
@@ -49,3 +52,6 @@ def test_smoke_run_reports_per_core_and_per_worker_figures(tmp_path, capsys):
     ann = json.loads((tmp_path / "set/annotations/instances_train.json").read_text())
     assert len(ann["images"]) == 4 and len(ann["annotations"]) == 4 * 7
     assert all(isinstance(a["segmentation"], list) for a in ann["annotations"])  # polygons, as COCO's
+    # the per-core figure runs on one thread and gives the caller's count back: a test after this one in the
+    # same process saw 1 thread, and DDP's channels-last stride test (tests/maskrcnn/test_maskrcnn_ddp.py) failed
+    assert torch.get_num_threads() == threads

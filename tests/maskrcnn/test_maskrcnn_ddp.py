@@ -77,7 +77,6 @@ def _strided_ddp_run(match: bool) -> tuple[list[str], list[str], list[str]]:
     model whose 1x1 conv is used twice, as the RPN head is on every FPN level, with that weight
     given the other valid layout of a [O, C, 1, 1] tensor.  Returns (restrided, still differing,
     DDP's stride warnings over two steps)."""
-    import os
     import warnings
 
     import torch.distributed as dist
@@ -94,6 +93,17 @@ def _strided_ddp_run(match: bool) -> tuple[list[str], list[str], list[str]]:
         def forward(self, xs):
             return sum(self.pred(self.conv(x)).sum() for x in xs)
 
+    # oneDNN's channels-last weight gradient (what differs from the contiguous weight) comes with more than one
+    # thread: with one, the gradient is contiguous and there is nothing to match; pinned, whatever ran before.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        return _strided_ddp_steps(Head, match, match_grad_strides, dist, warnings)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _strided_ddp_steps(Head, match, match_grad_strides, dist, warnings):
     torch.manual_seed(0)
     m = Head().to(memory_format=torch.channels_last)
     m.pred.weight.data = m.pred.weight.data.clone(memory_format=torch.contiguous_format)  # (16, 1, 1, 1)
