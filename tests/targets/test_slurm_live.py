@@ -549,3 +549,51 @@ def test_submit_names_its_job_and_detach_returns_with_slurms_id_for_status_at_on
             ST.TARGET.describe(outside)
     status, _ = svc.cancel(handle)
     assert status.state == JobState.CANCELLED, status
+
+
+TOGETHER = """\
+import sys, time
+from pathlib import Path
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+here, me = Path(sys.argv[1]), sys.argv[2]
+if c.Get_rank() == 0:                       # both jobs' masters on one node at once, or this job fails (exit 9)
+    (here / f"started-{me}").touch()
+    deadline = time.monotonic() + 90
+    while len(list(here.glob("started-*"))) < 2:
+        if time.monotonic() > deadline:
+            sys.exit(9)
+        time.sleep(0.1)
+c.Barrier()
+print(f"rank {c.Get_rank()} of {me} done", flush=True)
+"""
+
+
+def test_two_jobs_of_one_spec_share_a_node_at_once(cluster, tmp_path):
+    """Issue 40 item 1: two jobs whose masters share a node (2 x 1 on algo-1 and algo-2, Slurm's nodes not
+    exclusive) run at once.  At 51b0ea4 the result channel's port was a fixed 29411, so the second job's master
+    failed in 1.5 s with exit 70 ('cannot open the result channel on ...:29411 (Address already in use)'); each
+    run's port now comes from its own job secret.  Each job's rank 0 waits until both have started, so the two
+    really overlap (a job that never sees the other exits 9)."""
+    import threading
+
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    prog = program(tmp_path, TOGETHER)
+    outcomes = {}
+
+    def one(name: str) -> None:
+        text = spec(cluster, "together", prog + [str(meet), name], hosts=2, ppn=1,
+                    slurm={"sbatch_options": ["--nodelist=algo-1,algo-2"]})
+        outcomes[name] = run(text, name)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in ("tg1", "tg2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert sorted(outcomes) == ["tg1", "tg2"], outcomes
+    for name, (outcome, out, err, _) in outcomes.items():
+        assert outcome.exit_code == 0, (name, err.decode(errors="replace")[-2000:])
+        lines = set(out.decode().splitlines())
+        assert f"[0 algo-1] rank 0 of {name} done" in lines and f"[1 algo-2] rank 1 of {name} done" in lines, out
