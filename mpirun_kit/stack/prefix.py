@@ -12,11 +12,11 @@ reads the environment; the file is read and written only where the CLI says.
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.files import write_atomic
 from ..errors import SpecError
 
 #: a stack name that begins with this stands for one of the user's own stacks: MARK + "vpc" -> PREFIX-vpc
@@ -86,10 +86,7 @@ def write_prefix(path: Path, prefix: str) -> None:
     if not done:
         out.append(f"{KEY} = {prefix}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(out) + "\n")
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    write_atomic(path, "\n".join(out) + "\n", mode=0o600)   # the one atomic write: a fixed .tmp name could collide
 
 
 @dataclass(frozen=True)
