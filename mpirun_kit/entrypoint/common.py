@@ -136,12 +136,20 @@ def session_dir(run_nonce_hex: str) -> str:
 
 
 def remove_session_dir(path: str | None) -> None:
-    """The run's session base, once the launcher removed its own directories under it (an rmdir: something
-    still inside, such as a rank's leftovers, stays for Open MPI's own tools to find)."""
+    """The run's session base, whole, once the launcher has ended on this host (mpirun, or this host's MPI
+    daemon, is gone, and with it every rank here).  The base is named by this run's nonce, so nothing of another
+    job is in it; what a killed or aborted launcher left there (its ``ompi.HOST.UID/pid.N`` tree) would otherwise
+    stay in /tmp for good.  Only a real directory that this user owns: never through a link (rmtree does not
+    follow links inside either), never another user's directory of the same name."""
     import os
+    import shutil
+    import stat
 
-    if path:
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
+    if not path:
+        return
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+        shutil.rmtree(path, ignore_errors=True)

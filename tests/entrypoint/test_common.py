@@ -66,13 +66,30 @@ def test_the_result_port_is_every_hosts_same_and_each_jobs_own():
     assert len(ports) > 1                                                          # a secret per run: another port
 
 
-def test_the_session_dir_is_named_by_the_run_and_removed_only_when_empty(tmp_path):
+def test_the_session_dir_is_named_by_the_run_and_removed_whole_when_ours(tmp_path):
+    """The base is this run's alone (named by its nonce), so once the launcher has ended, everything in it goes:
+    a killed or aborted mpirun leaves its ompi.HOST.UID/pid.N tree behind, and the clean-clone suite left 41 such
+    bases in /tmp when only an empty one was removed.  Never through a link, never another user's directory."""
+    import os
+
     assert common.session_dir("ab" * 16) == "/tmp/mpirun_kit-" + "ab" * 8
     left = tmp_path / "s"
-    (left / "leftover").mkdir(parents=True)
-    common.remove_session_dir(str(left))
-    assert left.exists()
-    (left / "leftover").rmdir()
+    (left / "ompi.algo-1.0" / "pid.17" / "0").mkdir(parents=True)
+    (left / "ompi.algo-1.0" / "pid.17" / "contact.txt").write_text("x")
     common.remove_session_dir(str(left))
     assert not left.exists()
     common.remove_session_dir(None)
+    common.remove_session_dir(str(tmp_path / "never-made"))
+    # a link in its place: the link may go, what it points at stays
+    kept = tmp_path / "kept"
+    (kept / "inside").mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(kept)
+    common.remove_session_dir(str(link))
+    assert (kept / "inside").is_dir()
+    if os.geteuid() == 0:   # another user's directory of that name is not ours to empty
+        theirs = tmp_path / "theirs"
+        (theirs / "inside").mkdir(parents=True)
+        os.chown(theirs, 65534, 65534)
+        common.remove_session_dir(str(theirs))
+        assert (theirs / "inside").is_dir()
